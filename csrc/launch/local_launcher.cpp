@@ -1,0 +1,314 @@
+#include "launch/local_launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <stdexcept>
+
+namespace loom::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Self-pipe: signal handlers only write the signal number; the poll loop forwards it.
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  unsigned char s = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &s, 1);
+}
+
+struct Stream {
+  int fd = -1;
+  bool is_err = false;
+  std::string partial;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  Stream out, err;
+  bool exited = false;
+  RankExit exit;
+  std::deque<std::string> last_err_lines;
+};
+
+void emit_line(Child& c, Stream& s, const std::string& line, const LaunchOptions& opt) {
+  if (s.is_err) {
+    c.last_err_lines.push_back(line);
+    if (c.last_err_lines.size() > 20) c.last_err_lines.pop_front();
+  }
+  if (opt.capture_output) c.exit.output += line + "\n";
+  if (opt.echo_output) {
+    std::string text = opt.prefix_output ? "[rank " + std::to_string(c.rank) + "] " + line + "\n"
+                                         : line + "\n";
+    FILE* dst = s.is_err ? stderr : stdout;
+    std::fwrite(text.data(), 1, text.size(), dst);
+    std::fflush(dst);
+  }
+}
+
+// Reads what is available; returns false at end of stream.
+bool drain(Child& c, Stream& s, const LaunchOptions& opt) {
+  char buf[8192];
+  ssize_t n = read(s.fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    if (!s.partial.empty()) emit_line(c, s, s.partial, opt);
+    s.partial.clear();
+    close(s.fd);
+    s.fd = -1;
+    return false;
+  }
+  s.partial.append(buf, static_cast<size_t>(n));
+  size_t start = 0, nl;
+  while ((nl = s.partial.find('\n', start)) != std::string::npos) {
+    emit_line(c, s, s.partial.substr(start, nl - start), opt);
+    start = nl + 1;
+  }
+  s.partial.erase(0, start);
+  return true;
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (auto& c : children) {
+    if (!c.exited && c.pid > 0) kill(-c.pid, sig);  // the rank's whole process group
+  }
+}
+
+pid_t spawn(const LaunchOptions& opt, int rank, int port, int out_fd, int err_fd) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  auto setenv_kv = [&](const std::string& k, const std::string& v) {
+    for (auto& s : env_strings) {
+      if (s.compare(0, k.size() + 1, k + "=") == 0) {
+        s = k + "=" + v;
+        return;
+      }
+    }
+    env_strings.push_back(k + "=" + v);
+  };
+  setenv_kv("RANK", std::to_string(rank));
+  setenv_kv("WORLD_SIZE", std::to_string(opt.nproc));
+  setenv_kv("LOCAL_RANK", std::to_string(rank));
+  setenv_kv("LOCAL_WORLD_SIZE", std::to_string(opt.nproc));
+  setenv_kv("MASTER_ADDR", opt.master_addr);
+  setenv_kv("MASTER_PORT", std::to_string(port));
+  setenv_kv("LOOM_LOCAL_LAUNCHER", "1");
+  for (const auto& [k, v] : opt.extra_env) setenv_kv(k, v);
+
+  std::vector<char*> argv, envp;
+  for (const auto& a : opt.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);       // never outlive the launcher
+    if (getppid() != parent) _exit(127);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    execve(argv[0], argv.data(), envp.data());
+    std::fprintf(stderr, "cannot execute %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  return pid;
+}
+
+}  // namespace
+
+int LaunchResult::exit_code() const {
+  if (first_failed_rank < 0) return 0;
+  for (const auto& r : ranks) {
+    if (r.rank == first_failed_rank) return r.exit_code != 0 ? r.exit_code : 1;
+  }
+  return 1;
+}
+
+std::string LaunchResult::summary() const {
+  if (first_failed_rank < 0) return "all " + std::to_string(ranks.size()) + " ranks succeeded";
+  std::string s = "rank " + std::to_string(first_failed_rank) + " failed first";
+  for (const auto& r : ranks) {
+    if (r.rank != first_failed_rank) continue;
+    s += r.signaled ? " (killed by signal " + std::to_string(r.exit_code - 128) + ")"
+                    : " (exit " + std::to_string(r.exit_code) + ")";
+  }
+  if (timed_out) s += " after the launch timeout";
+  if (!first_error.empty()) s += ":\n" + first_error;
+  return s;
+}
+
+int find_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed while looking for a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot bind a loopback port");
+  }
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string self_executable() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+LaunchResult launch_local(const LaunchOptions& opt) {
+  if (opt.nproc < 1) throw std::invalid_argument("number of local ranks must be >= 1, got " +
+                                                 std::to_string(opt.nproc));
+  if (opt.argv.empty()) throw std::invalid_argument("launch_local: empty argv");
+  const int port = opt.master_port > 0 ? opt.master_port : find_free_port();
+
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw std::runtime_error("pipe2 failed for the signal pipe");
+  }
+  struct sigaction sa {}, old_int{}, old_term{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  auto restore = [&] {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    close(g_signal_pipe[0]);
+    close(g_signal_pipe[1]);
+  };
+
+  std::vector<Child> children(static_cast<size_t>(opt.nproc));
+  try {
+    for (int r = 0; r < opt.nproc; ++r) {
+      int out[2], err[2];
+      if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        throw std::runtime_error("pipe2 failed for rank " + std::to_string(r));
+      }
+      Child& c = children[static_cast<size_t>(r)];
+      c.rank = r;
+      c.exit.rank = r;
+      c.pid = spawn(opt, r, port, out[1], err[1]);
+      close(out[1]);
+      close(err[1]);
+      c.out = {out[0], false, {}};
+      c.err = {err[0], true, {}};
+    }
+  } catch (...) {
+    signal_all(children, SIGKILL);
+    for (auto& c : children) {
+      if (c.pid > 0) waitpid(c.pid, nullptr, 0);
+    }
+    restore();
+    throw;
+  }
+
+  LaunchResult result;
+  const auto start = Clock::now();
+  Clock::time_point kill_deadline = Clock::time_point::max();
+  int alive = opt.nproc;
+  while (alive > 0) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Child*, Stream*>> owners;
+    fds.push_back({g_signal_pipe[0], POLLIN, 0});
+    owners.push_back({nullptr, nullptr});
+    for (auto& c : children) {
+      for (Stream* s : {&c.out, &c.err}) {
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          owners.push_back({&c, s});
+        }
+      }
+    }
+    poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (i == 0) {
+        unsigned char sig;
+        while (read(g_signal_pipe[0], &sig, 1) == 1) {
+          signal_all(children, sig);  // forward SIGINT/SIGTERM
+          if (kill_deadline == Clock::time_point::max()) {
+            kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(opt.grace_s));
+          }
+        }
+      } else {
+        drain(*owners[i].first, *owners[i].second, opt);
+      }
+    }
+    // Reap exited ranks (their pipes may still hold output; drained above and below).
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      pid_t got = waitpid(c.pid, &status, WNOHANG);
+      if (got != c.pid) continue;
+      while (c.out.fd >= 0 && drain(c, c.out, opt)) {
+      }
+      while (c.err.fd >= 0 && drain(c, c.err, opt)) {
+      }
+      c.exited = true;
+      --alive;
+      if (WIFEXITED(status)) {
+        c.exit.exit_code = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        c.exit.exit_code = 128 + WTERMSIG(status);
+        c.exit.signaled = true;
+      }
+      if (c.exit.exit_code != 0 && result.first_failed_rank < 0) {
+        result.first_failed_rank = c.rank;
+        for (const auto& l : c.last_err_lines) result.first_error += l + "\n";
+        if (!result.first_error.empty()) result.first_error.pop_back();
+        signal_all(children, SIGTERM);
+        kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(opt.grace_s));
+      }
+    }
+    const auto now = Clock::now();
+    if (opt.timeout_s > 0 && !result.timed_out &&
+        now - start > std::chrono::duration<double>(opt.timeout_s)) {
+      result.timed_out = true;
+      signal_all(children, SIGTERM);
+      kill_deadline = now + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(opt.grace_s));
+    }
+    if (now > kill_deadline) signal_all(children, SIGKILL);
+  }
+  restore();
+  for (auto& c : children) result.ranks.push_back(std::move(c.exit));
+  if (result.timed_out && result.first_failed_rank < 0) {
+    // Every rank was stopped by the timeout: report the lowest one.
+    for (const auto& r : result.ranks) {
+      if (r.exit_code != 0) {
+        result.first_failed_rank = r.rank;
+        break;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace loom::launch

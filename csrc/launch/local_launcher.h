@@ -1,0 +1,54 @@
+// Starting N local ranks of a program, the way torchrun does on one node: each child gets
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Every output line
+// of a child is prefixed "[rank N] "; SIGINT/SIGTERM received by the launcher are forwarded;
+// when a rank fails, the others are terminated (SIGTERM, then SIGKILL after a grace period),
+// so no process is left behind. No torch dependency.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace loom::launch {
+
+struct LaunchOptions {
+  std::vector<std::string> argv;                 ///< program and arguments (argv[0] is a path)
+  int nproc = 1;                                 ///< number of local ranks
+  std::map<std::string, std::string> extra_env;  ///< added to every rank's environment
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;                           ///< 0: pick a free loopback port
+  double timeout_s = 0;                          ///< 0: none; else kill all ranks after this
+  double grace_s = 5;                            ///< SIGTERM → SIGKILL delay when stopping ranks
+  bool prefix_output = true;                     ///< "[rank N] " before each line
+  bool capture_output = false;                   ///< keep each rank's output in the result
+  bool echo_output = true;                       ///< write ranks' output to our stdout/stderr
+};
+
+struct RankExit {
+  int rank = -1;
+  int exit_code = 0;     ///< exit status, or 128+signal when killed by a signal
+  bool signaled = false;
+  std::string output;    ///< stdout+stderr of the rank (when capture_output)
+};
+
+struct LaunchResult {
+  std::vector<RankExit> ranks;
+  int first_failed_rank = -1;    ///< the rank that failed first (-1: all succeeded)
+  bool timed_out = false;
+  std::string first_error;       ///< last lines of the first failing rank's stderr
+  /// Exit status for the launcher: 0, or the first failing rank's status.
+  int exit_code() const;
+  /// "rank 2 failed first (exit 1): <error>" or "all N ranks succeeded".
+  std::string summary() const;
+};
+
+/// Starts the ranks and waits for all of them. Throws std::runtime_error if a process cannot
+/// be started (the ones already started are stopped first).
+LaunchResult launch_local(const LaunchOptions& options);
+
+/// A TCP port on 127.0.0.1 that is free now (bound and released).
+int find_free_port();
+
+/// Path of the running executable (/proc/self/exe).
+std::string self_executable();
+
+}  // namespace loom::launch

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Loom set-up for a fresh Debian 12 machine. Idempotent: a second run only checks.
+#   - Debian packages the C++ code builds against (yaml-cpp, spdlog/fmt, Catch2, CLI11,
+#     nlohmann-json, PCRE2, ccache, ninja)
+#   - a project-local virtual environment (.venv) with the pinned torch wheel (LibTorch comes
+#     from it) and the test-only Python packages of tools/requirements-test.txt
+# Usage: tools/setup.sh            (run as root or with sudo available)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+
+TORCH_VERSION=2.11.0   # cu130 build on PyPI: matches nvcc 13.0 and the GPU hosts' torch
+APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
+              libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
+              nlohmann-json3-dev libpcre2-dev)
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] installing Debian packages: ${missing[*]}" >&2
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv" >&2
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.loom-setup-stamp
+want="torch==$TORCH_VERSION $(sha256sum tools/requirements-test.txt | cut -c1-16)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] installing torch==$TORCH_VERSION and test packages into .venv" >&2
+  .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+  .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements-test.txt
+  echo "$want" > "$stamp"
+fi
+echo "[setup] ok: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')" >&2
