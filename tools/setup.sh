@@ -12,7 +12,8 @@ cd "$here"
 TORCH_VERSION=2.11.0   # cu130 build on PyPI: matches nvcc 13.0 and the GPU hosts' torch
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
               libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
-              nlohmann-json3-dev libpcre2-dev)
+              nlohmann-json3-dev libpcre2-dev
+              libgloo-dev)  # headers only: the pip wheel links Gloo in but ships no gloo/*.h
 
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -87,7 +89,8 @@ void signal_all(std::vector<Child>& children, int sig) {
   }
 }
 
-pid_t spawn(const LaunchOptions& opt, int rank, int port, int out_fd, int err_fd) {
+pid_t spawn(const LaunchOptions& opt, int rank, int port, int out_fd, int err_fd,
+            const std::string& error_dir) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
   auto setenv_kv = [&](const std::string& k, const std::string& v) {
@@ -106,6 +109,7 @@ pid_t spawn(const LaunchOptions& opt, int rank, int port, int out_fd, int err_fd
   setenv_kv("MASTER_ADDR", opt.master_addr);
   setenv_kv("MASTER_PORT", std::to_string(port));
   setenv_kv("LOOM_LOCAL_LAUNCHER", "1");
+  if (!error_dir.empty()) setenv_kv("LOOM_ERROR_FILE", error_dir + "/rank_" + std::to_string(rank) + ".err");
   for (const auto& [k, v] : opt.extra_env) setenv_kv(k, v);
 
   std::vector<char*> argv, envp;
@@ -156,6 +160,39 @@ std::string LaunchResult::summary() const {
   return s;
 }
 
+void record_rank_error(const std::string& message) {
+  const char* path = std::getenv("LOOM_ERROR_FILE");
+  if (!path || !*path) return;
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ofstream out(path, std::ios::trunc);
+  out << ns << "\n" << message << "\n";
+}
+
+namespace {
+// Earliest recorded error among the failed ranks; -1 when none recorded one.
+int earliest_recorded_error(const std::vector<RankExit>& ranks, const std::string& dir,
+                            std::string* message) {
+  long long best = 0;
+  int best_rank = -1;
+  for (const auto& r : ranks) {
+    if (r.exit_code == 0) continue;
+    std::ifstream in(dir + "/rank_" + std::to_string(r.rank) + ".err");
+    long long ns = 0;
+    if (!(in >> ns)) continue;
+    if (best_rank < 0 || ns < best) {
+      best = ns;
+      best_rank = r.rank;
+      std::string line, text;
+      std::getline(in, line);  // rest of the timestamp line
+      while (std::getline(in, line)) text += (text.empty() ? "" : "\n") + line;
+      *message = text;
+    }
+  }
+  return best_rank;
+}
+}  // namespace
+
 int find_free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket() failed while looking for a free port");
@@ -202,6 +239,8 @@ LaunchResult launch_local(const LaunchOptions& opt) {
     close(g_signal_pipe[1]);
   };
 
+  char dir_template[] = "/tmp/loom-launch-XXXXXX";
+  const std::string error_dir = mkdtemp(dir_template) ? dir_template : "";
   std::vector<Child> children(static_cast<size_t>(opt.nproc));
   try {
     for (int r = 0; r < opt.nproc; ++r) {
@@ -212,7 +251,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       Child& c = children[static_cast<size_t>(r)];
       c.rank = r;
       c.exit.rank = r;
-      c.pid = spawn(opt, r, port, out[1], err[1]);
+      c.pid = spawn(opt, r, port, out[1], err[1], error_dir);
       close(out[1]);
       close(err[1]);
       c.out = {out[0], false, {}};
@@ -271,6 +310,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       while (c.err.fd >= 0 && drain(c, c.err, opt)) {
       }
       c.exited = true;
+      c.exit.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       --alive;
       if (WIFEXITED(status)) {
         c.exit.exit_code = WEXITSTATUS(status);
@@ -282,9 +322,11 @@ LaunchResult launch_local(const LaunchOptions& opt) {
         result.first_failed_rank = c.rank;
         for (const auto& l : c.last_err_lines) result.first_error += l + "\n";
         if (!result.first_error.empty()) result.first_error.pop_back();
-        signal_all(children, SIGTERM);
-        kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(opt.grace_s));
+        if (opt.stop_all_on_failure) {
+          signal_all(children, SIGTERM);
+          kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(opt.grace_s));
+        }
       }
     }
     const auto now = Clock::now();
@@ -299,6 +341,16 @@ LaunchResult launch_local(const LaunchOptions& opt) {
   }
   restore();
   for (auto& c : children) result.ranks.push_back(std::move(c.exit));
+  if (!error_dir.empty()) {
+    std::string message;
+    int first = earliest_recorded_error(result.ranks, error_dir, &message);
+    if (first >= 0) {
+      result.first_failed_rank = first;
+      result.first_error = message;
+    }
+    for (const auto& r : result.ranks) unlink((error_dir + "/rank_" + std::to_string(r.rank) + ".err").c_str());
+    rmdir(error_dir.c_str());
+  }
   if (result.timed_out && result.first_failed_rank < 0) {
     // Every rank was stopped by the timeout: report the lowest one.
     for (const auto& r : result.ranks) {

@@ -21,6 +21,9 @@ struct LaunchOptions {
   bool prefix_output = true;                     ///< "[rank N] " before each line
   bool capture_output = false;                   ///< keep each rank's output in the result
   bool echo_output = true;                       ///< write ranks' output to our stdout/stderr
+  /// Terminate the other ranks when one fails (as torchrun does). Tests turn it off to check
+  /// that ranks notice a dead peer by themselves.
+  bool stop_all_on_failure = true;
 };
 
 struct RankExit {
@@ -28,11 +31,14 @@ struct RankExit {
   int exit_code = 0;     ///< exit status, or 128+signal when killed by a signal
   bool signaled = false;
   std::string output;    ///< stdout+stderr of the rank (when capture_output)
+  double seconds = 0;    ///< from launch to exit
 };
 
 struct LaunchResult {
   std::vector<RankExit> ranks;
-  int first_failed_rank = -1;    ///< the rank that failed first (-1: all succeeded)
+  /// The rank that failed first (-1: all succeeded): the earliest recorded error
+  /// (record_rank_error), else the earliest non-zero exit.
+  int first_failed_rank = -1;
   bool timed_out = false;
   std::string first_error;       ///< last lines of the first failing rank's stderr
   /// Exit status for the launcher: 0, or the first failing rank's status.
@@ -40,6 +46,12 @@ struct LaunchResult {
   /// "rank 2 failed first (exit 1): <error>" or "all N ranks succeeded".
   std::string summary() const;
 };
+
+/// For a rank's top-level error handler: records `message` with the current time in the file
+/// named by LOOM_ERROR_FILE (set by launch_local for each rank), so the launcher can tell the
+/// rank that failed first from the ranks that failed because of it (a peer's closed socket).
+/// Does nothing outside the local launcher.
+void record_rank_error(const std::string& message);
 
 /// Starts the ranks and waits for all of them. Throws std::runtime_error if a process cannot
 /// be started (the ones already started are stopped first).

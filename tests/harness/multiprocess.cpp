@@ -18,7 +18,8 @@ WorkerRegistrar::WorkerRegistrar(const std::string& name, WorkerFn fn) {
 }
 
 launch::LaunchResult run_ranks(const std::string& name, int world,
-                               const std::map<std::string, std::string>& env, double timeout_s) {
+                               const std::map<std::string, std::string>& env, double timeout_s,
+                               bool stop_all_on_failure) {
   if (!workers().count(name)) throw std::invalid_argument("no test worker named '" + name + "'");
   launch::LaunchOptions opt;
   opt.argv = {launch::self_executable()};
@@ -27,6 +28,7 @@ launch::LaunchResult run_ranks(const std::string& name, int world,
   opt.extra_env["LOOM_TEST_WORKER"] = name;
   opt.timeout_s = timeout_s;
   opt.grace_s = 2;
+  opt.stop_all_on_failure = stop_all_on_failure;
   opt.capture_output = true;
   opt.echo_output = std::getenv("LOOM_TEST_ECHO") != nullptr;
   auto result = launch::launch_local(opt);
@@ -50,6 +52,7 @@ int run_worker_if_requested() {
   try {
     it->second();
   } catch (const std::exception& e) {
+    launch::record_rank_error(e.what());
     std::fprintf(stderr, "worker %s failed: %s\n", name, e.what());
     return 1;
   }

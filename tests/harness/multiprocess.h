@@ -21,9 +21,10 @@ struct WorkerRegistrar {
 
 /// Runs worker `name` on `world` local ranks; `env` adds variables (e.g. parameters).
 /// `timeout_s` bounds the whole run: ranks still alive then are killed and reported.
+/// `stop_all_on_failure` = false lets the other ranks find a failure by themselves.
 launch::LaunchResult run_ranks(const std::string& name, int world,
                                const std::map<std::string, std::string>& env = {},
-                               double timeout_s = 120.0);
+                               double timeout_s = 120.0, bool stop_all_on_failure = true);
 
 /// Dispatch used by main(): runs the worker named by LOOM_TEST_WORKER if set.
 /// Returns -1 when no worker was requested, else the process exit status.

@@ -1,0 +1,138 @@
+#include "runtime/communicator.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <stdexcept>
+
+namespace loom::runtime {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  throw std::invalid_argument("unknown reduce op");
+}
+
+// Runs one collective and waits for it; failures name the group and the operation.
+template <typename F>
+void run(const std::string& group, const char* what, F&& issue) {
+  try {
+    auto work = issue();
+    work->wait();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("collective " + std::string(what) + " on process group '" + group +
+                             "' failed: " + e.what());
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::solo(int global_rank) {
+  return std::shared_ptr<Communicator>(new Communicator(global_rank));
+}
+
+Communicator::Communicator(int global_rank) : ranks_{global_rank}, name_("solo"), rank_(0) {}
+
+Communicator::Communicator(std::shared_ptr<c10d::Backend> backend, std::vector<int> ranks,
+                           std::string name)
+    : backend_(std::move(backend)), ranks_(std::move(ranks)), name_(std::move(name)) {
+  rank_ = backend_->getRank();
+  if (backend_->getSize() != static_cast<int>(ranks_.size())) {
+    throw std::logic_error("process group '" + name_ + "' has " +
+                           std::to_string(backend_->getSize()) + " members, expected " +
+                           std::to_string(ranks_.size()));
+  }
+}
+
+Communicator::~Communicator() {
+  try {
+    shutdown();
+  } catch (...) {
+    // Destructors must not throw; an explicit shutdown() reports errors.
+  }
+}
+
+c10d::Backend& Communicator::live() {
+  if (!backend_) throw std::runtime_error("process group '" + name_ + "' was shut down");
+  return *backend_;
+}
+
+void Communicator::all_reduce(at::Tensor& t, ReduceOp op) {
+  if (size() == 1) return;
+  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  std::vector<at::Tensor> v{buf};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  run(name_, "all_reduce", [&] { return live().allreduce(v, opts); });
+  if (!buf.is_same(t)) t.copy_(buf);
+}
+
+at::Tensor Communicator::all_gather_dim0(const at::Tensor& t) {
+  if (size() == 1) return t;
+  at::Tensor in = t.contiguous();
+  auto sizes = in.sizes().vec();
+  if (sizes.empty()) throw std::invalid_argument("all_gather_dim0 needs a tensor with dim >= 1");
+  sizes[0] *= size();
+  at::Tensor out = at::empty(sizes, in.options());
+  run(name_, "all_gather", [&] { return live()._allgather_base(out, in); });
+  return out;
+}
+
+at::Tensor Communicator::reduce_scatter_dim0(const at::Tensor& t) {
+  if (size() == 1) return t;
+  if (t.dim() < 1 || t.size(0) % size() != 0) {
+    throw std::invalid_argument("reduce_scatter_dim0 on group '" + name_ + "': dim 0 of size " +
+                                std::to_string(t.dim() ? t.size(0) : 0) +
+                                " is not divisible by the group size " + std::to_string(size()));
+  }
+  at::Tensor in = t.contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] /= size();
+  at::Tensor out = at::empty(sizes, in.options());
+  run(name_, "reduce_scatter", [&] { return live()._reduce_scatter_base(out, in); });
+  return out;
+}
+
+void Communicator::broadcast(at::Tensor& t, int root) {
+  if (size() == 1) return;
+  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  std::vector<at::Tensor> v{buf};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  run(name_, "broadcast", [&] { return live().broadcast(v, opts); });
+  if (!buf.is_same(t)) t.copy_(buf);
+}
+
+void Communicator::send(const at::Tensor& t, int peer, int tag) {
+  if (!t.is_contiguous()) throw std::invalid_argument("send needs a contiguous tensor");
+  if (peer == rank_) throw std::invalid_argument("send to self on group '" + name_ + "'");
+  std::vector<at::Tensor> v{t};
+  run(name_, "send", [&] { return live().send(v, peer, tag); });
+}
+
+void Communicator::recv(at::Tensor& t, int peer, int tag) {
+  if (!t.is_contiguous()) throw std::invalid_argument("recv needs a contiguous tensor");
+  if (peer == rank_) throw std::invalid_argument("recv from self on group '" + name_ + "'");
+  std::vector<at::Tensor> v{t};
+  run(name_, "recv", [&] { return live().recv(v, peer, tag); });
+}
+
+void Communicator::barrier() {
+  if (size() == 1) return;
+  // A barrier as a one-element all-reduce: same timeout and error path as other collectives.
+  const bool nccl = live().getBackendName() == "nccl";
+  at::Tensor one = at::ones({1}, at::TensorOptions().device(nccl ? at::kCUDA : at::kCPU));
+  all_reduce(one);
+}
+
+void Communicator::shutdown() {
+  if (!backend_) return;
+  auto backend = std::move(backend_);
+  backend->shutdown();
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,64 @@
+// One process group as Loom's model and training code see it: the collectives they need, on
+// CPU (Gloo) or CUDA (NCCL) tensors, synchronous, each bounded by the group's timeout.
+// A communicator of size 1 does no communication (single-process runs need no c10d at all).
+// Semantics follow torch.distributed; "dim 0" collectives follow Megatron's sequence-parallel
+// region mappings (sp_sar.md, "Regions of a transformer layer under TP + SP").
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Backend;
+}
+
+namespace loom::runtime {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+class Communicator {
+ public:
+  /// A size-1 group containing only this process (`global_rank` is its world rank).
+  static std::shared_ptr<Communicator> solo(int global_rank = 0);
+  /// Wraps a c10d backend whose members are `ranks` (world ranks, sorted); this process is
+  /// ranks[backend->getRank()].
+  Communicator(std::shared_ptr<c10d::Backend> backend, std::vector<int> ranks, std::string name);
+  ~Communicator();
+
+  int rank() const { return rank_; }        ///< rank inside the group
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }  ///< world ranks of the members
+  const std::string& name() const { return name_; }
+
+  /// In place: every member ends with the reduction of all members' `t`.
+  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  /// Concatenation along dim 0 of every member's `t` (all the same shape), in rank order.
+  /// [n, ...] → [n·size, ...]. With size() == 1 these dim-0 collectives return `t` itself.
+  at::Tensor all_gather_dim0(const at::Tensor& t);
+  /// Sum over members, then member r keeps rows [r·n/size, (r+1)·n/size) of dim 0.
+  /// [n, ...] → [n/size, ...]; throws std::invalid_argument if n % size != 0.
+  at::Tensor reduce_scatter_dim0(const at::Tensor& t);
+  /// In place: `t` of rank `root` (group rank) is copied to every member.
+  void broadcast(at::Tensor& t, int root);
+  /// Point-to-point to/from group rank `peer`; `t` must be contiguous; recv fills `t`.
+  void send(const at::Tensor& t, int peer, int tag = 0);
+  void recv(at::Tensor& t, int peer, int tag = 0);
+  void barrier();
+
+  /// Waits for pending work and shuts the backend down; later calls throw. Idempotent.
+  void shutdown();
+
+ private:
+  explicit Communicator(int global_rank);  // solo
+  c10d::Backend& live();                   // the backend; throws after shutdown()
+  std::shared_ptr<c10d::Backend> backend_;
+  std::vector<int> ranks_;
+  std::string name_;
+  int rank_ = 0;
+};
+
+using CommunicatorPtr = std::shared_ptr<Communicator>;
+
+}  // namespace loom::runtime

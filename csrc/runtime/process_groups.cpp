@@ -1,0 +1,135 @@
+#include "runtime/process_groups.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef LOOM_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <stdexcept>
+
+namespace loom::runtime {
+
+struct ProcessGroups::StoreHolder {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+namespace {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const launch::RendezvousInfo& info,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(info.master_port);
+  opts.isServer = info.is_store_server();
+  opts.numWorkers = info.use_agent_store ? std::nullopt
+                                         : std::optional<std::size_t>(info.world_size);
+  opts.waitWorkers = !info.use_agent_store;
+  opts.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous at " + info.master_addr + ":" +
+                             std::to_string(info.master_port) + " failed for rank " +
+                             std::to_string(info.rank) + " of " + std::to_string(info.world_size) +
+                             ": " + e.what());
+  }
+  if (!info.store_prefix.empty()) {
+    store = c10::make_intrusive<c10d::PrefixStore>(info.store_prefix, store);
+  }
+  return store;
+}
+
+std::shared_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const std::string& prefix, int group_rank,
+                                            int group_size, const ProcessGroupOptions& options) {
+  auto group_store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  c10::intrusive_ptr<c10d::Backend> backend;
+  if (options.backend == Backend::kGloo) {
+    auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    // Loopback is enough for one host; other hosts need the address of this host's name.
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->threads = 2;
+    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, group_rank, group_size, opts);
+  } else {
+#ifdef LOOM_HAVE_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = options.timeout;
+    backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group_store, group_rank, group_size, opts);
+#else
+    throw std::runtime_error("this build of Loom has no NCCL support (built without CUDA)");
+#endif
+  }
+  // Hand the intrusive_ptr's reference to a shared_ptr that releases it.
+  c10d::Backend* raw = backend.release();
+  return std::shared_ptr<c10d::Backend>(raw, [](c10d::Backend* b) {
+    c10::intrusive_ptr<c10d::Backend>::reclaim(b);
+  });
+}
+
+}  // namespace
+
+ProcessGroups::ProcessGroups(ParallelLayout layout, int rank)
+    : layout_(std::move(layout)), rank_(rank) {}
+
+ProcessGroups::~ProcessGroups() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+}
+
+std::shared_ptr<ProcessGroups> ProcessGroups::single_process() {
+  auto groups = std::shared_ptr<ProcessGroups>(new ProcessGroups(ParallelLayout(1, 1, 1), 0));
+  groups->world_ = groups->tensor_ = groups->data_ = groups->pipeline_ =
+      groups->model_parallel_ = groups->embedding_ = Communicator::solo(0);
+  return groups;
+}
+
+std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInfo& info,
+                                                     const ProcessGroupOptions& options) {
+  ParallelLayout layout(info.world_size, options.tensor_parallel, options.pipeline_parallel);
+  if (info.world_size == 1) return single_process();
+  auto groups = std::shared_ptr<ProcessGroups>(new ProcessGroups(layout, info.rank));
+  groups->store_ = std::make_shared<StoreHolder>();
+  groups->store_->store = connect_store(info, options.timeout);
+  const auto& store = groups->store_->store;
+
+  // Every rank builds only the groups it belongs to; a group's key prefix is its kind and
+  // its lowest member, so members agree on it without talking.
+  auto build = [&](const std::string& kind, const std::vector<int>& members) -> CommunicatorPtr {
+    int group_rank = -1;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] == info.rank) group_rank = static_cast<int>(i);
+    }
+    if (group_rank < 0) throw std::logic_error("rank not in its own " + kind + " group");
+    std::string name = kind + "[" + std::to_string(members.front()) + "]";
+    if (members.size() == 1) return Communicator::solo(info.rank);
+    auto backend = make_backend(store, "loom/" + name + "/", group_rank,
+                                static_cast<int>(members.size()), options);
+    return std::make_shared<Communicator>(std::move(backend), members, name);
+  };
+  std::vector<int> everyone(info.world_size);
+  for (int r = 0; r < info.world_size; ++r) everyone[r] = r;
+  groups->world_ = build("world", everyone);
+  groups->tensor_ = build("tensor", layout.tensor_group(info.rank));
+  groups->data_ = build("data", layout.data_group(info.rank));
+  groups->pipeline_ = build("pipeline", layout.pipeline_group(info.rank));
+  groups->model_parallel_ = build("model_parallel", layout.model_parallel_group(info.rank));
+  auto embedding = layout.embedding_group(info.rank);
+  bool on_end_stage = std::find(embedding.begin(), embedding.end(), info.rank) != embedding.end();
+  groups->embedding_ = on_end_stage ? build("embedding", embedding) : Communicator::solo(info.rank);
+  return groups;
+}
+
+void ProcessGroups::shutdown() {
+  for (auto* c : {&embedding_, &model_parallel_, &pipeline_, &data_, &tensor_, &world_}) {
+    if (*c) (*c)->shutdown();
+  }
+  // The store goes last: rank 0 hosts it and peers may still be reading keys until their own
+  // groups are connected, so callers that need it should barrier on world() before shutdown().
+  store_.reset();
+}
+
+}  // namespace loom::runtime

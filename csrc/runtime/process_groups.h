@@ -1,0 +1,71 @@
+// All of a rank's process groups, built over one c10d store (PrefixStore per group), one
+// backend per group: Gloo for CPU tensors, NCCL for CUDA tensors (parallel_layout.md,
+// "Process groups"; conventions.md: there is no C++ new_group, so each group is its own backend).
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "launch/env_rendezvous.h"
+#include "runtime/communicator.h"
+#include "runtime/parallel_layout.h"
+
+namespace loom::runtime {
+
+enum class Backend { kGloo, kNccl };
+
+struct ProcessGroupOptions {
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  Backend backend = Backend::kGloo;
+  /// Bounds every collective and the rendezvous; a dead or stuck peer makes the call throw.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+/// The groups of parallel_layout.md for this rank. Every rank of the world must build it with
+/// the same options (building a group is collective).
+class ProcessGroups {
+ public:
+  /// Connects to the rendezvous store of `info` (hosting it on rank 0 unless the torchrun agent
+  /// does) and builds every group. Throws std::invalid_argument for sizes that do not divide,
+  /// std::runtime_error when the rendezvous or a backend fails.
+  static std::shared_ptr<ProcessGroups> create(const launch::RendezvousInfo& info,
+                                               const ProcessGroupOptions& options);
+  /// Size-1 groups for a single process with t = p = 1 (no store, no c10d).
+  static std::shared_ptr<ProcessGroups> single_process();
+
+  ~ProcessGroups();
+
+  const ParallelLayout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  RankCoords coords() const { return layout_.coords(rank_); }
+
+  Communicator& world() { return *world_; }
+  Communicator& tensor() { return *tensor_; }
+  Communicator& data() { return *data_; }
+  Communicator& pipeline() { return *pipeline_; }
+  Communicator& model_parallel() { return *model_parallel_; }
+  /// First and last pipeline stage of this rank's pipeline (tied word embeddings).
+  /// Only meaningful on those stages (size 1 elsewhere, and when p = 1).
+  Communicator& embedding() { return *embedding_; }
+
+  CommunicatorPtr world_ptr() const { return world_; }
+  CommunicatorPtr tensor_ptr() const { return tensor_; }
+  CommunicatorPtr data_ptr() const { return data_; }
+  CommunicatorPtr pipeline_ptr() const { return pipeline_; }
+  CommunicatorPtr model_parallel_ptr() const { return model_parallel_; }
+  CommunicatorPtr embedding_ptr() const { return embedding_; }
+
+  /// Shuts every group down (waits for pending work). Also done by the destructor.
+  void shutdown();
+
+ private:
+  ProcessGroups(ParallelLayout layout, int rank);
+  ParallelLayout layout_;
+  int rank_;
+  CommunicatorPtr world_, tensor_, data_, pipeline_, model_parallel_, embedding_;
+  struct StoreHolder;
+  std::shared_ptr<StoreHolder> store_;
+};
+
+}  // namespace loom::runtime
