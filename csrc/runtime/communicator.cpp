@@ -121,6 +121,34 @@ void Communicator::recv(at::Tensor& t, int peer, int tag) {
   run(name_, "recv", [&] { return live().recv(v, peer, tag); });
 }
 
+namespace {
+class C10dWork final : public AsyncWork {
+ public:
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::string what)
+      : work_(std::move(work)), what_(std::move(what)) {}
+  void wait() override {
+    try {
+      work_->wait();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what_ + " failed: " + e.what());
+    }
+  }
+  bool completed() override { return work_->isCompleted(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+};
+}  // namespace
+
+std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, int tag) {
+  if (!t.is_contiguous()) throw std::invalid_argument("isend needs a contiguous tensor");
+  if (peer == rank_) throw std::invalid_argument("isend to self on group '" + name_ + "'");
+  std::vector<at::Tensor> v{t};
+  return std::make_unique<C10dWork>(live().send(v, peer, tag),
+                                    "send on process group '" + name_ + "'");
+}
+
 void Communicator::barrier() {
   if (size() == 1) return;
   // A barrier as a one-element all-reduce: same timeout and error path as other collectives.

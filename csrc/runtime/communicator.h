@@ -18,6 +18,15 @@ namespace loom::runtime {
 
 enum class ReduceOp { kSum, kMax, kMin };
 
+/// A point-to-point operation in flight (Communicator::isend). wait() throws like the
+/// blocking calls; the tensor must stay alive until the work completed.
+class AsyncWork {
+ public:
+  virtual ~AsyncWork() = default;
+  virtual void wait() = 0;
+  virtual bool completed() = 0;
+};
+
 class Communicator {
  public:
   /// A size-1 group containing only this process (`global_rank` is its world rank).
@@ -45,6 +54,8 @@ class Communicator {
   /// Point-to-point to/from group rank `peer`; `t` must be contiguous; recv fills `t`.
   void send(const at::Tensor& t, int peer, int tag = 0);
   void recv(at::Tensor& t, int peer, int tag = 0);
+  /// Non-blocking send: returns at once; messages to one (peer, tag) arrive in order.
+  std::unique_ptr<AsyncWork> isend(const at::Tensor& t, int peer, int tag = 0);
   void barrier();
 
   /// Waits for pending work and shuts the backend down; later calls throw. Idempotent.
