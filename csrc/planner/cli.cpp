@@ -1,0 +1,226 @@
+#include "planner/cli.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "planner/report.h"
+#include "planner/search.h"
+#include "planner/validation.h"
+
+namespace loom::planner {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::vector<int> parse_switches(const std::vector<std::string>& values, const char* flag) {
+  std::vector<int> out;
+  for (const auto& v : values) {
+    const std::string x = lower(v);
+    if (x == "on" || x == "true" || x == "1" || x == "yes") out.push_back(1);
+    else if (x == "off" || x == "false" || x == "0" || x == "no") out.push_back(0);
+    else throw std::invalid_argument(fmt::format("{}: expected on/off, found '{}'", flag, v));
+  }
+  return out;
+}
+
+std::vector<Recompute> parse_recompute(const std::vector<std::string>& values) {
+  std::vector<Recompute> out;
+  for (const auto& v : values) {
+    const std::string x = lower(v);
+    if (x == "none" || x == "null") out.push_back(Recompute::none);
+    else if (x == "selective") out.push_back(Recompute::selective);
+    else if (x == "full") out.push_back(Recompute::full);
+    else throw std::invalid_argument(fmt::format("--recompute: expected none, selective or full, found '{}'", v));
+  }
+  return out;
+}
+
+std::vector<RecomputeMethod> parse_methods(const std::vector<std::string>& values) {
+  std::vector<RecomputeMethod> out;
+  for (const auto& v : values) {
+    const std::string x = lower(v);
+    if (x == "uniform") out.push_back(RecomputeMethod::uniform);
+    else if (x == "block") out.push_back(RecomputeMethod::block);
+    else throw std::invalid_argument(fmt::format("--recompute-method: expected uniform or block, found '{}'", v));
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(fmt::format("{}: cannot open file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes text to a path ("-" = stdout). Throws std::runtime_error when the file cannot be written.
+void write_text(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  std::ofstream out(path);
+  if (!out || !(out << text)) throw std::runtime_error(fmt::format("{}: cannot write file", path));
+}
+
+}  // namespace
+
+int run_plan_command(int argc, char** argv) {
+  CLI::App app{
+      "Plan a training layout: search every TP/PP/VP/DP/micro-batch/SP/recompute/optimizer layout "
+      "with an analytic memory and speed model and rank those that fit by predicted step time."};
+  app.name(argc > 0 ? argv[0] : "loom plan");
+
+  double size_b = 0;
+  ModelShape shape;
+  shape.num_layers = 0;
+  int nodes = 1, gpus_per_node = 0, top = 10;
+  std::size_t keep = 200;
+  std::string gpu_name = "A100-80GB", gpu_table, profile, csv_path, recipe_path, precision = "bf16";
+  double gpu_memory = 0, tokens = 0, price = 0;
+  bool explain_flag = false, validate = false;
+  TrainingSetup setup;
+  setup.global_batch = 0;
+  std::vector<int> tp, pp, vp, mbs, layers;
+  std::vector<std::string> sp, recompute, method, dopt;
+
+  app.add_option("--size", size_b, "GPT-3 model size in billions of parameters (shape from NeMo's bands)");
+  app.add_option("--num-layers", shape.num_layers, "Transformer layers L");
+  app.add_option("--hidden-size", shape.hidden_size, "Hidden size h");
+  app.add_option("--num-attention-heads", shape.num_attention_heads, "Attention heads a");
+  app.add_option("--ffn-hidden-size", shape.ffn_hidden_size, "MLP inner size (default 4h)");
+  app.add_option("--seq-length", shape.seq_length, "Sequence length s")->capture_default_str();
+  app.add_option("--vocab-size", shape.vocab_size, "Padded vocabulary size V")->capture_default_str();
+  app.add_option("--nodes", nodes, "Number of nodes")->capture_default_str();
+  app.add_option("--gpus-per-node", gpus_per_node, "GPUs per node (default: the GPU profile's)");
+  app.add_option("--gpu", gpu_name, "GPU type: A100-40GB, A100-80GB, H100, H200 or one from --gpu-table")
+      ->capture_default_str();
+  app.add_option("--gpu-table", gpu_table, "JSON file of extra GPU profiles (format of csrc/planner/data/gpus.json)");
+  app.add_option("--gpu-memory-gib", gpu_memory, "Override the GPU's memory (GiB); any size is accepted");
+  app.add_option("--profile", profile,
+                 "Measured profile JSON (gemm samples, memory_bandwidth_gbs, allreduce_busbw_gbs) that "
+                 "replaces the built-in efficiencies");
+  app.add_option("--global-batch-size", setup.global_batch, "Global batch (samples per step)")->required();
+  app.add_option("--tokens", tokens, "Token budget, e.g. 300e9 (adds a days column)");
+  app.add_option("--price", price, "Price per GPU-hour (adds a cost column; needs --tokens)");
+  app.add_option("--precision", precision, "bf16 or 16 (fp16)")->capture_default_str();
+  app.add_option("--reserve-gib", setup.reserve_gib, "Memory reserved per GPU (context, NCCL, cuBLAS)")
+      ->capture_default_str();
+  app.add_option("--fragmentation", setup.fragmentation_fraction, "Fraction of memory kept for fragmentation")
+      ->capture_default_str();
+  app.add_flag("--overlap-dp-comm", setup.overlap_dp_comm,
+               "Model DP gradient reduction overlapped with the last backward");
+  app.add_option("--tp", tp, "Allowed tensor-parallel sizes (list)")->delimiter(',');
+  app.add_option("--pp", pp, "Allowed pipeline sizes (list)")->delimiter(',');
+  app.add_option("--vp", vp, "Allowed virtual stages per pipeline rank (list; 1 = no interleaving)")->delimiter(',');
+  app.add_option("--mbs", mbs, "Allowed micro-batch sizes (list)")->delimiter(',');
+  app.add_option("--sp", sp, "Sequence parallelism: on, off or on,off")->delimiter(',');
+  app.add_option("--recompute", recompute, "Recompute granularity: none, selective, full (list)")->delimiter(',');
+  app.add_option("--recompute-method", method, "Full recompute method: uniform, block (list)")->delimiter(',');
+  app.add_option("--recompute-layers", layers, "activations_checkpoint_num_layers values (list)")->delimiter(',');
+  app.add_option("--dist-opt", dopt, "Distributed optimizer: on, off or on,off")->delimiter(',');
+  app.add_option("--top", top, "Rows of the terminal table")->capture_default_str();
+  app.add_option("--keep", keep, "Layouts kept for the table and CSV")->capture_default_str();
+  app.add_option("--csv", csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
+  app.add_option("--write-recipe", recipe_path, "Write the best layout as a recipe YAML to FILE ('-' = stdout)");
+  app.add_flag("--explain", explain_flag, "Explain why the winner wins and which memory term binds");
+  app.add_flag("--validate", validate,
+               "Reproduce the published A100 results (Korthikanti 2022, Narayanan 2021) and exit");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    std::vector<GpuSpec> extra;
+    if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
+    GpuSpec gpu = find_gpu(gpu_name, extra);
+    if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile), profile);
+    if (gpu_memory < 0) throw std::invalid_argument("--gpu-memory-gib must be > 0");
+    if (gpu_memory > 0) gpu.memory_gib = gpu_memory;
+
+    if (validate) {
+      auto checks = check_published(gpu, true);
+      std::fprintf(stderr, "%s", format_checks(checks).c_str());
+      return 0;
+    }
+
+    const bool explicit_shape = shape.num_layers || shape.hidden_size || shape.num_attention_heads;
+    if (size_b > 0 && explicit_shape)
+      throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");
+    if (size_b > 0) {
+      const int ffn = shape.ffn_hidden_size;
+      shape = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);
+      shape.ffn_hidden_size = ffn;
+    } else if (!explicit_shape) {
+      throw std::invalid_argument("the model is missing: give --size or --num-layers, --hidden-size and --num-attention-heads");
+    }
+    shape.validate();
+    if (precision == "bf16") setup.precision = Precision::bf16;
+    else if (precision == "16" || precision == "fp16") setup.precision = Precision::fp16;
+    else throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", precision));
+    if (nodes < 1) throw std::invalid_argument(fmt::format("--nodes must be >= 1, found {}", nodes));
+    if (gpus_per_node < 0) throw std::invalid_argument("--gpus-per-node must be >= 1");
+    if (price > 0 && tokens <= 0) throw std::invalid_argument("--price needs --tokens (the token budget)");
+
+    PlanContext ctx;
+    ctx.shape = shape;
+    ctx.cluster.gpu = gpu;
+    ctx.cluster.num_nodes = nodes;
+    ctx.cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : gpu.gpus_per_node;
+    ctx.setup = setup;
+    ctx.token_budget = tokens;
+    ctx.price_per_gpu_hour = price;
+
+    SearchSpace space;
+    space.tp = tp; space.pp = pp; space.vp = vp; space.micro_batch = mbs;
+    space.sequence_parallel = parse_switches(sp, "--sp");
+    space.recompute = parse_recompute(recompute);
+    space.method = parse_methods(method);
+    space.recompute_layers = layers;
+    space.distributed_optimizer = parse_switches(dopt, "--dist-opt");
+
+    SearchResult result = search(ctx.shape, ctx.cluster, ctx.setup, space, keep);
+    std::fprintf(stderr, "loom plan: %s on %d x %d %s (%d GPUs, %.0f GiB), global batch %d\n",
+                 shape.summary().c_str(), ctx.cluster.num_nodes, ctx.cluster.gpus_per_node,
+                 gpu.name.c_str(), ctx.cluster.world(), gpu.memory_gib, setup.global_batch);
+    std::fprintf(stderr, "searched %zu valid layouts in %.3f s; %zu fit in memory\n", result.enumerated,
+                 result.seconds, result.fitting);
+    if (result.best.empty()) {
+      std::fprintf(stderr, "%s", explain(ctx, result).c_str());
+      if (!csv_path.empty()) write_text(csv_path, format_csv(ctx, result.best_unfit));
+      std::fprintf(stderr, "loom plan: no layout fits in %.1f GiB per GPU\n", gpu.memory_gib);
+      return 1;
+    }
+    std::fprintf(stderr, "%s", format_table(ctx, result.best, std::size_t(std::max(top, 0))).c_str());
+    if (explain_flag) std::fprintf(stderr, "\n%s", explain(ctx, result).c_str());
+    if (!csv_path.empty()) write_text(csv_path, format_csv(ctx, result.best));
+    const std::string yaml = recipe_yaml(ctx, result.best.front());
+    if (!recipe_path.empty()) write_text(recipe_path, yaml);
+    else std::fprintf(stderr, "\n%s", yaml.c_str());
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "loom plan: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom plan: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace loom::planner

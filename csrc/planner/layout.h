@@ -1,0 +1,41 @@
+// One candidate training layout: how the model and the batch are split over the GPUs and which
+// memory-saving options are on. Field meanings follow NeMo's recipe keys (conventions.md) and
+// the rank order of parallel_layout.md (tp fastest, then dp, then pp).
+#pragma once
+#include <string>
+
+namespace loom::planner {
+
+/// activations_checkpoint_granularity: null | selective | full.
+enum class Recompute { none, selective, full };
+/// activations_checkpoint_method for full recompute: uniform (checkpoint every k layers, all
+/// recomputed) or block (the first k layers of each model chunk recomputed, the rest stored).
+enum class RecomputeMethod { uniform, block };
+
+/// Mixed-precision scheme; sets the bytes per parameter of parallel_layout.md
+/// (bf16 params + fp32 grads: 18 → 6 + 12/d; fp16: 20 → 4 + 16/d).
+enum class Precision { bf16, fp16 };
+
+struct Layout {
+  int tp = 1;            ///< tensor_model_parallel_size t
+  int pp = 1;            ///< pipeline_model_parallel_size p
+  int vp = 1;            ///< model chunks per pipeline stage (virtual_pipeline_model_parallel_size; 1 = none)
+  int dp = 1;            ///< data-parallel size d = world / (t·p)
+  int micro_batch = 1;   ///< micro_batch_size b
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  RecomputeMethod method = RecomputeMethod::uniform;
+  int recompute_layers = 0;  ///< activations_checkpoint_num_layers (full only)
+  bool distributed_optimizer = false;
+
+  /// Short description, e.g. "t8 p8 v3 d16 b1 sp sel dopt".
+  std::string describe() const;
+  /// "none", "selective", "full-uniform-1", "full-block-3".
+  std::string recompute_name() const;
+};
+
+const char* to_string(Recompute r);
+const char* to_string(RecomputeMethod m);
+const char* to_string(Precision p);
+
+}  // namespace loom::planner

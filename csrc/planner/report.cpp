@@ -1,0 +1,176 @@
+#include "planner/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace loom::planner {
+namespace {
+
+constexpr double kGiB = 1073741824.0;
+
+struct Term {
+  const char* name;
+  double TimeBreakdown::*field;
+};
+const Term kTerms[] = {{"gemm", &TimeBreakdown::gemm},          {"attention", &TimeBreakdown::attention},
+                       {"memory_bound", &TimeBreakdown::memory_bound}, {"tp_comm", &TimeBreakdown::tp_comm},
+                       {"pp_comm", &TimeBreakdown::pp_comm},    {"bubble", &TimeBreakdown::bubble},
+                       {"dp_comm", &TimeBreakdown::dp_comm},    {"recompute", &TimeBreakdown::recompute},
+                       {"optimizer", &TimeBreakdown::optimizer}};
+
+std::string yes_no(bool b) { return b ? "on" : "off"; }
+
+}  // namespace
+
+std::string format_table(const PlanContext& ctx, const std::vector<Candidate>& cands, std::size_t rows) {
+  const bool days = ctx.token_budget > 0, cost = days && ctx.price_per_gpu_hour > 0;
+  std::string s = fmt::format(
+      "{:>4} {:>3} {:>3} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7} {:>8} | {:>6} {:>6} {:>6} {:>6} "
+      "{:>6} {:>6} {:>6} {:>6} {:>6} | {:>9} {:>6} {:>5}",
+      "rank", "TP", "PP", "VP", "DP", "MBS", "SP", "recompute", "dopt", "mem GiB", "step s", "gemm",
+      "attn", "membnd", "tp", "pp", "bubble", "dp", "recomp", "optim", "tokens/s", "TFLOPs", "MFU");
+  if (days) s += fmt::format(" {:>7}", "days");
+  if (cost) s += fmt::format(" {:>11}", "cost");
+  s += "\n";
+  for (std::size_t i = 0; i < cands.size() && i < rows; ++i) {
+    const Candidate& c = cands[i];
+    const Layout& L = c.layout;
+    const TimeBreakdown& t = c.time;
+    const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour);
+    s += fmt::format(
+        "{:>4} {:>3} {:>3} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7.1f} {:>8.3f} | {:>6.3f} {:>6.3f} "
+        "{:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} | {:>9.0f} {:>6.1f} {:>4.1f}%",
+        i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, yes_no(L.sequence_parallel), L.recompute_name(),
+        yes_no(L.distributed_optimizer), c.memory.terms.total() / kGiB, t.total(), t.gemm, t.attention,
+        t.memory_bound, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.recompute, t.optimizer,
+        th.tokens_per_second, th.model_tflops_per_gpu, 100 * th.mfu);
+    if (days) s += fmt::format(" {:>7.1f}", th.days);
+    if (cost) s += fmt::format(" {:>11.0f}", th.cost);
+    s += "\n";
+  }
+  return s;
+}
+
+std::string format_csv(const PlanContext& ctx, const std::vector<Candidate>& cands) {
+  std::string s =
+      "rank,tp,pp,vp,dp,micro_batch,sequence_parallel,recompute_granularity,recompute_method,"
+      "recompute_num_layers,distributed_optimizer,fits,worst_stage,memory_gib,weights_optimizer_gib,"
+      "activations_gib,embedding_logits_gib,transient_gib,reserve_gib,step_seconds,gemm_s,attention_s,"
+      "memory_bound_s,tp_comm_s,pp_comm_s,bubble_s,dp_comm_s,recompute_s,optimizer_s,tokens_per_second,"
+      "model_tflops_per_gpu,mfu,days,cost\n";
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    const Candidate& c = cands[i];
+    const Layout& L = c.layout;
+    const MemoryTerms& m = c.memory.terms;
+    const TimeBreakdown& t = c.time;
+    const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour);
+    const bool full = L.recompute == Recompute::full;
+    s += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},"
+        "{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.2f},{:.4f},{:.3f},{:.2f}\n",
+        i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, L.sequence_parallel ? 1 : 0,
+        L.recompute == Recompute::none ? "null" : to_string(L.recompute), full ? to_string(L.method) : "",
+        full ? std::to_string(L.recompute_layers) : "", L.distributed_optimizer ? 1 : 0, c.fits ? 1 : 0,
+        c.memory.stage, m.total() / kGiB, m.weights_optimizer / kGiB, m.activations / kGiB,
+        m.embedding_logits / kGiB, m.transient / kGiB, m.reserve / kGiB, t.total(), t.gemm, t.attention,
+        t.memory_bound, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.recompute, t.optimizer,
+        th.tokens_per_second, th.model_tflops_per_gpu, th.mfu, th.days, th.cost);
+  }
+  return s;
+}
+
+std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
+  const Layout& L = best.layout;
+  const ModelShape& m = ctx.shape;
+  const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, best, ctx.token_budget, ctx.price_per_gpu_hour);
+  const bool full = L.recompute == Recompute::full;
+  std::string s;
+  s += fmt::format("# Written by `loom plan` for {} on {} x {} {} ({} GPUs).\n", m.summary(),
+                   ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, ctx.cluster.gpu.name, ctx.cluster.world());
+  s += fmt::format("# Predicted: {:.3f} s/step, {:.0f} tokens/s, {:.1f} model TFLOP/s per GPU (MFU {:.1f}%),\n",
+                   best.step_seconds(), th.tokens_per_second, th.model_tflops_per_gpu, 100 * th.mfu);
+  s += fmt::format("# {:.1f} GiB on the worst stage ({}) of {:.0f} GiB.", best.memory.terms.total() / kGiB,
+                   best.memory.stage, ctx.cluster.gpu.memory_gib);
+  if (th.days > 0) s += fmt::format(" {:.1f} days for {:.3g} tokens.", th.days, ctx.token_budget);
+  s += "\ntrainer:\n";
+  s += fmt::format("  num_nodes: {}\n  devices: {}\n  accelerator: gpu\n  precision: {}\n",
+                   ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, to_string(ctx.setup.precision));
+  s += "model:\n";
+  s += fmt::format("  micro_batch_size: {}\n  global_batch_size: {}\n", L.micro_batch, ctx.setup.global_batch);
+  s += fmt::format("  tensor_model_parallel_size: {}\n  pipeline_model_parallel_size: {}\n", L.tp, L.pp);
+  s += fmt::format("  virtual_pipeline_model_parallel_size: {}\n", L.vp > 1 ? std::to_string(L.vp) : "null");
+  s += fmt::format("  sequence_parallel: {}\n", L.sequence_parallel ? "true" : "false");
+  s += fmt::format("  encoder_seq_length: {}\n  max_position_embeddings: {}\n", m.seq_length, m.seq_length);
+  s += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n  num_attention_heads: {}\n",
+                   m.num_layers, m.hidden_size, m.ffn(), m.num_attention_heads);
+  s += fmt::format("  activations_checkpoint_granularity: {}\n",
+                   L.recompute == Recompute::none ? "null" : to_string(L.recompute));
+  s += fmt::format("  activations_checkpoint_method: {}\n", full ? to_string(L.method) : "null");
+  s += fmt::format("  activations_checkpoint_num_layers: {}\n", full ? std::to_string(L.recompute_layers) : "null");
+  s += "  data:\n";
+  s += fmt::format("    seq_length: {}\n", m.seq_length);
+  s += "  optim:\n";
+  s += fmt::format("    name: {}\n", L.distributed_optimizer ? "distributed_fused_adam" : "fused_adam");
+  return s;
+}
+
+std::string describe_memory(const PlanContext& ctx, const Candidate& c) {
+  const MemoryTerms& m = c.memory.terms;
+  const double cap = ctx.cluster.gpu.memory_gib;
+  std::string s = fmt::format(
+      "  worst stage {}: weights+grads+optimizer {:.2f}, layer activations {:.2f}, embedding/logits "
+      "{:.2f}, recompute working set {:.2f}, reserve {:.2f} = {:.2f} of {:.0f} GiB",
+      c.memory.stage, m.weights_optimizer / kGiB, m.activations / kGiB, m.embedding_logits / kGiB,
+      m.transient / kGiB, m.reserve / kGiB, m.total() / kGiB, cap);
+  if (c.fits)
+    s += fmt::format(" (headroom {:.2f} GiB; largest term: {})\n", cap - m.total() / kGiB, m.largest_term());
+  else
+    s += fmt::format(" -> does not fit by {:.2f} GiB; binding term: {}\n", m.total() / kGiB - cap, m.largest_term());
+  return s;
+}
+
+std::string explain(const PlanContext& ctx, const SearchResult& result, std::size_t compare) {
+  std::string s;
+  if (result.best.empty()) {
+    s += "No layout fits in memory.";
+    if (!result.best_unfit.empty()) {
+      s += fmt::format(" The fastest layout, {}, needs:\n", result.best_unfit.front().layout.describe());
+      s += describe_memory(ctx, result.best_unfit.front());
+    }
+    return s + "\n";
+  }
+  const Candidate& win = result.best.front();
+  s += fmt::format("Winner {}: {:.3f} s/step.\n", win.layout.describe(), win.step_seconds());
+  s += describe_memory(ctx, win);
+  for (std::size_t i = 1; i < result.best.size() && i <= compare; ++i) {
+    const Candidate& other = result.best[i];
+    std::vector<std::pair<double, const char*>> diffs;
+    for (const auto& term : kTerms) diffs.push_back({other.time.*term.field - win.time.*term.field, term.name});
+    std::sort(diffs.begin(), diffs.end(),
+              [](const auto& a, const auto& b) { return std::abs(a.first) > std::abs(b.first); });
+    s += fmt::format("vs #{} {} ({:.3f} s, +{:.1f}%):", i + 1, other.layout.describe(), other.step_seconds(),
+                     100 * (other.step_seconds() / win.step_seconds() - 1));
+    for (std::size_t k = 0; k < 3 && k < diffs.size(); ++k)
+      if (std::abs(diffs[k].first) > 1e-6)
+        s += fmt::format(" {} {:+.3f} s", diffs[k].second, diffs[k].first);
+    s += fmt::format("; memory {:.1f} vs {:.1f} GiB\n", other.memory.terms.total() / kGiB,
+                     win.memory.terms.total() / kGiB);
+  }
+  if (!result.unfit_by_term.empty()) {
+    s += fmt::format("{} of {} valid layouts do not fit; binding terms:", result.enumerated - result.fitting,
+                     result.enumerated);
+    for (const auto& [term, n] : result.unfit_by_term) s += fmt::format(" {} {}", term, n);
+    s += "\n";
+    if (!result.best_unfit.empty() && result.best_unfit.front().step_seconds() < win.step_seconds()) {
+      const Candidate& f = result.best_unfit.front();
+      s += fmt::format("Faster but out of memory: {} at {:.3f} s/step:\n", f.layout.describe(), f.step_seconds());
+      s += describe_memory(ctx, f);
+    }
+  }
+  return s;
+}
+
+}  // namespace loom::planner

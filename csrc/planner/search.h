@@ -1,0 +1,73 @@
+// Layout search: enumerate every layout that divides (TP, PP, virtual stages, DP, micro-batch,
+// SP, recompute granularity/method/layers, distributed optimizer), keep those that fit in memory
+// and rank them by predicted step time. Only divisibility and memory prune; knobs can be fixed
+// or restricted to lists.
+#pragma once
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "planner/hardware.h"
+#include "planner/layout.h"
+#include "planner/memory_model.h"
+#include "planner/model_shape.h"
+#include "planner/time_model.h"
+#include "planner/training_setup.h"
+
+namespace loom::planner {
+
+/// Restrictions of the search; an empty list means "every valid value".
+struct SearchSpace {
+  std::vector<int> tp, pp, vp, micro_batch;
+  std::vector<int> sequence_parallel;  ///< 0 / 1
+  std::vector<Recompute> recompute;
+  std::vector<RecomputeMethod> method;
+  std::vector<int> recompute_layers;
+  std::vector<int> distributed_optimizer;  ///< 0 / 1
+};
+
+/// Why a layout is invalid (parallel_layout.md's divisibility rules), or "" when valid:
+/// world % (t·p), heads % t, ffn % t, layers % (p·v), s % t under SP, global batch % (d·b),
+/// v > 1 needs p ≥ 2 and micro-batches % p == 0, uniform recompute layers divide the chunk.
+std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
+                         const Layout& layout);
+
+/// One evaluated layout.
+struct Candidate {
+  Layout layout;
+  WorstStage memory;
+  TimeBreakdown time;
+  bool fits = false;
+  double step_seconds() const { return time.total(); }
+};
+
+/// Derived throughput figures of a candidate.
+struct Throughput {
+  double tokens_per_second = 0;
+  double model_tflops_per_gpu = 0;  ///< model FLOPs (no recompute) / step / GPUs
+  double mfu = 0;                   ///< model_tflops_per_gpu / peak
+  double days = 0;                  ///< for the token budget (0 when none)
+  double cost = 0;                  ///< days · 24 · GPUs · price (0 when no price)
+};
+Throughput throughput(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
+                      const Candidate& cand, double token_budget, double price_per_gpu_hour);
+
+/// Evaluates one layout (memory and time) without checking validity.
+Candidate evaluate(const ModelShape& m, const Cluster& c, const TrainingSetup& setup, const Layout& layout);
+
+struct SearchResult {
+  std::vector<Candidate> best;        ///< fitting layouts, fastest first (at most `keep`)
+  std::vector<Candidate> best_unfit;  ///< fastest layouts that do not fit (at most `keep`)
+  std::size_t enumerated = 0;         ///< valid layouts evaluated
+  std::size_t fitting = 0;
+  std::map<std::string, std::size_t> unfit_by_term;  ///< binding term → count
+  double seconds = 0;                 ///< wall time of the search
+};
+
+/// Runs the search. Throws std::invalid_argument if the model shape or setup is invalid
+/// (global batch ≤ 0, world ≤ 0).
+SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
+                    const SearchSpace& space, std::size_t keep = 100);
+
+}  // namespace loom::planner

@@ -1,0 +1,272 @@
+#include "planner/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "planner/memory_model.h"
+
+namespace loom::planner {
+namespace {
+
+constexpr double kActBytes = 2;  // bf16/fp16 activations
+
+// Exposed part of a collective of `comm` seconds overlapped with `compute` seconds of GEMM.
+double exposed(const Efficiency& e, double comm, double compute) {
+  return comm - e.comm_overlap_fraction * std::min(comm, compute);
+}
+
+double shape_factor(const Efficiency& e, double x) { return x / (x + e.gemm_half_dim); }
+
+// Batched GEMM (count independent products of the same shape) as one kernel.
+double batched_gemm_seconds(const GpuSpec& g, double count, double m, double n, double k) {
+  const Efficiency& e = g.efficiency;
+  const double eff = e.gemm_max_fraction * shape_factor(e, m) * shape_factor(e, n) * shape_factor(e, k);
+  return count * 2 * m * n * k / (g.peak_tflops * 1e12 * eff) + e.kernel_launch_us * 1e-6;
+}
+
+// Stage components before the pipeline combines them.
+struct StageTime {
+  double gemm = 0, attention = 0, memory = 0, tp_comm = 0, pp_comm = 0, recompute = 0;
+  double total() const { return gemm + attention + memory + tp_comm + pp_comm + recompute; }
+  void add(const PassCost& c, double times) {
+    gemm += times * c.gemm;
+    attention += times * c.attention;
+    memory += times * c.memory;
+    tp_comm += times * c.comm;
+  }
+};
+
+}  // namespace
+
+double gemm_seconds(const GpuSpec& g, double m, double n, double k) {
+  return batched_gemm_seconds(g, 1, m, n, k);
+}
+
+double gemm_tflops(const GpuSpec& g, double m, double n, double k) {
+  return 2 * m * n * k / gemm_seconds(g, m, n, k) / 1e12;
+}
+
+double memory_seconds(const GpuSpec& g, double bytes, int kernels) {
+  return bytes / (g.memory_bandwidth_gbs * 1e9 * g.efficiency.memory_fraction) +
+         kernels * g.efficiency.kernel_launch_us * 1e-6;
+}
+
+double group_bus_gbs(const Cluster& c, int size, int stride) {
+  if (size <= 1) return std::numeric_limits<double>::infinity();
+  const GpuSpec& g = c.gpu;
+  const int gpn = c.gpus_per_node;
+  const long span = long(stride) * size;
+  if (span <= gpn && gpn % span == 0) return g.intra_node_gbs * g.efficiency.intra_node_comm_fraction;
+  const int per_node = stride < gpn ? std::max(1, std::min(size, gpn / stride)) : 1;
+  return std::min(g.intra_node_gbs, per_node * g.inter_node_gbs) * g.efficiency.inter_node_comm_fraction;
+}
+
+double collective_seconds(const Cluster& c, Collective kind, double bytes, int n, int stride) {
+  if (n <= 1) return 0;
+  const double bw = group_bus_gbs(c, n, stride) * 1e9;
+  const double alpha = c.gpu.efficiency.collective_latency_us * 1e-6;
+  const double steps = kind == Collective::all_reduce ? 2.0 * (n - 1) : double(n - 1);
+  return steps / n * bytes / bw + steps * alpha;
+}
+
+LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b) {
+  const GpuSpec& g = c.gpu;
+  const double s = md.seq_length, h = md.hidden_size, f = md.ffn(), a = md.num_attention_heads;
+  const double n = double(b) * s, dh = h / a;
+  LayerCost out;
+
+  // Dense GEMMs: {M, N, K} of QKV (column), projection (row), fc1 (column), fc2 (row).
+  const double gemms[4][3] = {{n, 3 * h / t, h}, {n, h, h / t}, {n, f / t, h}, {n, h, f / t}};
+  double dgrad[4], wgrad[4];
+  for (int i = 0; i < 4; ++i) {
+    const double M = gemms[i][0], N = gemms[i][1], K = gemms[i][2];
+    out.fwd.gemm += gemm_seconds(g, M, N, K);
+    dgrad[i] = gemm_seconds(g, M, K, N);  // dX[M,K] = dY[M,N]·Wᵀ
+    wgrad[i] = gemm_seconds(g, K, N, M);  // dW[K,N] = Xᵀ·dY
+    out.bwd.gemm += dgrad[i] + wgrad[i];
+  }
+
+  // Attention scores QKᵀ [s,s] over d_h and context P·V [s,d_h] over s, per head and sample.
+  const double batches = double(b) * a / t;
+  out.fwd.attention = batched_gemm_seconds(g, batches, s, s, dh) + batched_gemm_seconds(g, batches, s, dh, s);
+  out.bwd.attention = 2 * batched_gemm_seconds(g, batches, s, dh, s) +   // dQ, dK
+                      batched_gemm_seconds(g, batches, s, s, dh) +       // dP
+                      batched_gemm_seconds(g, batches, dh, s, s);        // dV
+
+  // Memory-bound kernels, bytes moved (activations 2 B, masks 1 B).
+  const double e_sp = n * h / (sp ? t : 1);  // elements in the sequence-parallel regions
+  const double e_ffn = n * f / t, e_tp = n * h / t;
+  const double scores = batches * s * s;
+  const double core_fwd_bytes = 4 * scores + 5 * scores;  // fused scale-mask-softmax; dropout
+  const double fwd_bytes = 2 * 4 * e_sp      // two LayerNorms: read x, write y
+                           + 2 * 7 * e_sp    // two bias-dropout-adds: read 2, write 1, mask
+                           + 4 * e_ffn       // fused bias-GeLU
+                           + core_fwd_bytes
+                           + 4 * e_tp;       // context permute to [s, b, h/t]
+  const double bwd_bytes = 2 * 6 * e_sp      // LayerNorm backward: read x, dy; write dx
+                           + 2 * 5 * e_sp    // dropout backward: read dy, mask; write dx
+                           + 2 * 6 * e_sp    // residual gradient accumulation
+                           + 6 * e_ffn       // GeLU backward
+                           + 6 * scores + 5 * scores  // softmax and dropout backward
+                           + 4 * e_tp;
+  out.fwd.memory = memory_seconds(g, fwd_bytes, 8);
+  out.bwd.memory = memory_seconds(g, bwd_bytes, 10);
+
+  out.attention_core.attention = out.fwd.attention;
+  out.attention_core.memory = memory_seconds(g, core_fwd_bytes, 2);
+
+  // Tensor-parallel collectives on the full activation [s, b, h].
+  if (t > 1) {
+    const double bytes = kActBytes * n * h;
+    const double ar = collective_seconds(c, Collective::all_reduce, bytes, t, 1);
+    const double ag = collective_seconds(c, Collective::all_gather, bytes, t, 1);
+    const double rs = collective_seconds(c, Collective::reduce_scatter, bytes, t, 1);
+    if (!sp) {
+      out.fwd.comm = 2 * ar;  // after the projection and fc2 (row-parallel)
+      // Input-gradient all-reduce of QKV and fc1 runs during their weight-gradient GEMMs.
+      out.bwd.comm = exposed(g.efficiency, ar, wgrad[0]) + exposed(g.efficiency, ar, wgrad[2]);
+    } else {
+      out.fwd.comm = 2 * ag + 2 * rs;
+      // Backward of the reduce-scatters: all-gathers on the critical path. At QKV and fc1 the
+      // LayerNorm output is re-gathered during dgrad and the input gradient reduce-scattered
+      // during wgrad.
+      out.bwd.comm = 2 * ag + exposed(g.efficiency, ag, dgrad[0]) + exposed(g.efficiency, rs, wgrad[0]) +
+                     exposed(g.efficiency, ag, dgrad[2]) + exposed(g.efficiency, rs, wgrad[2]);
+    }
+  }
+  return out;
+}
+
+EndCost end_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b) {
+  const GpuSpec& g = c.gpu;
+  const double s = md.seq_length, h = md.hidden_size;
+  const double n = double(b) * s, v_shard = std::ceil(double(md.vocab_size) / t);
+  const double e_sp = n * h / (sp ? t : 1);
+  const double act = kActBytes * n * h;
+  EndCost out;
+
+  // Vocab-parallel embedding: each rank writes [n, h] with zeros for foreign ids, then the
+  // ranks all-reduce (reduce-scatter under SP); position add and dropout.
+  out.embedding_fwd.memory = memory_seconds(g, 4 * n * h + 7 * e_sp, 3);
+  out.embedding_bwd.memory = memory_seconds(g, 5 * e_sp + 10 * n * h, 2);
+  if (t > 1) {
+    out.embedding_fwd.comm = collective_seconds(c, sp ? Collective::reduce_scatter : Collective::all_reduce, act, t, 1);
+    if (sp) out.embedding_bwd.comm = collective_seconds(c, Collective::all_gather, act, t, 1);
+  }
+
+  // Final LayerNorm, logits GEMM [n, V/t] over h, vocab-parallel cross entropy in fp32
+  // (convert, max, exp-sum, then softmax gradient and convert back).
+  out.logits_fwd.gemm = gemm_seconds(g, n, v_shard, h);
+  const double wgrad = gemm_seconds(g, h, v_shard, n);
+  out.logits_bwd.gemm = gemm_seconds(g, n, h, v_shard) + wgrad;
+  out.logits_fwd.memory = memory_seconds(g, 4 * e_sp + 18 * n * v_shard, 5);
+  out.logits_bwd.memory = memory_seconds(g, 6 * e_sp + 14 * n * v_shard, 4);
+  if (t > 1) {
+    // Three all-reduces of per-token scalars (max, target logit, sum of exp).
+    out.logits_fwd.comm = 3 * collective_seconds(c, Collective::all_reduce, 4 * n, t, 1);
+    if (sp) {
+      out.logits_fwd.comm += collective_seconds(c, Collective::all_gather, act, t, 1);
+      out.logits_bwd.comm = exposed(g.efficiency, collective_seconds(c, Collective::reduce_scatter, act, t, 1), wgrad);
+    } else {
+      out.logits_bwd.comm = exposed(g.efficiency, collective_seconds(c, Collective::all_reduce, act, t, 1), wgrad);
+    }
+  }
+  return out;
+}
+
+TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSetup& setup,
+                        const Layout& L, const LayerCost& layer, const EndCost& ends) {
+  const int t = L.tp, p = L.pp, v = L.vp, d = L.dp, b = L.micro_batch;
+  const int micro_batches = setup.global_batch / (d * b);
+  const int layers_stage = md.num_layers / p, layers_chunk = layers_stage / v;
+  const GpuSpec& g = c.gpu;
+
+  // Work common to every stage, per micro-batch.
+  StageTime common;
+  common.add(layer.fwd, layers_stage);
+  common.add(layer.bwd, layers_stage);
+  if (L.recompute == Recompute::full) {
+    const int recomputed = L.method == RecomputeMethod::uniform
+                               ? layers_stage
+                               : v * std::min(std::max(0, L.recompute_layers), layers_chunk);
+    common.recompute = recomputed * layer.fwd.total();
+  } else if (L.recompute == Recompute::selective) {
+    common.recompute = layers_stage * layer.attention_core.total();
+  }
+  if (p > 1) {
+    // Per model chunk one forward and one backward exchange with the neighbours. Messages are
+    // [s/t, b, h] shards (SP, or Megatron's scatter-gather without SP, which then all-gathers
+    // inside the TP group). Neighbouring stages are t·d ranks apart.
+    const double bytes = kActBytes * double(b) * md.seq_length * md.hidden_size / t;
+    const bool cross_node = long(t) * d >= c.gpus_per_node;
+    const Efficiency& e = g.efficiency;
+    const double bw = cross_node ? g.inter_node_gbs * e.inter_node_comm_fraction
+                                 : g.intra_node_gbs * e.intra_node_comm_fraction;
+    double msg = bytes / (bw * 1e9) + e.collective_latency_us * 1e-6;
+    if (!L.sequence_parallel && t > 1)
+      msg += collective_seconds(c, Collective::all_gather, bytes * t, t, 1);
+    common.pp_comm = 2.0 * v * msg;
+  }
+
+  StageTime first = common, last = common;
+  first.add(ends.embedding_fwd, 1);
+  first.add(ends.embedding_bwd, 1);
+  last.add(ends.logits_fwd, 1);
+  last.add(ends.logits_bwd, 1);
+
+  StageTime critical;
+  double sum_stages;
+  if (p == 1) {
+    critical = first;
+    critical.add(ends.logits_fwd, 1);
+    critical.add(ends.logits_bwd, 1);
+    sum_stages = critical.total();
+  } else {
+    sum_stages = first.total() + last.total() + (p - 2) * common.total();
+    critical = first.total() >= last.total() ? first : last;
+    if (p > 2 && common.total() > critical.total()) critical = common;
+  }
+
+  TimeBreakdown out;
+  out.gemm = micro_batches * critical.gemm;
+  out.attention = micro_batches * critical.attention;
+  out.memory_bound = micro_batches * critical.memory;
+  out.tp_comm = micro_batches * critical.tp_comm;
+  out.pp_comm = micro_batches * critical.pp_comm;
+  out.recompute = micro_batches * critical.recompute;
+  out.bubble = (sum_stages - critical.total()) / v;
+
+  // Data-parallel gradient reduction (fp32 gradients), parameter all-gather with the
+  // distributed optimizer; all-reduce of the tied embedding between the end stages.
+  const double params = std::max(stage_params(md, L, 0), stage_params(md, L, p - 1));
+  double dp = 0;
+  if (d > 1) {
+    if (L.distributed_optimizer)
+      dp = collective_seconds(c, Collective::reduce_scatter, 4 * params, d, t) +
+           collective_seconds(c, Collective::all_gather, 2 * params, d, t);
+    else
+      dp = collective_seconds(c, Collective::all_reduce, 4 * params, d, t);
+    if (setup.overlap_dp_comm) dp = exposed(g.efficiency, dp, critical.total());
+  }
+  if (p > 1) {
+    const double embedding = std::ceil(double(md.vocab_size) / t) * md.hidden_size;
+    dp += collective_seconds(c, Collective::all_reduce, 4 * embedding, 2, t * d * (p - 1));
+  }
+  out.dp_comm = dp;
+
+  // Adam on the owned shard (read grad, param, m, v; write param, m, v; write bf16 copy: 30 B),
+  // gradient-norm read (4 B) of the owned shard, zeroing the local gradient buffer (4 B).
+  const double owned = L.distributed_optimizer ? params / d : params;
+  out.optimizer = memory_seconds(g, owned * 34 + params * 4, 12);
+  return out;
+}
+
+TimeBreakdown step_time(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
+                        const Layout& layout) {
+  return step_time(m, c, setup, layout,
+                   layer_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch),
+                   end_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch));
+}
+
+}  // namespace loom::planner

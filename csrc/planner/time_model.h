@@ -1,0 +1,84 @@
+// Speed model: seconds per training step of a layout, broken into the terms of planner.md.
+//
+// Primitive costs (hardware.h's Efficiency holds the parameters):
+//   GEMM  C[M,N] = A[M,K]·B[K,N]:  2MNK / (peak · f_max · Π_{x∈{M,N,K}} x/(x + x0)) + launch
+//         (f_max = gemm_max_fraction, x0 = gemm_half_dim: small dimensions under-fill the
+//         tensor cores and tiles; the attention score GEMMs use the same curve with their head
+//         dimension, so no separate attention efficiency is needed)
+//   memory-bound kernel: bytes / (HBM bandwidth · memory_fraction) + launch
+//   ring collective over n GPUs of B bytes: all-reduce 2(n−1)/n·B/bw + 2(n−1)·α,
+//         all-gather / reduce-scatter (n−1)/n·B/bw + (n−1)·α, with bw the NCCL bus bandwidth of
+//         the group (NVLink inside a node; across nodes k·NIC for k members per node)
+// A transformer layer is costed op by op (sp_sar.md regions): four GEMMs, the attention score
+// and context batched GEMMs, LayerNorm / bias-dropout-add / bias-GeLU / softmax / dropout by
+// bytes moved, and the tensor-parallel collectives (all-reduce, or all-gather + reduce-scatter
+// under SP). Backward GEMMs cost twice the forward (dgrad + wgrad); the backward collectives at
+// the column-parallel inputs overlap the weight-gradient GEMM (Megatron's asynchronous
+// all-reduce) and the SP re-gather of the LayerNorm output overlaps the input-gradient GEMM.
+// Pipeline: with per-micro-batch stage times T_i, step = m·max T_i + (Σ T_i − max T_i)/v, i.e.
+// the (p−1)/(v·m) bubble of parallel_layout.md generalised to unequal end stages.
+#pragma once
+#include "planner/hardware.h"
+#include "planner/layout.h"
+#include "planner/model_shape.h"
+#include "planner/training_setup.h"
+
+namespace loom::planner {
+
+/// Seconds per step by term. Terms add up to total().
+struct TimeBreakdown {
+  double gemm = 0;          ///< dense GEMMs of layers and logits (forward + backward)
+  double attention = 0;     ///< attention score / context batched GEMMs
+  double memory_bound = 0;  ///< LayerNorm, dropout, GeLU, softmax, cross entropy, embedding
+  double tp_comm = 0;       ///< exposed tensor/sequence-parallel collectives
+  double pp_comm = 0;       ///< exposed pipeline send/receive
+  double bubble = 0;        ///< pipeline fill and drain
+  double dp_comm = 0;       ///< exposed data-parallel gradient reduction / parameter gather
+  double recompute = 0;     ///< repeated forward work of activation recomputation
+  double optimizer = 0;     ///< Adam step, gradient norm, gradient zeroing
+  double total() const {
+    return gemm + attention + memory_bound + tp_comm + pp_comm + bubble + dp_comm + recompute + optimizer;
+  }
+};
+
+/// One pass (forward or backward) of one unit of work for one micro-batch on one GPU.
+struct PassCost {
+  double gemm = 0, attention = 0, memory = 0, comm = 0;
+  double total() const { return gemm + attention + memory + comm; }
+};
+
+/// Seconds of a GEMM on `gpu` (see header comment).
+double gemm_seconds(const GpuSpec& gpu, double m, double n, double k);
+/// Achieved TFLOP/s of the GEMM model at a shape.
+double gemm_tflops(const GpuSpec& gpu, double m, double n, double k);
+/// Seconds of a memory-bound kernel moving `bytes`.
+double memory_seconds(const GpuSpec& gpu, double bytes, int kernels);
+
+enum class Collective { all_reduce, all_gather, reduce_scatter };
+/// NCCL bus bandwidth (GB/s) of a group of `size` ranks spaced `stride` apart in rank order.
+double group_bus_gbs(const Cluster& c, int size, int stride);
+/// Seconds of a ring collective whose full (gathered / reduced) tensor has `bytes`.
+double collective_seconds(const Cluster& c, Collective kind, double bytes, int size, int stride);
+
+/// Costs of one transformer layer for one micro-batch (b samples) under TP t (stride 1).
+struct LayerCost {
+  PassCost fwd, bwd;
+  PassCost attention_core;  ///< the forward part selective recompute repeats
+};
+LayerCost layer_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch);
+
+/// Costs of the embedding (first stage) and final LayerNorm + logits + cross entropy (last).
+struct EndCost {
+  PassCost embedding_fwd, embedding_bwd, logits_fwd, logits_bwd;
+};
+EndCost end_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch);
+
+/// Step time of a valid layout (divisibility checked by the caller). `layer` and `ends` must be
+/// layer_cost / end_cost for the layout's (tp, sp, micro_batch); the search caches them.
+TimeBreakdown step_time(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
+                        const Layout& layout, const LayerCost& layer, const EndCost& ends);
+/// Convenience overload computing the per-layer costs itself.
+TimeBreakdown step_time(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
+                        const Layout& layout);
+
+}  // namespace loom::planner

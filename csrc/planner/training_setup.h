@@ -1,0 +1,19 @@
+// What is trained and how, apart from the layout: batch, precision, memory headroom, overlap.
+#pragma once
+#include "planner/layout.h"
+
+namespace loom::planner {
+
+struct TrainingSetup {
+  int global_batch = 0;                 ///< global_batch_size, samples per step
+  Precision precision = Precision::bf16;
+  /// Memory kept free on every GPU: a fixed reserve (CUDA context, NCCL and cuBLAS workspaces)
+  /// plus a fraction of capacity for allocator fragmentation.
+  double reserve_gib = 2.0;
+  double fragmentation_fraction = 0.05;
+  /// DP gradient reduction overlapped with the last micro-batch's backward (Megatron-Core's
+  /// overlap_grad_reduce). Off: reduced after the backward, as parallel_layout.md prescribes.
+  bool overlap_dp_comm = false;
+};
+
+}  // namespace loom::planner

@@ -1,0 +1,118 @@
+// Memory model against sp_sar.md's activation table, parallel_layout.md's bytes per parameter
+// and the memory figures Korthikanti et al. publish (planner.md).
+#include <catch2/catch.hpp>
+
+#include "planner/memory_model.h"
+
+using namespace loom::planner;
+
+namespace {
+ModelShape gpt(int L, int h, int a) {
+  ModelShape m;
+  m.num_layers = L; m.hidden_size = h; m.num_attention_heads = a;
+  m.seq_length = 2048; m.vocab_size = 51200;
+  return m;
+}
+constexpr double kGiB = 1073741824.0;
+}  // namespace
+
+TEST_CASE("per-layer activation bytes follow the sp_sar.md table", "[planner]") {
+  const ModelShape m = gpt(96, 12288, 96);
+  const double s = 2048, b = 2, h = 12288, a = 96, t = 8;
+  const double sbh = s * b * h;
+  CHECK(layer_activation_bytes(m, 2, 1, false, Recompute::none) == Approx(sbh * (34 + 5 * a * s / h)));
+  CHECK(layer_activation_bytes(m, 2, 8, false, Recompute::none) ==
+        Approx(sbh * (10 + 24 / t + 5 * a * s / (h * t))));
+  CHECK(layer_activation_bytes(m, 2, 8, true, Recompute::none) == Approx(sbh * (34 / t + 5 * a * s / (h * t))));
+  CHECK(layer_activation_bytes(m, 2, 8, false, Recompute::selective) == Approx(sbh * (10 + 24 / t)));
+  CHECK(layer_activation_bytes(m, 2, 8, true, Recompute::selective) == Approx(sbh * 34 / t));
+  CHECK(layer_activation_bytes(m, 2, 1, false, Recompute::full) == Approx(2 * sbh));
+  CHECK(layer_activation_bytes(m, 2, 8, true, Recompute::full) == Approx(2 * sbh / t));
+  // GPT-3: 5as/h = 80, TP alone at t=8 against TP+SP+SAR: (10+3+10)/4.25 ≈ 5.4x.
+  CHECK(layer_activation_bytes(m, 1, 8, false, Recompute::none) /
+            layer_activation_bytes(m, 1, 8, true, Recompute::selective) ==
+        Approx(23.0 / 4.25));
+}
+
+TEST_CASE("in-flight micro-batches under 1F1B and interleaving", "[planner]") {
+  CHECK(in_flight_chunks(8, 1, 64, 0) == 8);
+  CHECK(in_flight_chunks(8, 1, 64, 7) == 1);
+  CHECK(in_flight_chunks(8, 1, 3, 0) == 3);  // capped by the micro-batches
+  // Interleaved: stage 0 holds L(1 + (p-1)/(pv)) layers = (pv + p - 1) chunks of L/(pv) layers.
+  CHECK(in_flight_chunks(8, 3, 64, 0) == 8 * 3 + 8 - 1);
+  CHECK(in_flight_chunks(35, 3, 280, 0) == 35 * 3 + 34);
+}
+
+TEST_CASE("bytes per parameter of parallel_layout.md", "[planner]") {
+  CHECK(bytes_per_param(Precision::bf16, false, 8) == 18);
+  CHECK(bytes_per_param(Precision::bf16, true, 8) == Approx(6 + 12.0 / 8));
+  CHECK(bytes_per_param(Precision::fp16, false, 4) == 20);
+  CHECK(bytes_per_param(Precision::fp16, true, 4) == Approx(4 + 16.0 / 4));
+}
+
+TEST_CASE("layer params per rank sum to 12h^2 + 13h over the TP group", "[planner]") {
+  const ModelShape m = gpt(48, 6144, 64);
+  const double h = 6144;
+  // t ranks hold the split part once and the replicated 6h each.
+  CHECK(layer_params_per_rank(m, 8) * 8 - 7 * 6 * h == Approx(12 * h * h + 13 * h));
+}
+
+TEST_CASE("Korthikanti et al. memory figures per GPU", "[planner]") {
+  // params+optimizer (18 B/param of the 12Lh^2 layer weights per GPU), activations with no
+  // recompute (TP only) and with SP + selective, on the first stage (GiB, planner.md).
+  struct Row { const char* name; int L, h, a, t, p, v, b, micro; double weights, none, sel; };
+  const Row rows[] = {{"22B", 48, 6144, 64, 8, 1, 1, 4, 1, 45.6, 59.3, 9.6},
+                      {"175B", 96, 12288, 96, 8, 8, 3, 1, 64, 45.6, 66.8, 12.4},
+                      {"530B", 105, 20480, 128, 8, 35, 3, 1, 280, 31.6, 114.0, 23.1},
+                      {"1T", 128, 25600, 160, 8, 64, 1, 1, 512, 33.0, 131.3, 26.6}};
+  for (const auto& r : rows) {
+    INFO(r.name);
+    const ModelShape m = gpt(r.L, r.h, r.a);
+    TrainingSetup setup;
+    setup.global_batch = r.micro * r.b;
+    Layout lay;
+    lay.tp = r.t; lay.pp = r.p; lay.vp = r.v; lay.dp = 1; lay.micro_batch = r.b;
+    // Layer weights of a middle stage (no embedding): 18 bytes per parameter.
+    const double layer_weights = double(r.L / r.p) * layer_params_per_rank(m, r.t) * 18 / kGiB;
+    CHECK(layer_weights == Approx(r.weights).margin(0.06));
+    lay.recompute = Recompute::none;
+    CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.none).margin(0.06));
+    lay.sequence_parallel = true;
+    lay.recompute = Recompute::selective;
+    CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.sel).margin(0.06));
+  }
+}
+
+TEST_CASE("stage memory terms: end stages, sharding, reserve", "[planner]") {
+  const ModelShape m = gpt(24, 2048, 16);
+  TrainingSetup setup;
+  setup.global_batch = 64;
+  Layout lay;
+  lay.tp = 2; lay.pp = 4; lay.dp = 4; lay.micro_batch = 2;
+  const double cap = 80 * kGiB;
+  const MemoryTerms first = stage_memory(m, setup, lay, 0, cap);
+  const MemoryTerms middle = stage_memory(m, setup, lay, 1, cap);
+  const MemoryTerms last = stage_memory(m, setup, lay, 3, cap);
+  const double h = 2048, vocab = 51200 / 2;
+  CHECK(first.weights_optimizer - middle.weights_optimizer == Approx((vocab * h + 2048 * h) * 18));
+  CHECK(last.weights_optimizer - middle.weights_optimizer == Approx((vocab * h + 2 * h) * 18));
+  // Logits in fp32 on the last stage: 4·s·b·V/t plus final LN and logits input 4sbh.
+  CHECK(last.embedding_logits == Approx(4.0 * 2048 * 2 * vocab + 4.0 * 2048 * 2 * h));
+  CHECK(first.reserve == Approx(2 * kGiB + 0.05 * cap));
+  lay.distributed_optimizer = true;
+  CHECK(stage_memory(m, setup, lay, 1, cap).weights_optimizer ==
+        Approx(middle.weights_optimizer * (6 + 12.0 / 4) / 18));
+  // Full recompute, uniform every 2 layers: ceil(6/2) = 3 stored inputs per in-flight micro-batch.
+  lay.recompute = Recompute::full;
+  lay.method = RecomputeMethod::uniform;
+  lay.recompute_layers = 2;
+  const MemoryTerms full = stage_memory(m, setup, lay, 0, cap);
+  CHECK(full.activations == Approx(4 * 3 * 2.0 * 2048 * 2 * h));
+  CHECK(full.transient == Approx(2 * layer_activation_bytes(m, 2, 2, false, Recompute::none)));
+  // Block: 2 of 6 layers recomputed, 4 stored in full.
+  lay.method = RecomputeMethod::block;
+  const MemoryTerms block = stage_memory(m, setup, lay, 0, cap);
+  CHECK(block.activations == Approx(4 * (2 * 2.0 * 2048 * 2 * h +
+                                         4 * layer_activation_bytes(m, 2, 2, false, Recompute::none))));
+  CHECK(std::string(block.largest_term()) == "layer activations");
+}
