@@ -1,0 +1,68 @@
+#include "config/derived.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace loom::config {
+
+int64_t world_size(const Recipe& r) { return r.trainer.num_nodes * r.trainer.devices; }
+
+int64_t data_parallel_size(const Recipe& r) {
+  const int64_t tp = r.model.tensor_model_parallel_size * r.model.pipeline_model_parallel_size;
+  if (tp <= 0) throw std::invalid_argument("data_parallel_size: t*p must be positive");
+  return world_size(r) / tp;
+}
+
+int64_t num_microbatches(const Recipe& r) {
+  const int64_t per_step = r.model.micro_batch_size * data_parallel_size(r);
+  if (per_step <= 0) throw std::invalid_argument("num_microbatches: micro_batch_size*d must be positive");
+  return r.model.global_batch_size / per_step;
+}
+
+int64_t virtual_pipeline_size(const Recipe& r) {
+  return r.model.virtual_pipeline_model_parallel_size.value_or(1);
+}
+
+int64_t layers_per_chunk(const Recipe& r) {
+  return r.model.num_layers / (r.model.pipeline_model_parallel_size * virtual_pipeline_size(r));
+}
+
+int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel_size) {
+  if (vocab_size < 1 || divisible_by < 1 || tensor_parallel_size < 1) {
+    throw std::invalid_argument("padded_vocab_size: expected positive arguments, found vocab_size=" +
+                                std::to_string(vocab_size) + ", divisible_by=" + std::to_string(divisible_by) +
+                                ", tensor_parallel_size=" + std::to_string(tensor_parallel_size));
+  }
+  const int64_t multiple = divisible_by * tensor_parallel_size;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+int64_t padded_vocab_size(const Recipe& r, int64_t vocab_size) {
+  return padded_vocab_size(vocab_size, r.model.make_vocab_size_divisible_by,
+                           r.model.tensor_model_parallel_size);
+}
+
+int64_t gpt_parameter_count(const Recipe& r, int64_t vocab_size) {
+  const int64_t v = padded_vocab_size(r, vocab_size);
+  const int64_t s = r.model.max_position_embeddings;
+  const int64_t h = r.model.hidden_size;
+  const int64_t f = r.model.ffn_hidden_size;
+  const int64_t layers = r.model.num_layers;
+  const int64_t per_layer = 4 * h * h + 2 * h * f + 9 * h + f;
+  return v * h + s * h + layers * per_layer + 2 * h;
+}
+
+bool uses_distributed_optimizer(const Recipe& r) {
+  return r.model.use_distributed_optimizer ||
+         r.model.optim.name == OptimizerName::kDistributedFusedAdam;
+}
+
+std::string run_directory(const Recipe& r) {
+  if (r.exp_manager.explicit_log_dir && !r.exp_manager.explicit_log_dir->empty()) {
+    return *r.exp_manager.explicit_log_dir;
+  }
+  const std::string base = r.exp_manager.exp_dir.value_or("runs");
+  return base + "/" + r.exp_manager.name;
+}
+
+}  // namespace loom::config

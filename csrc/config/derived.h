@@ -1,0 +1,51 @@
+// Values derived from a validated recipe: world and data-parallel sizes, micro-batch count,
+// vocabulary padding, analytic parameter count, run directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/recipe.h"
+
+namespace loom::config {
+
+/// Vocabulary size of the GPT-2 BPE tokenizer (50,000 merges + 256 bytes + <|endoftext|>).
+inline constexpr int64_t kGpt2VocabSize = 50257;
+
+/// world = trainer.num_nodes * trainer.devices.
+int64_t world_size(const Recipe& r);
+/// d = world / (t * p) (Megatron's data-parallel size; validation guarantees divisibility).
+int64_t data_parallel_size(const Recipe& r);
+/// m = global_batch_size / (micro_batch_size * d): micro-batches per step on each pipeline.
+int64_t num_microbatches(const Recipe& r);
+/// v: virtual_pipeline_model_parallel_size, 1 when null.
+int64_t virtual_pipeline_size(const Recipe& r);
+/// Layers held by one model chunk: num_layers / (p * v).
+int64_t layers_per_chunk(const Recipe& r);
+
+/// Megatron's vocabulary padding (`_vocab_size_with_padding`): rounds `vocab_size` up to a
+/// multiple of divisible_by * t, e.g. 50257 -> 50304 (t=1), 50432 (t=2), 51200 (t=8, 128).
+/// The padded size therefore depends on t; the model masks the pad columns of the logits so
+/// that the function it computes does not (parallel_layout.md, "Vocab padding").
+/// Throws std::invalid_argument if any argument is < 1.
+int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel_size);
+/// padded_vocab_size with the recipe's make_vocab_size_divisible_by and t.
+int64_t padded_vocab_size(const Recipe& r, int64_t vocab_size = kGpt2VocabSize);
+
+/// Analytic parameter count of Loom's GPT (learned positions, tied input/output embedding,
+/// biases everywhere, pre-LN with a final LayerNorm), with V = padded vocab, s =
+/// max_position_embeddings, h = hidden, f = ffn_hidden, L = layers:
+///   V*h + s*h + L*(4h^2 + 2hf + 9h + f) + 2h
+/// (per layer: QKV 3h^2+3h, projection h^2+h, MLP 2hf+f+h, two LayerNorms 4h; with f = 4h
+/// that is the familiar 12h^2 + 13h).
+int64_t gpt_parameter_count(const Recipe& r, int64_t vocab_size = kGpt2VocabSize);
+
+/// True when the optimizer state is sharded over DP ranks (use_distributed_optimizer, which
+/// load_recipe also sets for optim.name distributed_fused_adam).
+bool uses_distributed_optimizer(const Recipe& r);
+
+/// The run directory: exp_manager.explicit_log_dir if set, else
+/// <exp_manager.exp_dir or "runs">/<exp_manager.name>.
+std::string run_directory(const Recipe& r);
+
+}  // namespace loom::config

@@ -1,0 +1,230 @@
+#include "config/interpolation.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "config/schema.h"
+#include "config/schema_read.h"
+
+namespace loom::config::detail {
+
+namespace {
+
+/// Thrown inside one value's resolution; caught per value and reported at its location.
+struct InterpolationError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+/// Index of the '}' closing the "${" whose body starts at `pos`; npos if unbalanced.
+size_t matching_brace(const std::string& s, size_t pos) {
+  int depth = 1;
+  for (size_t i = pos; i < s.size(); ++i) {
+    if (s[i] == '$' && i + 1 < s.size() && s[i + 1] == '{') {
+      ++depth;
+      ++i;
+    } else if (s[i] == '}') {
+      if (--depth == 0) return i;
+    }
+  }
+  return std::string::npos;
+}
+
+bool has_interpolation(const std::string& s) { return s.find("${") != std::string::npos; }
+
+class Resolver {
+ public:
+  Resolver(Node& root, Diagnostics& diag) : root_(root), diag_(diag) {}
+
+  void resolve_tree(Node& n, std::vector<std::string>& path) {
+    if (n.kind == Node::Kind::kScalar) {
+      if (has_interpolation(n.scalar)) resolve_scalar(n, path);
+    } else if (n.kind == Node::Kind::kMap) {
+      for (auto& [key, value] : n.entries) {
+        path.push_back(key);
+        resolve_tree(value, path);
+        path.pop_back();
+      }
+    } else if (n.kind == Node::Kind::kSequence) {
+      for (size_t i = 0; i < n.items.size(); ++i) {
+        path.push_back(std::to_string(i));
+        resolve_tree(n.items[i], path);
+        path.pop_back();
+      }
+    }
+  }
+
+ private:
+  void resolve_scalar(Node& n, const std::vector<std::string>& path) {
+    const std::string key = join_path(path, path.size());
+    if (n.invalid) return;
+    if (std::find(in_progress_.begin(), in_progress_.end(), key) != in_progress_.end()) {
+      std::string chain;
+      for (auto it = std::find(in_progress_.begin(), in_progress_.end(), key); it != in_progress_.end(); ++it)
+        chain += *it + " -> ";
+      throw InterpolationError("interpolation cycle: " + chain + key);
+    }
+    in_progress_.push_back(key);
+    try {
+      Node result = evaluate_text(n.scalar, path);
+      result.where = n.where;
+      n = std::move(result);
+    } catch (const InterpolationError& e) {
+      // Reported here; a value referring to this one then reports "which has an error".
+      in_progress_.pop_back();
+      diag_.error(n.where, key, e.what());
+      n.invalid = true;
+      return;
+    }
+    in_progress_.pop_back();
+  }
+
+  /// A whole value: one "${...}" spanning the text keeps the referenced node's type; anything
+  /// else becomes a string with each reference replaced by its scalar text.
+  Node evaluate_text(const std::string& text, const std::vector<std::string>& path) {
+    const std::string t = trim(text);
+    if (t.size() > 3 && t.compare(0, 2, "${") == 0 && matching_brace(t, 2) == t.size() - 1) {
+      return evaluate_expression(t.substr(2, t.size() - 3), path);
+    }
+    std::string out;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\\' && text.compare(i + 1, 2, "${") == 0) {
+        out += "${";
+        ++i;
+        ++i;
+        continue;
+      }
+      if (text.compare(i, 2, "${") == 0) {
+        const size_t close = matching_brace(text, i + 2);
+        if (close == std::string::npos) throw InterpolationError("unterminated interpolation in '" + text + "'");
+        const Node part = evaluate_expression(text.substr(i + 2, close - i - 2), path);
+        if (part.kind != Node::Kind::kScalar) {
+          throw InterpolationError("interpolation ${" + text.substr(i + 2, close - i - 2) +
+                                   "} inside a string must refer to a scalar, found " + describe(part));
+        }
+        out += part.scalar;
+        i = close;
+        continue;
+      }
+      out += text[i];
+    }
+    return Node::scalar_of(out, true);
+  }
+
+  Node evaluate_expression(const std::string& body, const std::vector<std::string>& path) {
+    // A resolver call "name:args" has a ':' before any nested "${".
+    const size_t colon = body.find(':');
+    const size_t nested = body.find("${");
+    if (colon != std::string::npos && (nested == std::string::npos || colon < nested)) {
+      return call_resolver(trim(body.substr(0, colon)), body.substr(colon + 1), path);
+    }
+    return reference(trim(body), path);
+  }
+
+  Node call_resolver(const std::string& name, const std::string& args_text, const std::vector<std::string>& path) {
+    if (name != "multiply") {
+      throw InterpolationError("unsupported resolver '" + name +
+                               "' (supported: ${path}, ${.sibling}, ${multiply:a,b})");
+    }
+    std::vector<std::string> args;
+    int depth = 0;
+    std::string cur;
+    for (size_t i = 0; i < args_text.size(); ++i) {
+      const char c = args_text[i];
+      if (c == '$' && i + 1 < args_text.size() && args_text[i + 1] == '{') ++depth;
+      if (c == '}') --depth;
+      if (c == ',' && depth == 0) {
+        args.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    args.push_back(cur);
+    if (args.size() < 2) throw InterpolationError("multiply expects at least 2 arguments, found " + std::to_string(args.size()));
+    bool all_int = true;
+    int64_t iproduct = 1;
+    double dproduct = 1.0;
+    for (const auto& raw : args) {
+      const Node value = has_interpolation(raw) ? evaluate_text(trim(raw), path) : Node::scalar_of(trim(raw));
+      int64_t i = 0;
+      double d = 0;
+      if (value.kind == Node::Kind::kScalar && parse_int(value.scalar, i)) {
+        iproduct *= i;
+        dproduct *= static_cast<double>(i);
+      } else if (value.kind == Node::Kind::kScalar && parse_double(value.scalar, d)) {
+        all_int = false;
+        dproduct *= d;
+      } else {
+        throw InterpolationError("multiply expects numbers, found " + describe(value));
+      }
+    }
+    return Node::scalar_of(all_int ? std::to_string(iproduct) : format_double(dproduct));
+  }
+
+  Node reference(const std::string& ref, const std::vector<std::string>& path) {
+    if (ref.empty()) throw InterpolationError("empty interpolation ${}");
+    // Leading dots: one = the mapping holding this value, each further dot = one level up.
+    std::vector<std::string> target;
+    std::string rest = ref;
+    if (ref[0] == '.') {
+      size_t dots = 0;
+      while (dots < ref.size() && ref[dots] == '.') ++dots;
+      if (dots > path.size()) throw InterpolationError("relative interpolation ${" + ref + "} goes above the document root");
+      target.assign(path.begin(), path.end() - static_cast<long>(dots));
+      rest = ref.substr(dots);
+    }
+    if (!rest.empty()) {
+      for (const auto& k : split_path(rest)) target.push_back(k);
+    }
+    const std::string target_path = join_path(target, target.size());
+    Node* cur = &root_;
+    for (size_t i = 0; i < target.size(); ++i) {
+      Node* next = nullptr;
+      int64_t index = -1;
+      if (cur->kind == Node::Kind::kMap) {
+        next = cur->find(target[i]);
+      } else if (cur->kind == Node::Kind::kSequence && parse_int(target[i], index) && index >= 0 &&
+                 static_cast<size_t>(index) < cur->items.size()) {
+        next = &cur->items[static_cast<size_t>(index)];
+      }
+      if (!next) {
+        std::string hint;
+        if (key_index().fields.count(target_path) || key_index().sections.count(target_path)) {
+          hint = " (references see only keys written in the recipe or set by overrides, not defaults)";
+        } else {
+          hint = suggest_key(target_path);
+        }
+        throw InterpolationError("interpolation ${" + ref + "} refers to '" + target_path +
+                                 "', which is not set" + hint);
+      }
+      cur = next;
+    }
+    if (cur->invalid) throw InterpolationError("interpolation ${" + ref + "} refers to '" + target_path + "', which has an error");
+    std::vector<std::string> target_copy = target;
+    resolve_tree(*cur, target_copy);
+    if (cur->invalid) throw InterpolationError("interpolation ${" + ref + "} refers to '" + target_path + "', which has an error");
+    return *cur;
+  }
+
+  Node& root_;
+  Diagnostics& diag_;
+  std::vector<std::string> in_progress_;
+};
+
+}  // namespace
+
+void resolve_interpolations(Node& root, Diagnostics& diag) {
+  Resolver resolver(root, diag);
+  std::vector<std::string> path;
+  resolver.resolve_tree(root, path);
+}
+
+}  // namespace loom::config::detail

@@ -1,0 +1,114 @@
+// load_recipe(): parse -> aliases -> overrides -> interpolation -> key check -> typed read ->
+// derived defaults -> validation; every problem is collected and thrown as one RecipeError.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "config/interpolation.h"
+#include "config/overrides.h"
+#include "config/recipe.h"
+#include "config/schema.h"
+#include "config/schema_read.h"
+#include "config/validate.h"
+
+namespace loom::config {
+
+namespace {
+
+using detail::Diagnostics;
+using detail::Need;
+
+/// Fills fields marked Need::kDerived that the recipe left absent or null. A derived value
+/// whose source had an error is marked bad too, so validation does not report it again.
+void apply_derived_defaults(Recipe& r, const std::set<std::string>& derived, std::set<std::string>& bad) {
+  auto derive = [&](const char* path, const char* source, auto& field, auto value) {
+    if (!derived.count(path)) return;
+    field = value;
+    if (bad.count(source)) bad.insert(path);
+  };
+  auto& m = r.model;
+  derive("model.max_position_embeddings", "model.encoder_seq_length", m.max_position_embeddings,
+         m.encoder_seq_length);
+  derive("model.ffn_hidden_size", "model.hidden_size", m.ffn_hidden_size, 4 * m.hidden_size);
+  derive("model.data.seq_length", "model.encoder_seq_length", m.data.seq_length, m.encoder_seq_length);
+  derive("model.optim.sched.max_steps", "trainer.max_steps", m.optim.sched.max_steps, r.trainer.max_steps);
+  derive("exp_manager.checkpoint_callback_params.every_n_steps", "trainer.val_check_interval",
+         r.exp_manager.checkpoint_callback_params.every_n_steps, r.trainer.val_check_interval);
+  derive("cluster.gpus_per_node", "trainer.devices", r.cluster.gpus_per_node, r.trainer.devices);
+  derive("model.use_distributed_optimizer", "model.optim.name", m.use_distributed_optimizer,
+         m.optim.name == OptimizerName::kDistributedFusedAdam);
+}
+
+std::string located(const Recipe& r, const std::string& path, const std::string& message) {
+  auto it = r.origin.locations.find(path);
+  if (it != r.origin.locations.end()) return detail::format_issue(it->second, path, message);
+  const auto& need = detail::key_index().need;
+  auto n = need.find(path);
+  const char* how = (n != need.end() && n->second == Need::kDerived) ? " (not set; derived)" : " (not set; default)";
+  return detail::format_issue(SourceLocation{r.origin.file, 0, 0}, path + how, message);
+}
+
+}  // namespace
+
+Recipe load_recipe_from_string(const std::string& yaml, const std::string& origin,
+                               const std::vector<std::string>& overrides) {
+  Diagnostics diag;
+  Recipe r;
+  r.origin.file = origin;
+  r.origin.overrides = overrides;
+  const SourceLocation root_where{origin, 0, 0};
+
+  detail::Node root = detail::parse_yaml(yaml, origin, diag);
+  if (root.kind == detail::Node::Kind::kNull && !diag.errors.empty()) throw RecipeError(diag.errors);
+  detail::apply_key_aliases(root, diag);
+  detail::apply_overrides(root, overrides, diag);
+  detail::resolve_interpolations(root, diag);
+  detail::check_keys(root, root_where, diag);
+  std::set<std::string> derived;
+  detail::read_fields(root, root_where, r, diag, derived);
+  apply_derived_defaults(r, derived, diag.bad_paths);
+
+  std::vector<std::string> errors = diag.errors;
+  std::vector<std::string> warnings = diag.warnings;
+  for (const Finding& f : validate_recipe(r, diag.bad_paths)) {
+    (f.warning ? warnings : errors).push_back(located(r, f.path, f.message));
+  }
+  if (!errors.empty()) throw RecipeError(errors);
+  if (r.model.sequence_parallel && r.model.tensor_model_parallel_size == 1) r.model.sequence_parallel = false;
+  r.origin.warnings = warnings;
+  return r;
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw RecipeError({path + ": cannot open recipe file (" + std::strerror(errno) + ")"});
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_recipe_from_string(text.str(), path, overrides);
+}
+
+void check_input_files(const Recipe& r) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> errors;
+  std::error_code ec;
+  const std::string cwd = fs::current_path(ec).string();
+  auto check = [&](const std::string& path, const std::string& file, const std::string& what) {
+    if (fs::is_regular_file(file, ec)) return;
+    std::string message = "expected an existing " + what + ", found \"" + file + "\"";
+    if (fs::path(file).is_relative()) message += " (relative to the working directory " + cwd + ")";
+    errors.push_back(located(r, path, message));
+  };
+  check("model.tokenizer.vocab_file", r.model.tokenizer.vocab_file, "GPT-2 vocab file");
+  check("model.tokenizer.merge_file", r.model.tokenizer.merge_file, "GPT-2 merges file");
+  for (const auto& entry : r.model.data.data_prefix) {
+    check("model.data.data_prefix", entry.path + ".bin", "indexed dataset file");
+    check("model.data.data_prefix", entry.path + ".idx", "indexed dataset index");
+  }
+  if (!errors.empty()) throw RecipeError(errors);
+}
+
+}  // namespace loom::config

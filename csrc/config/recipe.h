@@ -1,0 +1,225 @@
+// Loom training recipes: the typed form of a NeMo-Megatron-style GPT YAML file.
+//
+// Sections and field names follow NeMo's `megatron_gpt_config.yaml` and the NeMo Framework
+// Launcher's GPT-3 training configs (run, trainer, exp_manager, model{data,tokenizer,optim},
+// cluster). Every field below is marked
+//   [required]   the recipe must set it;
+//   [default X]  NeMo's default X is used when the key is absent;
+//   [derived]    absent or null means "computed from other fields" (stated per field).
+// Nullable fields (std::optional, or an enum with a kNone member) accept `null`.
+// recipes/README.md lists every field with its rule; docs of the checks live in validate.h.
+//
+// Paths in a recipe (data_prefix, vocab_file, merge_file, log dirs) are kept exactly as
+// written: a relative path is relative to the process's working directory (Loom is run from
+// the repository root, so `data/gpt2-vocab.json` means <repo>/data/gpt2-vocab.json).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace loom::config {
+
+enum class Accelerator { kCpu, kGpu };
+/// trainer.precision: 32 (fp32), bf16 ("bf16", "bf16-mixed"), 16 (fp16 with loss scaling:
+/// 16, "16", "16-mixed"). Dumped as 32 | bf16 | 16.
+enum class Precision { kFp32, kBf16, kFp16 };
+/// model.activations_checkpoint_granularity: null | selective (core attention only,
+/// Korthikanti et al. 2022) | full (whole layers, per activations_checkpoint_method).
+enum class RecomputeGranularity { kNone, kSelective, kFull };
+/// model.activations_checkpoint_method: null | uniform (recompute chunks of num_layers layers)
+/// | block (recompute the first num_layers layers of each pipeline chunk).
+enum class RecomputeMethod { kNone, kUniform, kBlock };
+/// model.optim.name. NeMo's fused_adam and distributed_fused_adam are Adam with decoupled
+/// weight decay (AdamW); `adam` is torch.optim.Adam (L2 penalty added to the gradient).
+/// distributed_fused_adam additionally shards optimizer state over data-parallel ranks.
+enum class OptimizerName { kAdam, kFusedAdam, kDistributedFusedAdam, kAdamW };
+/// model.optim.sched.name. CosineAnnealing (NeMo): linear warm-up, cosine decay to min_lr,
+/// then min_lr for the last constant_steps. LinearDecay (alias NeMo's WarmupAnnealing):
+/// linear warm-up then linear decay to min_lr. Constant (alias WarmupPolicy): warm-up, then lr.
+enum class SchedulerName { kCosineAnnealing, kLinearDecay, kConstant };
+enum class TokenizerLibrary { kMegatron };
+enum class TokenizerType { kGpt2BpeTokenizer };
+
+struct RunConfig {
+  std::string name = "megatron_gpt";          ///< [default megatron_gpt]
+  std::optional<std::string> results_dir;     ///< [default null]
+  std::optional<std::string> time_limit;      ///< [default null] Slurm time limit, e.g. "1-00:00:00"
+};
+
+struct TrainerConfig {
+  int64_t num_nodes = 1;                      ///< [default 1]
+  int64_t devices = 1;                        ///< [default 1] ranks per node
+  Accelerator accelerator = Accelerator::kGpu;  ///< [default gpu]
+  Precision precision = Precision::kBf16;     ///< [default bf16]
+  int64_t max_steps = 0;                      ///< [required] optimizer steps
+  std::optional<std::string> max_time;        ///< [default null] "DD:HH:MM:SS"
+  int64_t log_every_n_steps = 10;             ///< [default 10]
+  int64_t val_check_interval = 100;           ///< [default 100] steps between validations
+  int64_t limit_val_batches = 50;             ///< [default 50] global batches per validation
+  double gradient_clip_val = 1.0;             ///< [default 1.0] max global grad norm; 0 = off
+};
+
+struct CheckpointCallbackParams {
+  /// [derived: trainer.val_check_interval] steps between checkpoints; NeMo's spelling
+  /// `every_n_train_steps` is accepted as an alias.
+  int64_t every_n_steps = 0;
+  bool save_last = true;                      ///< [default true]
+};
+
+struct ExpManagerConfig {
+  std::optional<std::string> explicit_log_dir;  ///< [default null] run directory if set
+  std::optional<std::string> exp_dir;           ///< [default null] else <exp_dir or runs>/<name>
+  std::string name = "megatron_gpt";            ///< [default megatron_gpt]
+  bool resume_if_exists = true;                 ///< [default true]
+  CheckpointCallbackParams checkpoint_callback_params;
+};
+
+/// One entry of model.data.data_prefix: Megatron blends datasets with these weights
+/// (normalised to sum 1). `path` is an indexed-dataset prefix (<path>.bin / <path>.idx).
+struct DataBlendEntry {
+  double weight = 1.0;
+  std::string path;
+  bool operator==(const DataBlendEntry& o) const { return weight == o.weight && path == o.path; }
+};
+
+struct DataConfig {
+  /// [required] `[w1, prefix1, w2, prefix2, ...]`, or a single prefix (string or one-item list)
+  /// which gets weight 1.
+  std::vector<DataBlendEntry> data_prefix;
+  std::string splits_string = "900,50,50";    ///< [default 900,50,50] train,valid,test weights
+  int64_t seq_length = 0;                     ///< [derived: model.encoder_seq_length]
+  bool eod_mask_loss = false;                 ///< [default false]
+  std::optional<std::string> index_mapping_dir;  ///< [default null] next to the data
+  int64_t num_workers = 2;                    ///< [default 2]
+};
+
+struct TokenizerConfig {
+  TokenizerLibrary library = TokenizerLibrary::kMegatron;  ///< [default megatron]
+  TokenizerType type = TokenizerType::kGpt2BpeTokenizer;   ///< [default GPT2BPETokenizer]
+  std::string vocab_file;                     ///< [required] GPT-2 vocab.json
+  std::string merge_file;                     ///< [required] GPT-2 merges.txt
+};
+
+struct SchedConfig {
+  SchedulerName name = SchedulerName::kCosineAnnealing;  ///< [default CosineAnnealing]
+  int64_t warmup_steps = 500;                 ///< [default 500]
+  int64_t constant_steps = 50000;             ///< [default 50000]
+  double min_lr = 2e-5;                       ///< [default 2e-5]
+  int64_t max_steps = 0;                      ///< [derived: trainer.max_steps]
+};
+
+struct OptimConfig {
+  OptimizerName name = OptimizerName::kFusedAdam;  ///< [default fused_adam]
+  double lr = 0.0;                            ///< [required] peak learning rate
+  double weight_decay = 0.01;                 ///< [default 0.01]
+  std::array<double, 2> betas{0.9, 0.98};     ///< [default [0.9, 0.98]]
+  double eps = 1e-8;                          ///< [default 1e-8]
+  SchedConfig sched;
+};
+
+struct ModelConfig {
+  int64_t micro_batch_size = 0;               ///< [required] sequences per micro-batch per DP rank
+  int64_t global_batch_size = 0;              ///< [required] sequences per optimizer step
+  int64_t tensor_model_parallel_size = 1;     ///< [default 1] t
+  int64_t pipeline_model_parallel_size = 1;   ///< [default 1] p
+  std::optional<int64_t> virtual_pipeline_model_parallel_size;  ///< [default null] v (interleaving)
+  bool sequence_parallel = false;             ///< [default false]; forced off (warning) when t == 1
+  int64_t encoder_seq_length = 0;             ///< [required] s, tokens per sample
+  int64_t max_position_embeddings = 0;        ///< [derived: encoder_seq_length]
+  int64_t num_layers = 0;                     ///< [required] L
+  int64_t hidden_size = 0;                    ///< [required] h
+  int64_t ffn_hidden_size = 0;                ///< [derived: 4 * hidden_size]
+  int64_t num_attention_heads = 0;            ///< [required] a
+  double init_method_std = 0.02;              ///< [default 0.02]
+  double hidden_dropout = 0.1;                ///< [default 0.1]
+  double attention_dropout = 0.1;             ///< [default 0.1]
+  double ffn_dropout = 0.0;                   ///< [default 0.0]
+  double layernorm_epsilon = 1e-5;            ///< [default 1e-5]
+  int64_t make_vocab_size_divisible_by = 128;  ///< [default 128]
+  RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;  ///< [default null]
+  RecomputeMethod activations_checkpoint_method = RecomputeMethod::kNone;  ///< [default null]
+  std::optional<int64_t> activations_checkpoint_num_layers;  ///< [default null]
+  int64_t seed = 1234;                        ///< [default 1234]
+  double label_smoothing = 0.0;               ///< [default 0.0]
+  /// [derived: true when optim.name is distributed_fused_adam, else false] ZeRO-1 sharding.
+  bool use_distributed_optimizer = false;
+  double collective_timeout_s = 600.0;        ///< [default 600] Loom: timeout of every collective
+  DataConfig data;
+  TokenizerConfig tokenizer;
+  OptimConfig optim;
+};
+
+/// Slurm / container description for `loom` launch scripts and the planner (NeMo Framework
+/// Launcher's cluster config, simplified). The whole section is optional.
+struct ClusterConfig {
+  std::optional<std::string> partition;       ///< [default null]
+  std::optional<std::string> account;         ///< [default null]
+  std::string job_name_prefix = "loom-";      ///< [default loom-]
+  int64_t gpus_per_node = 0;                  ///< [derived: trainer.devices]
+  bool exclusive = true;                      ///< [default true]
+  std::optional<std::string> container_image;  ///< [default null]
+  std::vector<std::string> container_mounts;  ///< [default []]
+  std::optional<std::string> gpu;             ///< [default null] GPU model for the planner, e.g. A100-80GB
+};
+
+/// Where a recipe came from; not part of the YAML.
+struct SourceLocation {
+  std::string origin;  ///< recipe file path, or "override 'key=value'"
+  int line = 0;        ///< 1-based; 0 when unknown (overrides, defaults)
+  int column = 0;      ///< 1-based
+  /// "file:line:col", or just the origin when line is 0.
+  std::string str() const;
+};
+
+struct RecipeOrigin {
+  std::string file;                                  ///< recipe path as given ("<string>" for text)
+  std::vector<std::string> overrides;                ///< as given, in order
+  std::map<std::string, SourceLocation> locations;   ///< field path -> where its value was set
+  std::vector<std::string> warnings;                 ///< non-fatal findings, already formatted
+};
+
+struct Recipe {
+  RunConfig run;
+  TrainerConfig trainer;
+  ExpManagerConfig exp_manager;
+  ModelConfig model;
+  ClusterConfig cluster;
+  RecipeOrigin origin;  ///< provenance for messages; not dumped
+};
+
+/// All problems found in a recipe, one formatted line each:
+///   "<file>:<line>:<col>: <field.path>: expected ..., found ..."
+/// what() is the lines joined with '\n'.
+class RecipeError : public std::runtime_error {
+ public:
+  explicit RecipeError(std::vector<std::string> errors);
+  std::vector<std::string> errors;
+};
+
+/// Reads `path`, applies `overrides` ("section.key=value", value parsed as YAML, e.g.
+/// "model.optim.betas=[0.9,0.95]"), resolves `${a.b}` / `${.sibling}` / `${multiply:x,y}`
+/// interpolations, fills defaults and derived fields, and validates everything (see
+/// validate.h). Throws RecipeError listing every problem found.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same as load_recipe for YAML text; `origin` names it in messages.
+Recipe load_recipe_from_string(const std::string& yaml, const std::string& origin = "<string>",
+                               const std::vector<std::string>& overrides = {});
+
+/// The full resolved recipe as YAML: every field, defaults and derived values filled, enums in
+/// canonical spelling, floats in shortest round-trip form. Loading it again gives the same
+/// recipe. Starts with comment lines naming the source file and overrides.
+std::string to_yaml(const Recipe& recipe);
+
+/// Checks that the input files exist (tokenizer vocab/merges, <prefix>.bin and <prefix>.idx of
+/// every data_prefix entry), relative paths against the working directory. Throws RecipeError
+/// with one located line per missing file. Kept apart from load_recipe so that recipes for
+/// other machines (e.g. for the planner) can be loaded anywhere.
+void check_input_files(const Recipe& recipe);
+
+}  // namespace loom::config

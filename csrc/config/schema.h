@@ -1,0 +1,164 @@
+// Internal: the recipe schema, written once. visit_recipe() calls `v(path, field, need)` for
+// every field in dump order; the reader (tree -> Recipe), the writer (Recipe -> YAML) and the
+// key index (known paths for unknown-key checks and suggestions) are visitors over it.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/recipe.h"
+
+namespace loom::config::detail {
+
+enum class Need {
+  kRequired,  ///< must be present and non-null
+  kDefault,   ///< absent: keep the struct's (NeMo) default
+  kDerived,   ///< absent or null: computed by apply_derived_defaults()
+};
+
+template <class V>
+void visit_recipe(Recipe& r, V& v) {
+  v("run.name", r.run.name, Need::kDefault);
+  v("run.results_dir", r.run.results_dir, Need::kDefault);
+  v("run.time_limit", r.run.time_limit, Need::kDefault);
+
+  auto& t = r.trainer;
+  v("trainer.num_nodes", t.num_nodes, Need::kDefault);
+  v("trainer.devices", t.devices, Need::kDefault);
+  v("trainer.accelerator", t.accelerator, Need::kDefault);
+  v("trainer.precision", t.precision, Need::kDefault);
+  v("trainer.max_steps", t.max_steps, Need::kRequired);
+  v("trainer.max_time", t.max_time, Need::kDefault);
+  v("trainer.log_every_n_steps", t.log_every_n_steps, Need::kDefault);
+  v("trainer.val_check_interval", t.val_check_interval, Need::kDefault);
+  v("trainer.limit_val_batches", t.limit_val_batches, Need::kDefault);
+  v("trainer.gradient_clip_val", t.gradient_clip_val, Need::kDefault);
+
+  auto& e = r.exp_manager;
+  v("exp_manager.explicit_log_dir", e.explicit_log_dir, Need::kDefault);
+  v("exp_manager.exp_dir", e.exp_dir, Need::kDefault);
+  v("exp_manager.name", e.name, Need::kDefault);
+  v("exp_manager.resume_if_exists", e.resume_if_exists, Need::kDefault);
+  v("exp_manager.checkpoint_callback_params.every_n_steps", e.checkpoint_callback_params.every_n_steps,
+    Need::kDerived);
+  v("exp_manager.checkpoint_callback_params.save_last", e.checkpoint_callback_params.save_last, Need::kDefault);
+
+  auto& m = r.model;
+  v("model.micro_batch_size", m.micro_batch_size, Need::kRequired);
+  v("model.global_batch_size", m.global_batch_size, Need::kRequired);
+  v("model.tensor_model_parallel_size", m.tensor_model_parallel_size, Need::kDefault);
+  v("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, Need::kDefault);
+  v("model.virtual_pipeline_model_parallel_size", m.virtual_pipeline_model_parallel_size, Need::kDefault);
+  v("model.sequence_parallel", m.sequence_parallel, Need::kDefault);
+  v("model.encoder_seq_length", m.encoder_seq_length, Need::kRequired);
+  v("model.max_position_embeddings", m.max_position_embeddings, Need::kDerived);
+  v("model.num_layers", m.num_layers, Need::kRequired);
+  v("model.hidden_size", m.hidden_size, Need::kRequired);
+  v("model.ffn_hidden_size", m.ffn_hidden_size, Need::kDerived);
+  v("model.num_attention_heads", m.num_attention_heads, Need::kRequired);
+  v("model.init_method_std", m.init_method_std, Need::kDefault);
+  v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
+  v("model.attention_dropout", m.attention_dropout, Need::kDefault);
+  v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
+  v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
+  v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);
+  v("model.activations_checkpoint_granularity", m.activations_checkpoint_granularity, Need::kDefault);
+  v("model.activations_checkpoint_method", m.activations_checkpoint_method, Need::kDefault);
+  v("model.activations_checkpoint_num_layers", m.activations_checkpoint_num_layers, Need::kDefault);
+  v("model.seed", m.seed, Need::kDefault);
+  v("model.label_smoothing", m.label_smoothing, Need::kDefault);
+  v("model.use_distributed_optimizer", m.use_distributed_optimizer, Need::kDerived);
+  v("model.collective_timeout_s", m.collective_timeout_s, Need::kDefault);
+
+  auto& d = m.data;
+  v("model.data.data_prefix", d.data_prefix, Need::kRequired);
+  v("model.data.splits_string", d.splits_string, Need::kDefault);
+  v("model.data.seq_length", d.seq_length, Need::kDerived);
+  v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
+  v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
+  v("model.data.num_workers", d.num_workers, Need::kDefault);
+
+  auto& k = m.tokenizer;
+  v("model.tokenizer.library", k.library, Need::kDefault);
+  v("model.tokenizer.type", k.type, Need::kDefault);
+  v("model.tokenizer.vocab_file", k.vocab_file, Need::kRequired);
+  v("model.tokenizer.merge_file", k.merge_file, Need::kRequired);
+
+  auto& o = m.optim;
+  v("model.optim.name", o.name, Need::kDefault);
+  v("model.optim.lr", o.lr, Need::kRequired);
+  v("model.optim.weight_decay", o.weight_decay, Need::kDefault);
+  v("model.optim.betas", o.betas, Need::kDefault);
+  v("model.optim.eps", o.eps, Need::kDefault);
+  v("model.optim.sched.name", o.sched.name, Need::kDefault);
+  v("model.optim.sched.warmup_steps", o.sched.warmup_steps, Need::kDefault);
+  v("model.optim.sched.constant_steps", o.sched.constant_steps, Need::kDefault);
+  v("model.optim.sched.min_lr", o.sched.min_lr, Need::kDefault);
+  v("model.optim.sched.max_steps", o.sched.max_steps, Need::kDerived);
+
+  auto& c = r.cluster;
+  v("cluster.partition", c.partition, Need::kDefault);
+  v("cluster.account", c.account, Need::kDefault);
+  v("cluster.job_name_prefix", c.job_name_prefix, Need::kDefault);
+  v("cluster.gpus_per_node", c.gpus_per_node, Need::kDerived);
+  v("cluster.exclusive", c.exclusive, Need::kDefault);
+  v("cluster.container_image", c.container_image, Need::kDefault);
+  v("cluster.container_mounts", c.container_mounts, Need::kDefault);
+  v("cluster.gpu", c.gpu, Need::kDefault);
+}
+
+/// Every key the schema knows: field paths ("model.hidden_size"), section paths ("model",
+/// "model.optim.sched") and each section's child names ("" is the document root).
+struct KeyIndex {
+  std::set<std::string> fields;
+  std::set<std::string> sections;
+  std::map<std::string, std::vector<std::string>> children;
+  std::map<std::string, Need> need;
+};
+const KeyIndex& key_index();
+
+/// For an unknown key path: " (did you mean 'x.y'?)" naming the known field or section with the
+/// same last name elsewhere, else the closest sibling by edit distance; empty if none.
+std::string suggest_key(const std::string& unknown_path);
+
+/// Accepted alternative spellings of keys: alias path -> canonical path.
+const std::vector<std::pair<std::string, std::string>>& key_aliases();
+
+/// Spellings of an enum: value -> names; the first name is the canonical (dumped) one.
+/// A value whose first name is "null" is the enum's null.
+template <class E>
+struct EnumSpelling {
+  E value;
+  std::vector<std::string> names;
+};
+template <class E>
+const std::vector<EnumSpelling<E>>& enum_spellings();
+template <>
+const std::vector<EnumSpelling<Accelerator>>& enum_spellings<Accelerator>();
+template <>
+const std::vector<EnumSpelling<Precision>>& enum_spellings<Precision>();
+template <>
+const std::vector<EnumSpelling<RecomputeGranularity>>& enum_spellings<RecomputeGranularity>();
+template <>
+const std::vector<EnumSpelling<RecomputeMethod>>& enum_spellings<RecomputeMethod>();
+template <>
+const std::vector<EnumSpelling<OptimizerName>>& enum_spellings<OptimizerName>();
+template <>
+const std::vector<EnumSpelling<SchedulerName>>& enum_spellings<SchedulerName>();
+template <>
+const std::vector<EnumSpelling<TokenizerLibrary>>& enum_spellings<TokenizerLibrary>();
+template <>
+const std::vector<EnumSpelling<TokenizerType>>& enum_spellings<TokenizerType>();
+
+/// Canonical name of an enum value (as dumped).
+template <class E>
+std::string enum_name(E value) {
+  for (const auto& s : enum_spellings<E>())
+    if (s.value == value) return s.names.front();
+  return "?";
+}
+
+}  // namespace loom::config::detail

@@ -1,0 +1,301 @@
+#include "config/tree.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <sstream>
+
+namespace loom::config {
+
+std::string SourceLocation::str() const {
+  if (line <= 0) return origin;
+  return origin + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+RecipeError::RecipeError(std::vector<std::string> errs)
+    : std::runtime_error([&] {
+        std::string text;
+        for (size_t i = 0; i < errs.size(); ++i) text += (i ? "\n" : "") + errs[i];
+        return text;
+      }()),
+      errors(std::move(errs)) {}
+
+}  // namespace loom::config
+
+namespace loom::config::detail {
+
+Node Node::scalar_of(std::string text, bool quoted) {
+  Node n;
+  n.kind = Kind::kScalar;
+  n.scalar = std::move(text);
+  n.quoted = quoted;
+  return n;
+}
+
+Node Node::map() {
+  Node n;
+  n.kind = Kind::kMap;
+  return n;
+}
+
+Node* Node::find(const std::string& key) {
+  for (auto& [k, v] : entries)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const Node* Node::find(const std::string& key) const {
+  for (const auto& [k, v] : entries)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+Node& Node::set(const std::string& key, Node value, SourceLocation key_where) {
+  kind = Kind::kMap;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].first == key) {
+      entries[i].second = std::move(value);
+      key_locations[i] = std::move(key_where);
+      return entries[i].second;
+    }
+  }
+  entries.emplace_back(key, std::move(value));
+  key_locations.push_back(std::move(key_where));
+  return entries.back().second;
+}
+
+bool Node::erase(const std::string& key) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].first == key) {
+      entries.erase(entries.begin() + static_cast<long>(i));
+      key_locations.erase(key_locations.begin() + static_cast<long>(i));
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string format_issue(const SourceLocation& where, const std::string& path, const std::string& message) {
+  std::string out = where.str();
+  if (!path.empty()) out += ": " + path;
+  return out + ": " + message;
+}
+
+void Diagnostics::error(const SourceLocation& where, const std::string& path, const std::string& message) {
+  errors.push_back(format_issue(where, path, message));
+  if (!path.empty()) bad_paths.insert(path);
+}
+
+void Diagnostics::warning(const SourceLocation& where, const std::string& path, const std::string& message) {
+  warnings.push_back(format_issue(where, path, message));
+}
+
+namespace {
+
+SourceLocation location_of(const YAML::Mark& mark, const std::string& origin) {
+  SourceLocation loc{origin, 0, 0};
+  if (mark.line >= 0 && mark.column >= 0) {
+    loc.line = mark.line + 1;
+    loc.column = mark.column + 1;
+  }
+  return loc;
+}
+
+Node convert(const YAML::Node& y, const std::string& origin, const std::string& path, Diagnostics& diag) {
+  Node n;
+  n.where = location_of(y.Mark(), origin);
+  switch (y.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      n.kind = Node::Kind::kNull;
+      break;
+    case YAML::NodeType::Scalar:
+      n.kind = Node::Kind::kScalar;
+      n.scalar = y.Scalar();
+      n.quoted = y.Tag() == "!";  // yaml-cpp tags non-plain (quoted, block) scalars "!"
+      break;
+    case YAML::NodeType::Sequence: {
+      n.kind = Node::Kind::kSequence;
+      size_t i = 0;
+      for (const auto& item : y) {
+        n.items.push_back(convert(item, origin, path + "[" + std::to_string(i) + "]", diag));
+        ++i;
+      }
+      break;
+    }
+    case YAML::NodeType::Map: {
+      n.kind = Node::Kind::kMap;
+      for (auto it = y.begin(); it != y.end(); ++it) {
+        const SourceLocation key_where = location_of(it->first.Mark(), origin);
+        if (!it->first.IsScalar()) {
+          diag.error(key_where, path, "expected a plain key, found a " +
+                                          std::string(it->first.IsMap() ? "mapping" : "sequence") + " as key");
+          continue;
+        }
+        const std::string key = it->first.Scalar();
+        const std::string child_path = path.empty() ? key : path + "." + key;
+        bool duplicate = false;
+        for (size_t i = 0; i < n.entries.size(); ++i) {
+          if (n.entries[i].first == key) {
+            diag.error(key_where, child_path,
+                       "expected each key once per section, found '" + key + "' again (first at line " +
+                           std::to_string(n.key_locations[i].line) + ")");
+            duplicate = true;
+          }
+        }
+        if (duplicate) continue;
+        Node value = convert(it->second, origin, child_path, diag);
+        // An empty value ("key:" then newline) has its mark on the next line: point at the key.
+        if (value.kind == Node::Kind::kNull && value.where.line != key_where.line) value.where = key_where;
+        n.entries.emplace_back(key, std::move(value));
+        n.key_locations.push_back(key_where);
+      }
+      break;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+Node parse_yaml(const std::string& text, const std::string& origin, Diagnostics& diag) {
+  YAML::Node y;
+  try {
+    y = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    diag.error(location_of(e.mark, origin), "", "YAML syntax error: " + e.msg);
+    return Node{};
+  }
+  return convert(y, origin, "", diag);
+}
+
+std::string describe(const Node& node) {
+  switch (node.kind) {
+    case Node::Kind::kNull: return "null";
+    case Node::Kind::kSequence: return "a sequence";
+    case Node::Kind::kMap: return "a mapping";
+    case Node::Kind::kScalar: break;
+  }
+  if (node.quoted) return "\"" + node.scalar + "\"";
+  if (node.scalar.empty()) return "an empty string";
+  return node.scalar;
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> keys;
+  std::string cur;
+  for (char c : path) {
+    if (c == '.') {
+      keys.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  keys.push_back(cur);
+  return keys;
+}
+
+std::string join_path(const std::vector<std::string>& keys, size_t count) {
+  std::string out;
+  for (size_t i = 0; i < count && i < keys.size(); ++i) out += (i ? "." : "") + keys[i];
+  return out;
+}
+
+namespace {
+
+bool is_plain_safe(const std::string& s) {
+  if (s.empty()) return false;
+  const unsigned char first = static_cast<unsigned char>(s[0]);
+  if (!(std::isalpha(first) || s[0] == '_' || s[0] == '/' || s[0] == '.')) return false;
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (!(std::isalnum(u) || c == '_' || c == '.' || c == '/' || c == '-')) return false;
+  }
+  std::string lower;
+  for (char c : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const char* kReserved[] = {"true", "false", "null", "yes", "no", "on", "off", "y", "n", ".inf", ".nan"};
+  for (const char* r : kReserved)
+    if (lower == r) return false;
+  // A leading '.' followed by a digit could read as a float (".5").
+  if (s[0] == '.' && s.size() > 1 && std::isdigit(static_cast<unsigned char>(s[1]))) return false;
+  return true;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default: out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string scalar_text(const Node& n) {
+  if (n.kind == Node::Kind::kNull) return "null";
+  if (n.quoted) return quote(n.scalar);
+  return n.scalar;
+}
+
+bool is_flow_sequence(const Node& n) {
+  for (const auto& item : n.items)
+    if (item.kind == Node::Kind::kMap || item.kind == Node::Kind::kSequence) return false;
+  return true;
+}
+
+void emit(const Node& n, int indent, std::ostringstream& out) {
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  for (const auto& [key, value] : n.entries) {
+    out << pad << key << ":";
+    if (value.kind == Node::Kind::kMap) {
+      if (value.entries.empty()) {
+        out << " {}\n";
+      } else {
+        out << "\n";
+        emit(value, indent + 2, out);
+      }
+    } else if (value.kind == Node::Kind::kSequence) {
+      if (is_flow_sequence(value)) {
+        out << " [";
+        for (size_t i = 0; i < value.items.size(); ++i) out << (i ? ", " : "") << scalar_text(value.items[i]);
+        out << "]\n";
+      } else {
+        out << "\n";
+        for (const auto& item : value.items) {
+          out << pad << "  -\n";
+          emit(item, indent + 4, out);
+        }
+      }
+    } else {
+      out << " " << scalar_text(value) << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string format_double(double value) {
+  std::string text = fmt::format("{}", value);
+  const size_t e = text.find_first_of("eE");
+  const std::string mantissa = text.substr(0, e);
+  if (mantissa.find('.') == std::string::npos && mantissa.find_first_of("0123456789") != std::string::npos) {
+    text.insert(e == std::string::npos ? text.size() : e, ".0");
+  }
+  return text;
+}
+
+Node string_node(const std::string& text) { return Node::scalar_of(text, !is_plain_safe(text)); }
+
+std::string emit_yaml(const Node& root) {
+  std::ostringstream out;
+  emit(root, 0, out);
+  return out.str();
+}
+
+}  // namespace loom::config::detail

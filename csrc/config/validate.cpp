@@ -1,0 +1,357 @@
+#include "config/validate.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <initializer_list>
+
+#include "config/derived.h"
+#include "config/schema.h"
+#include "config/schema_read.h"
+
+namespace loom::config {
+
+namespace {
+
+using detail::enum_name;
+
+/// Fields whose default is computed from another one: not re-checked when the source is bad.
+const std::pair<const char*, const char*> kDerivedFrom[] = {
+    {"model.max_position_embeddings", "model.encoder_seq_length"},
+    {"model.ffn_hidden_size", "model.hidden_size"},
+    {"model.data.seq_length", "model.encoder_seq_length"},
+    {"model.optim.sched.max_steps", "trainer.max_steps"},
+    {"exp_manager.checkpoint_callback_params.every_n_steps", "trainer.val_check_interval"},
+    {"cluster.gpus_per_node", "trainer.devices"},
+};
+
+class Checker {
+ public:
+  Checker(const Recipe& r, const std::set<std::string>& skip) : r_(r), skip_(skip) {}
+
+  /// True when none of `paths` (nor the field a derived path defaults from) had an error so far.
+  bool ok(std::initializer_list<const char*> paths) const {
+    for (const char* p : paths) {
+      if (bad(p)) return false;
+      for (const auto& [derived, source] : kDerivedFrom)
+        if (derived == p && bad(source)) return false;
+    }
+    return true;
+  }
+  bool bad(const std::string& p) const { return skip_.count(p) || failed_.count(p); }
+  void error(const std::string& path, const std::string& message) {
+    findings_.push_back({path, message, false});
+    failed_.insert(path);
+  }
+  void warn(const std::string& path, const std::string& message) { findings_.push_back({path, message, true}); }
+
+  void at_least(const char* path, int64_t value, int64_t min) {
+    if (ok({path}) && value < min) error(path, fmt::format("expected an integer >= {}, found {}", min, value));
+  }
+  void positive_real(const char* path, double value) {
+    if (ok({path}) && !(value > 0)) error(path, fmt::format("expected a number > 0, found {}", value));
+  }
+  void non_negative_real(const char* path, double value) {
+    if (ok({path}) && !(value >= 0)) error(path, fmt::format("expected a number >= 0, found {}", value));
+  }
+  void probability(const char* path, double value) {
+    if (ok({path}) && !(value >= 0 && value < 1)) {
+      error(path, fmt::format("expected a probability in [0, 1), found {}", value));
+    }
+  }
+  void non_empty(const char* path, const std::string& value) {
+    if (ok({path}) && value.empty()) error(path, "expected a non-empty string, found an empty string");
+  }
+
+  std::vector<Finding> run();
+
+ private:
+  void field_ranges();
+  void parallel_layout();
+  void sequence_lengths();
+  void recompute();
+  void optimizer();
+  void data();
+
+  const Recipe& r_;
+  const std::set<std::string>& skip_;
+  std::set<std::string> failed_;
+  std::vector<Finding> findings_;
+};
+
+void Checker::field_ranges() {
+  const auto& t = r_.trainer;
+  at_least("trainer.num_nodes", t.num_nodes, 1);
+  at_least("trainer.devices", t.devices, 1);
+  at_least("trainer.max_steps", t.max_steps, 1);
+  at_least("trainer.log_every_n_steps", t.log_every_n_steps, 1);
+  at_least("trainer.val_check_interval", t.val_check_interval, 1);
+  at_least("trainer.limit_val_batches", t.limit_val_batches, 0);
+  non_negative_real("trainer.gradient_clip_val", t.gradient_clip_val);
+  if (t.max_time && ok({"trainer.max_time"})) {
+    const std::string& s = *t.max_time;
+    // DD:HH:MM:SS with any number of day digits.
+    bool good = s.size() >= 10 && s[s.size() - 3] == ':' && s[s.size() - 6] == ':' && s[s.size() - 9] == ':';
+    for (size_t i = 0; good && i < s.size(); ++i) {
+      const bool colon_pos = i == s.size() - 3 || i == s.size() - 6 || i == s.size() - 9;
+      good = colon_pos ? s[i] == ':' : std::isdigit(static_cast<unsigned char>(s[i])) != 0;
+    }
+    if (!good) error("trainer.max_time", "expected DD:HH:MM:SS (e.g. 00:23:30:00), found \"" + s + "\"");
+  }
+  at_least("exp_manager.checkpoint_callback_params.every_n_steps",
+           r_.exp_manager.checkpoint_callback_params.every_n_steps, 1);
+  non_empty("exp_manager.name", r_.exp_manager.name);
+  non_empty("run.name", r_.run.name);
+
+  const auto& m = r_.model;
+  at_least("model.micro_batch_size", m.micro_batch_size, 1);
+  at_least("model.global_batch_size", m.global_batch_size, 1);
+  at_least("model.tensor_model_parallel_size", m.tensor_model_parallel_size, 1);
+  at_least("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, 1);
+  if (m.virtual_pipeline_model_parallel_size) {
+    at_least("model.virtual_pipeline_model_parallel_size", *m.virtual_pipeline_model_parallel_size, 1);
+  }
+  at_least("model.encoder_seq_length", m.encoder_seq_length, 1);
+  at_least("model.max_position_embeddings", m.max_position_embeddings, 1);
+  at_least("model.num_layers", m.num_layers, 1);
+  at_least("model.hidden_size", m.hidden_size, 1);
+  at_least("model.ffn_hidden_size", m.ffn_hidden_size, 1);
+  at_least("model.num_attention_heads", m.num_attention_heads, 1);
+  positive_real("model.init_method_std", m.init_method_std);
+  probability("model.hidden_dropout", m.hidden_dropout);
+  probability("model.attention_dropout", m.attention_dropout);
+  probability("model.ffn_dropout", m.ffn_dropout);
+  probability("model.label_smoothing", m.label_smoothing);
+  positive_real("model.layernorm_epsilon", m.layernorm_epsilon);
+  at_least("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, 1);
+  at_least("model.seed", m.seed, 0);
+  positive_real("model.collective_timeout_s", m.collective_timeout_s);
+
+  at_least("cluster.gpus_per_node", r_.cluster.gpus_per_node, 1);
+}
+
+void Checker::parallel_layout() {
+  const auto& m = r_.model;
+  const int64_t t = m.tensor_model_parallel_size;
+  const int64_t p = m.pipeline_model_parallel_size;
+  const int64_t v = m.virtual_pipeline_model_parallel_size.value_or(1);
+  const bool layout_ok = ok({"trainer.num_nodes", "trainer.devices", "model.tensor_model_parallel_size",
+                             "model.pipeline_model_parallel_size"});
+  const int64_t world = r_.trainer.num_nodes * r_.trainer.devices;
+  if (layout_ok && world % (t * p) != 0) {
+    error("trainer.devices",
+          fmt::format("expected the world size num_nodes*devices = {}*{} = {} to be a multiple of "
+                      "tensor_model_parallel_size*pipeline_model_parallel_size = {}*{} = {}, found remainder {}",
+                      r_.trainer.num_nodes, r_.trainer.devices, world, t, p, t * p, world % (t * p)));
+  }
+  if (ok({"model.num_attention_heads", "model.tensor_model_parallel_size"}) && m.num_attention_heads % t != 0) {
+    error("model.num_attention_heads",
+          fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t, m.num_attention_heads));
+  }
+  if (ok({"model.hidden_size", "model.num_attention_heads"}) && m.hidden_size % m.num_attention_heads != 0) {
+    error("model.hidden_size",
+          fmt::format("expected a multiple of num_attention_heads ({}), found {}", m.num_attention_heads, m.hidden_size));
+  }
+  if (ok({"model.ffn_hidden_size", "model.tensor_model_parallel_size"}) && m.ffn_hidden_size % t != 0) {
+    error("model.ffn_hidden_size",
+          fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t, m.ffn_hidden_size));
+  }
+  const bool v_ok = ok({"model.virtual_pipeline_model_parallel_size", "model.pipeline_model_parallel_size"});
+  if (v_ok && v > 1 && p == 1) {
+    error("model.virtual_pipeline_model_parallel_size",
+          fmt::format("expected null or 1 when pipeline_model_parallel_size is 1 (interleaving needs a "
+                      "pipeline), found {}", v));
+  }
+  if (v_ok && ok({"model.num_layers"}) && m.num_layers % (p * v) != 0) {
+    error("model.num_layers",
+          v > 1 ? fmt::format("expected a multiple of pipeline_model_parallel_size*virtual_pipeline_model_parallel_size"
+                              " = {}*{} = {}, found {}", p, v, p * v, m.num_layers)
+                : fmt::format("expected a multiple of pipeline_model_parallel_size ({}), found {}", p, m.num_layers));
+  }
+  const bool batch_ok = ok({"trainer.num_nodes", "trainer.devices", "model.tensor_model_parallel_size",
+                            "model.pipeline_model_parallel_size", "model.micro_batch_size",
+                            "model.global_batch_size"});
+  if (batch_ok) {
+    const int64_t d = world / (t * p);
+    const int64_t per_step = m.micro_batch_size * d;
+    if (m.global_batch_size % per_step != 0) {
+      error("model.global_batch_size",
+            fmt::format("expected a multiple of micro_batch_size*data_parallel_size = {}*{} = {}, found {}",
+                        m.micro_batch_size, d, per_step, m.global_batch_size));
+    } else if (v_ok && v > 1 && p > 1) {
+      const int64_t microbatches = m.global_batch_size / per_step;
+      if (microbatches % p != 0) {
+        error("model.virtual_pipeline_model_parallel_size",
+              fmt::format("the interleaved schedule expects num_microbatches (global_batch_size/(micro_batch_size*"
+                          "data_parallel_size) = {}/({}*{})) to be a multiple of pipeline_model_parallel_size ({}), "
+                          "found {}", m.global_batch_size, m.micro_batch_size, d, p, microbatches));
+      }
+    }
+  }
+  if (ok({"cluster.gpus_per_node", "trainer.devices"}) && r_.trainer.accelerator == Accelerator::kGpu &&
+      r_.cluster.gpus_per_node != r_.trainer.devices) {
+    error("cluster.gpus_per_node", fmt::format("expected trainer.devices ({}) on GPU nodes, found {}",
+                                               r_.trainer.devices, r_.cluster.gpus_per_node));
+  }
+}
+
+void Checker::sequence_lengths() {
+  const auto& m = r_.model;
+  const int64_t t = m.tensor_model_parallel_size;
+  if (m.sequence_parallel && ok({"model.tensor_model_parallel_size", "model.sequence_parallel"})) {
+    if (t == 1) {
+      warn("model.sequence_parallel",
+           "sequence_parallel has no effect with tensor_model_parallel_size 1; turned off (as Megatron-LM does)");
+    } else if (ok({"model.encoder_seq_length"}) && m.encoder_seq_length % t != 0) {
+      error("model.encoder_seq_length",
+            fmt::format("expected a multiple of tensor_model_parallel_size ({}) with sequence_parallel, found {}", t,
+                        m.encoder_seq_length));
+    }
+  }
+  if (ok({"model.data.seq_length", "model.encoder_seq_length"}) && m.data.seq_length != m.encoder_seq_length) {
+    error("model.data.seq_length", fmt::format("expected model.encoder_seq_length ({}), found {}",
+                                               m.encoder_seq_length, m.data.seq_length));
+  }
+  if (ok({"model.max_position_embeddings", "model.encoder_seq_length"}) &&
+      m.max_position_embeddings < m.encoder_seq_length) {
+    error("model.max_position_embeddings",
+          fmt::format("expected at least encoder_seq_length ({}), found {}", m.encoder_seq_length,
+                      m.max_position_embeddings));
+  }
+}
+
+void Checker::recompute() {
+  const auto& m = r_.model;
+  const char* gran = "model.activations_checkpoint_granularity";
+  const char* method = "model.activations_checkpoint_method";
+  const char* layers = "model.activations_checkpoint_num_layers";
+  if (!ok({gran, method, layers})) return;
+  const std::string method_name = enum_name(m.activations_checkpoint_method);
+  const std::string layers_text =
+      m.activations_checkpoint_num_layers ? std::to_string(*m.activations_checkpoint_num_layers) : "null";
+  switch (m.activations_checkpoint_granularity) {
+    case RecomputeGranularity::kNone:
+      if (m.activations_checkpoint_method != RecomputeMethod::kNone) {
+        warn(method, "activations_checkpoint_method " + method_name +
+                         " has no effect without activations_checkpoint_granularity; ignored");
+      }
+      return;
+    case RecomputeGranularity::kSelective: {
+      const bool nemo_none = m.activations_checkpoint_method == RecomputeMethod::kBlock &&
+                             m.activations_checkpoint_num_layers.value_or(0) == 0;
+      if (m.activations_checkpoint_method != RecomputeMethod::kNone && !nemo_none) {
+        error(method, "expected null with activations_checkpoint_granularity selective (only full recomputation "
+                      "takes a method), found " + method_name);
+      } else if (m.activations_checkpoint_method == RecomputeMethod::kNone &&
+                 m.activations_checkpoint_num_layers.value_or(0) != 0) {
+        error(layers, "expected null with activations_checkpoint_granularity selective, found " + layers_text);
+      }
+      return;
+    }
+    case RecomputeGranularity::kFull:
+      break;
+  }
+  if (m.activations_checkpoint_method == RecomputeMethod::kNone) {
+    error(method, "expected uniform or block with activations_checkpoint_granularity full, found null");
+    return;
+  }
+  if (!ok({"model.num_layers", "model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"})) {
+    return;  // the layer split itself is wrong (reported above)
+  }
+  const int64_t per_chunk =
+      m.num_layers / (m.pipeline_model_parallel_size * m.virtual_pipeline_model_parallel_size.value_or(1));
+  const bool uniform = m.activations_checkpoint_method == RecomputeMethod::kUniform;
+  const int64_t lo = uniform ? 1 : 0;
+  if (!m.activations_checkpoint_num_layers || *m.activations_checkpoint_num_layers < lo ||
+      *m.activations_checkpoint_num_layers > per_chunk) {
+    error(layers, fmt::format("expected an integer in [{}, {}] (layers per pipeline chunk) for method {}, found {}",
+                              lo, per_chunk, method_name, layers_text));
+  }
+}
+
+void Checker::optimizer() {
+  const auto& o = r_.model.optim;
+  positive_real("model.optim.lr", o.lr);
+  non_negative_real("model.optim.weight_decay", o.weight_decay);
+  positive_real("model.optim.eps", o.eps);
+  if (ok({"model.optim.betas"}) && !(o.betas[0] >= 0 && o.betas[0] < 1 && o.betas[1] >= 0 && o.betas[1] < 1)) {
+    error("model.optim.betas", fmt::format("expected both betas in [0, 1), found [{}, {}]", o.betas[0], o.betas[1]));
+  }
+  at_least("model.optim.sched.warmup_steps", o.sched.warmup_steps, 0);
+  at_least("model.optim.sched.constant_steps", o.sched.constant_steps, 0);
+  at_least("model.optim.sched.max_steps", o.sched.max_steps, 1);
+  non_negative_real("model.optim.sched.min_lr", o.sched.min_lr);
+  if (ok({"model.optim.sched.min_lr", "model.optim.lr"}) && o.sched.min_lr > o.lr) {
+    error("model.optim.sched.min_lr", fmt::format("expected at most model.optim.lr ({}), found {}", o.lr, o.sched.min_lr));
+  }
+  if (ok({"model.optim.sched.warmup_steps", "model.optim.sched.constant_steps", "model.optim.sched.max_steps"}) &&
+      o.sched.warmup_steps + o.sched.constant_steps > o.sched.max_steps &&
+      o.sched.name == SchedulerName::kCosineAnnealing) {
+    warn("model.optim.sched.warmup_steps",
+         fmt::format("warmup_steps + constant_steps = {} exceeds the schedule's max_steps {}: the run ends before "
+                     "the decay phase", o.sched.warmup_steps + o.sched.constant_steps, o.sched.max_steps));
+  }
+}
+
+void Checker::data() {
+  const auto& d = r_.model.data;
+  at_least("model.data.num_workers", d.num_workers, 0);
+  if (ok({"model.data.data_prefix"})) {
+    for (size_t i = 0; i < d.data_prefix.size(); ++i) {
+      const auto& e = d.data_prefix[i];
+      if (!(e.weight > 0)) {
+        error("model.data.data_prefix", fmt::format("expected blend weights > 0, found {} (item {})", e.weight, 2 * i));
+      }
+      if (e.path.empty()) error("model.data.data_prefix", fmt::format("expected a dataset prefix, found an empty string (item {})", 2 * i + 1));
+    }
+  }
+  if (ok({"model.data.splits_string"})) {
+    std::vector<double> weights;
+    std::string cur;
+    bool good = true;
+    auto flush = [&] {
+      double w = 0;
+      std::string s;
+      for (char c : cur)
+        if (c != ' ') s += c;
+      if (!detail::parse_double(s, w) || w < 0) good = false;
+      weights.push_back(w);
+      cur.clear();
+    };
+    for (char c : d.splits_string) {
+      if (c == ',' || c == '/') {
+        flush();
+      } else {
+        cur += c;
+      }
+    }
+    flush();
+    double sum = 0;
+    for (double w : weights) sum += w;
+    if (!good || weights.size() > 3 || !(sum > 0)) {
+      error("model.data.splits_string",
+            "expected 1 to 3 non-negative train,valid,test weights with a positive sum (e.g. \"900,50,50\"), found \"" +
+                d.splits_string + "\"");
+    }
+  }
+  non_empty("model.tokenizer.vocab_file", r_.model.tokenizer.vocab_file);
+  non_empty("model.tokenizer.merge_file", r_.model.tokenizer.merge_file);
+}
+
+std::vector<Finding> Checker::run() {
+  field_ranges();
+  optimizer();
+  data();
+  parallel_layout();
+  sequence_lengths();
+  recompute();
+  return findings_;
+}
+
+}  // namespace
+
+std::vector<Finding> validate_recipe(const Recipe& r, const std::set<std::string>& skip) {
+  return Checker(r, skip).run();
+}
+
+}  // namespace loom::config

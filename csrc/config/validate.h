@@ -1,0 +1,40 @@
+// Range and consistency rules of a recipe, run by load_recipe before any rank starts.
+//
+// Per field: sizes and step counts >= 1 (limit_val_batches, warmup/constant steps, seed,
+// num_workers >= 0), dropouts and label smoothing in [0, 1), betas in [0, 1), lr, eps,
+// init_method_std, layernorm_epsilon, collective_timeout_s > 0, min_lr in [0, lr],
+// weight_decay and gradient_clip_val >= 0, splits_string "a,b,c" (1-3 weights >= 0, sum > 0),
+// max_time "DD:HH:MM:SS", data_prefix weights > 0 and non-empty paths.
+// Across fields (Megatron-LM's argument checks, parallel_layout.md):
+//   world = num_nodes*devices divisible by t*p;      heads % t == 0;  hidden % heads == 0;
+//   ffn_hidden % t == 0;  layers % (p*v) == 0;  v > 1 needs p > 1;  interleaving (v > 1) needs
+//   num_microbatches % p == 0;  global_batch % (micro_batch*d) == 0;  under sequence_parallel
+//   encoder_seq_length % t == 0;  data.seq_length == encoder_seq_length;
+//   max_position_embeddings >= encoder_seq_length;  cluster.gpus_per_node == devices on GPU.
+// Recomputation (Megatron-LM): full needs method uniform|block and num_layers, uniform in
+//   [1, layers per chunk], block in [0, layers per chunk]; selective takes no method/num_layers
+//   (NeMo's own recipes write method block with num_layers 0, which is accepted as "none");
+//   a method without granularity is ignored with a warning.
+// Warnings (not errors): sequence_parallel with t == 1 is turned off, as Megatron does (SP over
+//   one rank is the identity); warmup_steps + constant_steps > sched.max_steps.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/recipe.h"
+
+namespace loom::config {
+
+struct Finding {
+  std::string path;     ///< field the finding is about, e.g. "model.num_attention_heads"
+  std::string message;  ///< "expected ..., found ..."
+  bool warning = false;
+};
+
+/// Applies the rules above to a recipe with defaults and derived values filled. Fields listed
+/// in `skip` already had errors: rules involving them are not evaluated (no cascades).
+std::vector<Finding> validate_recipe(const Recipe& r, const std::set<std::string>& skip = {});
+
+}  // namespace loom::config
