@@ -8,7 +8,7 @@
 using namespace loom::config;
 using loom::config::test::kMinimalRecipe;
 
-TEST_CASE("padded_vocab_size follows Megatron (pad to divisible_by * t)", "[config]") {
+TEST_CASE("padded_vocab_size follows Megatron - pad to divisible_by times t", "[config]") {
   // parallel_layout.md: 50257 -> 50304 at t=1, 51200 at t=8.
   CHECK(padded_vocab_size(50257, 128, 1) == 50304);
   CHECK(padded_vocab_size(50257, 128, 2) == 50432);

@@ -30,7 +30,7 @@ TEST_CASE("overrides set scalars, sequences and new sections", "[config]") {
   CHECK(r.origin.locations.at("model.hidden_size").str() == "min.yaml:13:16");
 }
 
-TEST_CASE("later overrides win; empty value means null; aliases are accepted", "[config]") {
+TEST_CASE("later overrides win, empty value means null, aliases are accepted", "[config]") {
   const Recipe r = load_recipe_from_string(
       kMinimalRecipe, "min.yaml",
       {"model.seed=1", "model.seed=2", "model.virtual_pipeline_model_parallel_size=2", "model.num_layers=8",

@@ -65,7 +65,7 @@ TEST_CASE("minimal recipe: derived fields", "[config]") {
         "the schedule's max_steps 10: the run ends before the decay phase");
 }
 
-TEST_CASE("derived fields written as null are derived; explicit values win", "[config]") {
+TEST_CASE("derived fields written as null are derived and explicit values win", "[config]") {
   const Recipe r = load_recipe_from_string(kMinimalRecipe, "min.yaml",
                                            {"model.ffn_hidden_size=null", "model.max_position_embeddings=512",
                                             "model.optim.sched.max_steps=7", "model.optim.name=distributed_fused_adam"});
