@@ -25,7 +25,7 @@ TEST_CASE("built-in GPU table", "[planner]") {
   CHECK_THROWS_WITH(find_gpu("V100"), Catch::Contains("known: A100-40GB"));
 }
 
-TEST_CASE("user GPU tables: any memory size, named or inline efficiency, clear errors", "[planner]") {
+TEST_CASE("user GPU tables accept any memory size and named or inline efficiency and give clear errors", "[planner]") {
   const std::string table = R"({"gpus": [{"name": "L40S", "peak_tflops": 362, "memory_gib": 48,
       "memory_bandwidth_gbs": 864, "intra_node_gbs": 32, "inter_node_gbs": 25, "gpus_per_node": 4,
       "efficiency": {"gemm_max_fraction": 0.6}}]})";

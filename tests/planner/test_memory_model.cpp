@@ -50,14 +50,14 @@ TEST_CASE("bytes per parameter of parallel_layout.md", "[planner]") {
   CHECK(bytes_per_param(Precision::fp16, true, 4) == Approx(4 + 16.0 / 4));
 }
 
-TEST_CASE("layer params per rank sum to 12h^2 + 13h over the TP group", "[planner]") {
+TEST_CASE("layer params per rank sum to 12h2 + 13h over the TP group", "[planner]") {
   const ModelShape m = gpt(48, 6144, 64);
   const double h = 6144;
   // t ranks hold the split part once and the replicated 6h each.
   CHECK(layer_params_per_rank(m, 8) * 8 - 7 * 6 * h == Approx(12 * h * h + 13 * h));
 }
 
-TEST_CASE("Korthikanti et al. memory figures per GPU", "[planner]") {
+TEST_CASE("Korthikanti et al memory figures per GPU", "[planner]") {
   // params+optimizer (18 B/param of the 12Lh^2 layer weights per GPU), activations with no
   // recompute (TP only) and with SP + selective, on the first stage (GiB, planner.md).
   struct Row { const char* name; int L, h, a, t, p, v, b, micro; double weights, none, sel; };
@@ -83,7 +83,7 @@ TEST_CASE("Korthikanti et al. memory figures per GPU", "[planner]") {
   }
 }
 
-TEST_CASE("stage memory terms: end stages, sharding, reserve", "[planner]") {
+TEST_CASE("stage memory terms for end stages and sharding and the reserve", "[planner]") {
   const ModelShape m = gpt(24, 2048, 16);
   TrainingSetup setup;
   setup.global_batch = 64;

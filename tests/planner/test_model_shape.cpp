@@ -24,7 +24,7 @@ TEST_CASE("gpt3_shape_for_size reproduces the NeMo shapes", "[planner]") {
   CHECK_THROWS_AS(gpt3_shape_for_size(2000), std::invalid_argument);
 }
 
-TEST_CASE("parameter count matches 12Lh^2(1 + 13/(12h) + (V+s)/(12Lh)) + 2h", "[planner]") {
+TEST_CASE("parameter count matches the GPT-3 size formula plus the final LayerNorm", "[planner]") {
   ModelShape m = gpt3_shape_for_size(175);
   const double L = 96, h = 12288, V = 51200, s = 2048;
   const double expected = 12 * L * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * L * h)) + 2 * h;

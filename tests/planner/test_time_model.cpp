@@ -24,7 +24,7 @@ Cluster nodes(int n) {
 }
 }  // namespace
 
-TEST_CASE("pipeline step = m·T_max + (sum T - T_max)/v", "[planner]") {
+TEST_CASE("pipeline step is m times the slowest stage plus the bubble over v", "[planner]") {
   const ModelShape m = gpt(32, 4096, 32);
   const Cluster c = nodes(4);
   TrainingSetup setup;
@@ -49,7 +49,7 @@ TEST_CASE("pipeline step = m·T_max + (sum T - T_max)/v", "[planner]") {
                              t1.bubble + t1.dp_comm + t1.recompute + t1.optimizer));
 }
 
-TEST_CASE("recompute costs: full repeats the forward, selective the attention core", "[planner]") {
+TEST_CASE("recompute costs: full repeats the forward and selective the attention core", "[planner]") {
   const ModelShape m = gpt(48, 6144, 64);
   const Cluster c = nodes(1);
   TrainingSetup setup;
@@ -70,7 +70,7 @@ TEST_CASE("recompute costs: full repeats the forward, selective the attention co
   CHECK(step_time(m, c, setup, L, layer, ends).recompute == 0);
 }
 
-TEST_CASE("22B per-layer times near Korthikanti et al. Table 4", "[planner]") {
+TEST_CASE("22B per-layer times near Korthikanti et al Table 4", "[planner]") {
   const ModelShape m = gpt(48, 6144, 64);
   const Cluster c = nodes(1);
   const LayerCost base = layer_cost(m, c, 8, false, 4);

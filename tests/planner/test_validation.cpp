@@ -32,7 +32,7 @@ TEST_CASE("published results reproduced within 5% mean and 10% worst error", "[p
   CHECK(worst <= 0.10);
 }
 
-TEST_CASE("published rows carry the papers' configurations", "[planner]") {
+TEST_CASE("published rows carry the configurations of the papers", "[planner]") {
   const auto rows = published_rows();
   std::set<std::string> sources;
   for (const auto& r : rows) {
