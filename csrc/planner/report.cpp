@@ -164,10 +164,16 @@ std::string explain(const PlanContext& ctx, const SearchResult& result, std::siz
                      result.enumerated);
     for (const auto& [term, n] : result.unfit_by_term) s += fmt::format(" {} {}", term, n);
     s += "\n";
-    if (!result.best_unfit.empty() && result.best_unfit.front().step_seconds() < win.step_seconds()) {
-      const Candidate& f = result.best_unfit.front();
-      s += fmt::format("Faster but out of memory: {} at {:.3f} s/step:\n", f.layout.describe(), f.step_seconds());
-      s += describe_memory(ctx, f);
+    // Of the kept faster layouts that do not fit, the one closest to fitting.
+    const Candidate* near = nullptr;
+    for (const Candidate& f : result.best_unfit)
+      if (f.step_seconds() < win.step_seconds() &&
+          (!near || f.memory.terms.total() < near->memory.terms.total()))
+        near = &f;
+    if (near) {
+      s += fmt::format("Faster but out of memory (closest to fitting): {} at {:.3f} s/step:\n",
+                       near->layout.describe(), near->step_seconds());
+      s += describe_memory(ctx, *near);
     }
   }
   return s;
