@@ -1,0 +1,309 @@
+#include "data/gpt2_tokenizer.h"
+
+#include <pcre2.h>
+
+#include <atomic>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "data/byte_unicode.h"
+#include "data/utf8.h"
+
+namespace loom::data {
+namespace {
+
+// GPT-2 pre-tokenisation pattern with \s written as Unicode White_Space (see the header).
+#define LOOM_WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+constexpr const char* kPattern =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" LOOM_WS "\\p{L}\\p{N}]+"
+    "|[" LOOM_WS "]+(?![^" LOOM_WS "])|[" LOOM_WS "]+";
+#undef LOOM_WS
+
+constexpr size_t kCacheLimit = 1 << 18;  // pieces cached per thread before the cache is reset
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(std::string(what) + " '" + path + "': cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Decodes UTF-8 (already known valid) into code points.
+std::vector<uint32_t> code_points(std::string_view s) {
+  std::vector<uint32_t> cps;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<uint8_t>(s[i]);
+    uint32_t cp;
+    int n;
+    if (b < 0x80) { cp = b; n = 1; }
+    else if (b < 0xE0) { cp = b & 0x1F; n = 2; }
+    else if (b < 0xF0) { cp = b & 0x0F; n = 3; }
+    else { cp = b & 0x07; n = 4; }
+    for (int k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
+    cps.push_back(cp);
+    i += n;
+  }
+  return cps;
+}
+
+std::atomic<uint64_t> next_instance{1};
+
+}  // namespace
+
+struct Gpt2Tokenizer::Impl {
+  uint64_t instance = next_instance++;
+  std::unordered_map<std::string, int32_t> vocab;   // vocab entry (mapped alphabet) -> id
+  std::vector<std::string> id_bytes;                // id -> raw bytes
+  std::vector<bool> id_present;
+  std::array<int32_t, 256> byte_id{};               // single-byte token ids
+  struct Merge { int32_t rank; int32_t id; };
+  std::unordered_map<uint64_t, Merge> merges;       // (left id << 32 | right id) -> rank, result
+  pcre2_code* regex = nullptr;
+  bool jit = false;
+
+  // Per-thread scratch: PCRE2 match data, JIT stack and the piece cache.
+  struct ThreadState {
+    uint64_t owner = 0;
+    pcre2_match_data* match = nullptr;
+    pcre2_match_context* context = nullptr;
+    pcre2_jit_stack* jit_stack = nullptr;
+    std::unordered_map<std::string, std::vector<int32_t>> cache;
+    std::string key;
+    std::vector<int32_t> symbols;
+    void reset() {
+      if (match) pcre2_match_data_free(match);
+      if (context) pcre2_match_context_free(context);
+      if (jit_stack) pcre2_jit_stack_free(jit_stack);
+      match = nullptr; context = nullptr; jit_stack = nullptr;
+      cache.clear();
+      owner = 0;
+    }
+    ~ThreadState() { reset(); }
+  };
+
+  ThreadState& state() const {
+    thread_local ThreadState ts;
+    if (ts.owner != instance) {
+      ts.reset();
+      ts.match = pcre2_match_data_create_from_pattern(regex, nullptr);
+      ts.context = pcre2_match_context_create(nullptr);
+      if (jit) {
+        ts.jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+        pcre2_jit_stack_assign(ts.context, nullptr, ts.jit_stack);
+      }
+      if (!ts.match || !ts.context) throw std::runtime_error("GPT-2 tokenizer: out of memory for PCRE2 match data");
+      ts.owner = instance;
+    }
+    return ts;
+  }
+
+  // Calls fn(offset, length) for each pre-tokenisation piece of valid UTF-8 text.
+  template <class Fn>
+  void for_each_piece(std::string_view text, ThreadState& ts, Fn&& fn) const {
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t start = 0;
+    while (start < text.size()) {
+      int rc = pcre2_match(regex, subject, text.size(), start, PCRE2_NO_UTF_CHECK, ts.match, ts.context);
+      if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches an alternative
+      if (rc < 0) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        throw std::runtime_error("GPT-2 tokenizer: PCRE2 match failed at byte " + std::to_string(start) +
+                                 ": " + reinterpret_cast<char*>(msg));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ts.match);
+      if (ov[1] <= ov[0]) throw std::runtime_error("GPT-2 tokenizer: empty pre-tokenisation match");
+      fn(ov[0], ov[1] - ov[0]);
+      start = ov[1];
+    }
+  }
+
+  // BPE of one piece's bytes; appends ids to out.
+  void bpe(std::string_view piece, std::vector<int32_t>& out, ThreadState& ts) const {
+    if (piece.size() == 1) {
+      out.push_back(byte_id[static_cast<uint8_t>(piece[0])]);
+      return;
+    }
+    ts.key.assign(piece.data(), piece.size());
+    auto hit = ts.cache.find(ts.key);
+    if (hit != ts.cache.end()) {
+      out.insert(out.end(), hit->second.begin(), hit->second.end());
+      return;
+    }
+    auto& sym = ts.symbols;
+    sym.clear();
+    for (char c : piece) sym.push_back(byte_id[static_cast<uint8_t>(c)]);
+    while (sym.size() > 1) {
+      int32_t best_rank = std::numeric_limits<int32_t>::max();
+      uint64_t best_key = 0;
+      int32_t best_id = -1;
+      for (size_t i = 0; i + 1 < sym.size(); ++i) {
+        const uint64_t k = (static_cast<uint64_t>(static_cast<uint32_t>(sym[i])) << 32) | static_cast<uint32_t>(sym[i + 1]);
+        auto m = merges.find(k);
+        if (m != merges.end() && m->second.rank < best_rank) {
+          best_rank = m->second.rank;
+          best_key = k;
+          best_id = m->second.id;
+        }
+      }
+      if (best_id < 0) break;
+      const auto left = static_cast<int32_t>(best_key >> 32), right = static_cast<int32_t>(best_key & 0xFFFFFFFFu);
+      size_t w = 0;
+      for (size_t i = 0; i < sym.size();) {
+        if (i + 1 < sym.size() && sym[i] == left && sym[i + 1] == right) {
+          sym[w++] = best_id;
+          i += 2;
+        } else {
+          sym[w++] = sym[i++];
+        }
+      }
+      sym.resize(w);
+    }
+    out.insert(out.end(), sym.begin(), sym.end());
+    if (ts.cache.size() >= kCacheLimit) ts.cache.clear();
+    ts.cache.emplace(ts.key, sym);
+  }
+
+  ~Impl() {
+    if (regex) pcre2_code_free(regex);
+  }
+};
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::string& merges_path)
+    : impl_(std::make_unique<Impl>()) {
+  auto& im = *impl_;
+  // Vocabulary.
+  nlohmann::json vocab;
+  try {
+    vocab = nlohmann::json::parse(read_file(vocab_json_path, "GPT-2 vocab file"));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': not valid JSON: " + e.what());
+  }
+  if (!vocab.is_object() || vocab.empty())
+    throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': expected a non-empty JSON object token -> id");
+  int64_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 30))
+      throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': token '" + it.key() +
+                               "' has id " + it.value().dump() + ", expected a non-negative integer");
+    const auto id = it.value().get<int32_t>();
+    im.vocab.emplace(it.key(), id);
+    max_id = std::max<int64_t>(max_id, id);
+  }
+  im.id_bytes.assign(max_id + 1, std::string());
+  im.id_present.assign(max_id + 1, false);
+  for (const auto& [entry, id] : im.vocab) {
+    std::string bytes;
+    for (uint32_t cp : code_points(entry)) {
+      const int b = codepoint_to_byte(cp);
+      if (b >= 0) bytes += static_cast<char>(b);
+      else append_utf8(bytes, cp);  // not from the byte alphabet (e.g. added tokens): keep as is
+    }
+    if (im.id_present[id])
+      throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': id " + std::to_string(id) + " used twice");
+    im.id_bytes[id] = std::move(bytes);
+    im.id_present[id] = true;
+  }
+  const auto& b2c = byte_to_codepoint();
+  for (int b = 0; b < 256; ++b) {
+    std::string entry;
+    append_utf8(entry, b2c[b]);
+    auto it = im.vocab.find(entry);
+    if (it == im.vocab.end())
+      throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': no token for byte " + std::to_string(b) +
+                               " (a byte-level vocabulary needs all 256)");
+    im.byte_id[b] = it->second;
+  }
+  if (auto it = im.vocab.find("<|endoftext|>"); it != im.vocab.end()) eod_id_ = it->second;
+
+  // Merges.
+  std::istringstream merges(read_file(merges_path, "GPT-2 merges file"));
+  std::string line;
+  int32_t rank = 0;
+  for (size_t lineno = 1; std::getline(merges, line); ++lineno) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
+    if (line.empty()) continue;
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
+      throw std::runtime_error("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
+                               ": expected two tokens separated by one space, found '" + line + "'");
+    const std::string left = line.substr(0, sp), right = line.substr(sp + 1);
+    auto l = im.vocab.find(left), r = im.vocab.find(right), m = im.vocab.find(left + right);
+    if (l == im.vocab.end() || r == im.vocab.end() || m == im.vocab.end())
+      throw std::runtime_error("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
+                               ": merge '" + line + "' uses a token missing from the vocabulary '" +
+                               vocab_json_path + "'");
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) | static_cast<uint32_t>(r->second);
+    im.merges.emplace(key, Impl::Merge{rank++, m->second});  // first (lowest) rank wins on duplicates
+  }
+
+  // Pre-tokenisation regex.
+  int err = 0;
+  PCRE2_SIZE erroff = 0;
+  im.regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                           &err, &erroff, nullptr);
+  if (!im.regex) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw std::runtime_error(std::string("GPT-2 tokenizer: cannot compile the pre-tokenisation pattern: ") +
+                             reinterpret_cast<char*>(msg));
+  }
+  im.jit = pcre2_jit_compile(im.regex, PCRE2_JIT_COMPLETE) == 0;
+}
+
+Gpt2Tokenizer::~Gpt2Tokenizer() = default;
+
+size_t Gpt2Tokenizer::vocab_size() const { return impl_->id_bytes.size(); }
+size_t Gpt2Tokenizer::num_merges() const { return impl_->merges.size(); }
+
+void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+  std::string repaired;
+  if (utf8_valid_prefix(text) != text.size()) {
+    repaired = utf8_replace_invalid(text);
+    text = repaired;
+  }
+  auto& ts = impl_->state();
+  impl_->for_each_piece(text, ts, [&](size_t off, size_t len) { impl_->bpe(text.substr(off, len), out, ts); });
+}
+
+std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  encode(text, out);
+  return out;
+}
+
+const std::string& Gpt2Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_bytes.size() || !impl_->id_present[id])
+    throw std::out_of_range("GPT-2 tokenizer: token id " + std::to_string(id) + " is not in the vocabulary (size " +
+                            std::to_string(impl_->id_bytes.size()) + ")");
+  return impl_->id_bytes[id];
+}
+
+std::string Gpt2Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+int32_t Gpt2Tokenizer::token_id(const std::string& vocab_entry) const {
+  auto it = impl_->vocab.find(vocab_entry);
+  return it == impl_->vocab.end() ? -1 : it->second;
+}
+
+std::vector<std::string> Gpt2Tokenizer::pretokenize(std::string_view text) const {
+  if (utf8_valid_prefix(text) != text.size())
+    throw std::invalid_argument("GPT-2 tokenizer: pretokenize needs valid UTF-8");
+  std::vector<std::string> pieces;
+  auto& ts = impl_->state();
+  impl_->for_each_piece(text, ts, [&](size_t off, size_t len) { pieces.emplace_back(text.substr(off, len)); });
+  return pieces;
+}
+
+}  // namespace loom::data

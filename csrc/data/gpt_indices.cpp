@@ -1,0 +1,134 @@
+#include "data/gpt_indices.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "data/data_error.h"
+#include "data/numpy_random.h"
+
+namespace loom::data {
+namespace {
+
+// _build_document_index: the documents tiled `epochs` times, shuffled (the final epoch on its
+// own after the others when `separate_final_epoch`).
+std::vector<int32_t> build_document_index(int64_t begin, int64_t end, int64_t epochs, NumpyRandomState& rng,
+                                          bool separate_final_epoch) {
+  if (!separate_final_epoch || epochs == 1) {
+    std::vector<int32_t> idx;
+    idx.reserve(static_cast<size_t>((end - begin) * epochs));
+    for (int64_t e = 0; e < epochs; ++e)
+      for (int64_t d = begin; d < end; ++d) idx.push_back(static_cast<int32_t>(d));
+    rng.shuffle(idx);
+    return idx;
+  }
+  auto first = build_document_index(begin, end, epochs - 1, rng, false);
+  auto last = build_document_index(begin, end, 1, rng, false);
+  first.insert(first.end(), last.begin(), last.end());
+  return first;
+}
+
+std::vector<int64_t> shuffled_range(int64_t lo, int64_t hi, NumpyRandomState& rng) {
+  std::vector<int64_t> v(static_cast<size_t>(hi - lo));
+  std::iota(v.begin(), v.end(), lo);
+  rng.shuffle(v);
+  return v;
+}
+
+}  // namespace
+
+int64_t tokens_per_epoch(const int32_t* lengths, int64_t begin, int64_t end) {
+  int64_t t = 0;
+  for (int64_t i = begin; i < end; ++i) t += lengths[i];
+  return t;
+}
+
+int64_t num_epochs_for(int64_t tpe, const GptIndexParams& p) {
+  if (!p.num_samples) return 1;
+  const int64_t wanted = *p.num_samples * p.seq_length + (p.add_extra_token ? 1 : 0);
+  if (tpe <= 0) {
+    if (wanted > 0) throw DataError("GPT dataset: the split has no tokens");
+    return 1;
+  }
+  int64_t epochs = 1;
+  for (int64_t tokens = tpe; tokens < wanted; tokens += tpe) ++epochs;
+  return epochs;
+}
+
+std::vector<int64_t> build_sample_index(const int32_t* sizes, const std::vector<int32_t>& document_idx,
+                                        int64_t seq_length, int64_t num_epochs, int64_t tpe,
+                                        bool drop_last_partial_sequence, bool add_extra_token) {
+  const int64_t extra = add_extra_token ? 1 : 0;
+  int64_t num_samples;
+  if (drop_last_partial_sequence) {
+    num_samples = (num_epochs * tpe - extra) / seq_length;
+  } else {
+    // helpers.cpp computes this in single precision; keep it so the counts agree.
+    num_samples = static_cast<int64_t>(std::ceil(static_cast<float>(num_epochs * tpe - extra) / static_cast<int32_t>(seq_length)));
+  }
+  std::vector<int64_t> sample_idx(static_cast<size_t>(2 * (num_samples + 1)));
+  int64_t sample = 0, doc_pos = 0, doc_offset = 0;
+  sample_idx[0] = 0;
+  sample_idx[1] = 0;
+  ++sample;
+  const int64_t last_pos = static_cast<int64_t>(document_idx.size()) - 1;
+  while (sample <= num_samples) {
+    int64_t remaining = seq_length + extra;
+    while (remaining != 0) {
+      const int64_t doc_len = sizes[document_idx[doc_pos]] - doc_offset;
+      remaining -= doc_len;
+      if (remaining <= 0) {
+        doc_offset += remaining + doc_len - extra;
+        remaining = 0;
+      } else {
+        if (doc_pos == last_pos) {  // ran out of documents: the last (partial) sample ends here
+          doc_offset = sizes[document_idx[doc_pos]] - extra;
+          break;
+        }
+        ++doc_pos;
+        doc_offset = 0;
+      }
+    }
+    sample_idx[2 * sample] = doc_pos;
+    sample_idx[2 * sample + 1] = doc_offset;
+    ++sample;
+  }
+  return sample_idx;
+}
+
+GptIndices build_gpt_indices(const int32_t* lengths, int64_t begin, int64_t end, const GptIndexParams& p) {
+  if (p.seq_length < 2) throw DataError("GPT dataset: seq_length must be at least 2, got " + std::to_string(p.seq_length));
+  if (p.num_samples && *p.num_samples < 0) throw DataError("GPT dataset: negative num_samples");
+  GptIndices out;
+  const int64_t tpe = tokens_per_epoch(lengths, begin, end);
+  if (tpe < 2)
+    throw DataError("GPT dataset: sequences [" + std::to_string(begin) + ", " + std::to_string(end) + ") hold " +
+                    std::to_string(tpe) + " tokens; a split needs at least 2");
+  const int64_t extra = p.add_extra_token ? 1 : 0;
+  const int64_t epochs = num_epochs_for(tpe, p);
+  int64_t samples_sans_final = 0;
+  bool separate = false;
+  if (epochs > 1) {
+    samples_sans_final = ((epochs - 1) * tpe - extra) / p.seq_length;
+    const int64_t from_final = *p.num_samples - samples_sans_final;
+    const int64_t per_epoch = (tpe - extra) / p.seq_length;
+    // Megatron asserts 0 <= from_final <= per_epoch + 1; the epoch count guarantees it.
+    separate = from_final < static_cast<int64_t>(0.80 * static_cast<double>(per_epoch));
+  }
+  NumpyRandomState rng(p.seed);
+  out.num_epochs = epochs;
+  out.separate_final_epoch = separate;
+  out.document_index = build_document_index(begin, end, epochs, rng, separate);
+  out.sample_index = build_sample_index(lengths, out.document_index, p.seq_length, epochs, tpe,
+                                        p.drop_last_partial_sequence, p.add_extra_token);
+  const int64_t total = out.num_samples();
+  if (separate) {
+    out.shuffle_index = shuffled_range(0, samples_sans_final, rng);
+    auto last = shuffled_range(samples_sans_final, total, rng);
+    out.shuffle_index.insert(out.shuffle_index.end(), last.begin(), last.end());
+  } else {
+    out.shuffle_index = shuffled_range(0, total, rng);
+  }
+  return out;
+}
+
+}  // namespace loom::data

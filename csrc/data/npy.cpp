@@ -1,0 +1,125 @@
+#include "data/npy.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "data/data_error.h"
+
+namespace loom::data {
+namespace {
+
+size_t descr_size(const std::string& d) {
+  if (d == "<i2" || d == "<u2") return 2;
+  if (d == "<i4" || d == "<u4") return 4;
+  if (d == "<i8" || d == "<u8") return 8;
+  return 0;
+}
+
+}  // namespace
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open .npy file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  auto bad = [&](const std::string& what) { return DataError(".npy file '" + path + "': " + what); };
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) throw bad("bad magic, not a NumPy .npy file");
+  const int major = static_cast<uint8_t>(bytes[6]);
+  size_t header_len, header_start;
+  if (major == 1) {
+    header_len = static_cast<uint8_t>(bytes[8]) | (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) throw bad("truncated header");
+    uint32_t l;
+    std::memcpy(&l, bytes.data() + 8, 4);
+    header_len = l;
+    header_start = 12;
+  } else {
+    throw bad("unsupported format version " + std::to_string(major));
+  }
+  if (bytes.size() < header_start + header_len) throw bad("truncated header");
+  const std::string header = bytes.substr(header_start, header_len);
+  NpyArray arr;
+  auto field = [&](const std::string& key) {
+    const auto k = header.find("'" + key + "'");
+    if (k == std::string::npos) throw bad("header lacks '" + key + "'");
+    return header.find(':', k) + 1;
+  };
+  size_t p = header.find('\'', field("descr"));
+  arr.descr = header.substr(p + 1, header.find('\'', p + 1) - p - 1);
+  if (arr.descr == "|i1" || arr.descr == "|u1") throw bad("1-byte dtypes are not supported");
+  const size_t es = descr_size(arr.descr);
+  if (es == 0) throw bad("unsupported dtype '" + arr.descr + "', expected a little-endian integer type");
+  if (header.find("True", field("fortran_order")) == header.find_first_not_of(' ', field("fortran_order")))
+    throw bad("Fortran order is not supported");
+  p = header.find('(', field("shape"));
+  const std::string shape = header.substr(p + 1, header.find(')', p) - p - 1);
+  std::stringstream sh(shape);
+  std::string item;
+  size_t count = 1;
+  while (std::getline(sh, item, ',')) {
+    if (item.find_first_not_of(' ') == std::string::npos) continue;
+    arr.shape.push_back(std::stoull(item));
+    count *= arr.shape.back();
+  }
+  if (arr.shape.empty() || arr.shape.size() > 2) throw bad("expected a 1-D or 2-D array, shape (" + shape + ")");
+  const size_t data_start = header_start + header_len;
+  if (bytes.size() < data_start + count * es)
+    throw bad("truncated: " + std::to_string(count) + " elements need " + std::to_string(count * es) + " bytes");
+  arr.data.resize(count);
+  const char* src = bytes.data() + data_start;
+  const bool is_unsigned = arr.descr[1] == 'u';
+  for (size_t i = 0; i < count; ++i) {
+    const char* s = src + i * es;
+    int64_t v = 0;
+    if (es == 2) { if (is_unsigned) { uint16_t x; std::memcpy(&x, s, 2); v = x; } else { int16_t x; std::memcpy(&x, s, 2); v = x; } }
+    else if (es == 4) { if (is_unsigned) { uint32_t x; std::memcpy(&x, s, 4); v = x; } else { int32_t x; std::memcpy(&x, s, 4); v = x; } }
+    else { std::memcpy(&v, s, 8); }
+    arr.data[i] = v;
+  }
+  return arr;
+}
+
+void write_npy(const std::string& path, const std::vector<int64_t>& values, const std::vector<size_t>& shape,
+               const std::string& descr) {
+  const size_t es = descr_size(descr);
+  if (es == 0 || descr[1] != 'i') throw std::invalid_argument("write_npy: unsupported descr '" + descr + "'");
+  std::string dims;
+  for (size_t s : shape) dims += std::to_string(s) + ", ";
+  if (shape.size() > 1) dims.resize(dims.size() - 2);
+  else if (shape.size() == 1) dims.pop_back();  // "(N,)"
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xFF);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  const size_t base = out.size();
+  out.resize(base + values.size() * es);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int64_t v = values[i];
+    char* d = out.data() + base + i * es;
+    if (es == 2) { auto x = static_cast<int16_t>(v); std::memcpy(d, &x, 2); }
+    else if (es == 4) { auto x = static_cast<int32_t>(v); std::memcpy(d, &x, 4); }
+    else std::memcpy(d, &v, 8);
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot create '" + tmp + "': " + std::strerror(errno));
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  if (std::fclose(f) != 0 || !ok) throw std::runtime_error("cannot write '" + tmp + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+}
+
+}  // namespace loom::data
