@@ -1,0 +1,35 @@
+// Every schema of the `loom` op library, in one place. Implementations are registered per
+// dispatch key elsewhere: cpu/register_cpu.cpp (CPU), cuda/register_cuda.cpp (CUDA),
+// meta.cpp (Meta: shapes only), autograd.cpp (Autograd), attention.cpp
+// (CompositeExplicitAutograd: core_attention is a composition of the ops below).
+//
+// Dropout arguments (p, seed, stream, global_shape, offset) follow philox.h and
+// dropout_layout.h: the input is the block `offset` of a row-major tensor of shape
+// `global_shape` (both [] = the input is the whole tensor); seed and stream are 64-bit
+// patterns carried in int (int64).
+#include <torch/library.h>
+
+TORCH_LIBRARY(loom, m) {
+  m.def("layer_norm(Tensor input, Tensor weight, Tensor bias, float eps)"
+        " -> (Tensor, Tensor, Tensor)");
+  m.def("layer_norm_backward(Tensor grad_out, Tensor input, Tensor weight, Tensor mean,"
+        " Tensor rstd) -> (Tensor, Tensor, Tensor)");
+  m.def("dropout(Tensor input, float p, int seed, int stream, int[] global_shape,"
+        " int[] offset) -> Tensor");
+  m.def("dropout_mask(Tensor like, float p, int seed, int stream, int[] global_shape,"
+        " int[] offset) -> Tensor");
+  m.def("bias_dropout_add(Tensor input, Tensor? bias, Tensor residual, float p, int seed,"
+        " int stream, int[] global_shape, int[] offset) -> Tensor");
+  m.def("scaled_masked_softmax(Tensor input, Tensor? mask, float scale, bool causal)"
+        " -> Tensor");
+  m.def("scaled_masked_softmax_backward(Tensor grad_out, Tensor output, float scale)"
+        " -> Tensor");
+  m.def("core_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale,"
+        " bool causal, float p, int seed, int stream, int[] global_shape, int[] offset)"
+        " -> Tensor");
+  m.def("core_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v,"
+        " Tensor? mask, float scale, bool causal, float p, int seed, int stream,"
+        " int[] global_shape, int[] offset) -> (Tensor, Tensor, Tensor)");
+  m.def("bias_gelu(Tensor input, Tensor bias) -> Tensor");
+  m.def("bias_gelu_backward(Tensor grad_out, Tensor input, Tensor bias) -> Tensor");
+}

@@ -1,0 +1,28 @@
+// bias_gelu against at::gelu(x + b, "tanh"), forward and backward.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "loom_ops/ops.h"
+#include "ops_test_util.h"
+
+TEST_CASE("bias_gelu matches at::gelu(x + bias, tanh)", "[ops][gelu]") {
+  at::manual_seed(51);
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    CAPTURE(dtype);
+    const at::Tensor x0 = (at::randn({7, 3, 96}) * 2).to(dtype), b0 = at::randn({96}).to(dtype);
+    const at::Tensor g = at::randn({7, 3, 96}).to(dtype);
+    at::Tensor x = x0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    at::Tensor y = loom::ops::bias_gelu(x, b);
+    y.backward(g);
+    at::Tensor xr = x0.to(at::kFloat).clone().requires_grad_(), br = b0.to(at::kFloat).clone().requires_grad_();
+    at::Tensor yr = at::gelu(xr + br, "tanh");
+    yr.backward(g.to(at::kFloat));
+    // fp32: tanh implementations differ by a few ulp. bf16: one rounding of an fp32 value.
+    const bool f32 = dtype == at::kFloat;
+    LOOM_CHECK_CLOSE(y, yr, f32 ? 1e-5 : 1.0 / 256, f32 ? 1e-6 : 1.0 / 256);
+    LOOM_CHECK_CLOSE(x.grad(), xr.grad(), f32 ? 1e-5 : 1.0 / 256, f32 ? 1e-6 : 1.0 / 256);
+    // d bias sums 21 rows (bf16: of rounded terms).
+    LOOM_CHECK_CLOSE(b.grad(), br.grad(), f32 ? 1e-5 : 1.0 / 64, f32 ? 1e-5 : 1.0 / 32);
+  }
+}
