@@ -1,0 +1,54 @@
+#include "train/optim/grad_norm.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace loom::train::optim {
+namespace {
+
+at::TensorOptions scalar_options(const std::vector<at::Tensor>& grads) {
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  return grads.empty() ? opts : opts.device(grads.front().device());
+}
+
+}  // namespace
+
+bool counts_in_grad_norm(const TrainableParam& param, int tensor_rank) {
+  if (param.tied_embedding_duplicate) return false;
+  return param.tensor_parallel || tensor_rank == 0;
+}
+
+float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group) {
+  at::Tensor sum_sq = at::zeros({1}, scalar_options(grads));
+  for (const auto& g : grads) {
+    if (g.numel() == 0) continue;
+    at::Tensor n = at::linalg_vector_norm(g, 2, {}, false, at::kFloat);
+    sum_sq.add_(n * n);
+  }
+  group.all_reduce(sum_sq);
+  return sum_sq.sqrt().item<float>();
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  if (!(max_norm > 0.0) || !std::isfinite(norm)) return 1.0;
+  double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
+void scale_grads(const std::vector<at::Tensor>& grads, double coefficient) {
+  if (coefficient == 1.0) return;
+  for (const auto& g : grads) g.mul_(coefficient);
+}
+
+bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group) {
+  at::Tensor flag = at::zeros({1}, scalar_options(grads));
+  for (const auto& g : grads) {
+    if (g.numel() == 0) continue;
+    flag.add_(at::logical_not(at::isfinite(g)).any().to(at::kFloat));
+  }
+  group.all_reduce(flag, runtime::ReduceOp::kMax);
+  return flag.item<float>() > 0.0f;
+}
+
+}  // namespace loom::train::optim

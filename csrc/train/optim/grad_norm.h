@@ -1,0 +1,38 @@
+// Global gradient norm, clipping and the inf/NaN check (parallel_layout.md, "Gradient
+// finalisation" step 4; Megatron's clip_grad_norm_fp32 and count_zeros rules).
+//
+// A gradient counts towards the norm on this rank only if its parameter is not the tied
+// embedding duplicate and is tensor-parallel or this is tensor rank 0, so that every distinct
+// value is counted exactly once across the model-parallel group. The local sums of squares are
+// SUM all-reduced over `group`: the model-parallel group when every data-parallel rank holds the
+// whole reduced gradient, the world when each data rank holds a shard (distributed optimizer).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "runtime/communicator.h"
+#include "train/trainable_param.h"
+
+namespace loom::train::optim {
+
+/// The counting rule above.
+bool counts_in_grad_norm(const TrainableParam& param, int tensor_rank);
+
+/// sqrt(Σ over `grads` of Σ g²), the sum taken in fp32 and all-reduced over `group`.
+/// `grads`: fp32 tensors (already filtered by the counting rule). Returns the same fp32 value on
+/// every member (inf/NaN if any gradient is).
+float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group);
+
+/// Megatron's clip coefficient max_norm/(norm + 1e-6), or 1 when that is >= 1, when
+/// max_norm <= 0 (clipping off) or when the norm is not finite.
+double clip_coefficient(double norm, double max_norm);
+
+/// Multiplies every tensor in place by `coefficient` (skipped when it is exactly 1).
+void scale_grads(const std::vector<at::Tensor>& grads, double coefficient);
+
+/// true on every member of `group` if any element of any local tensor is inf or NaN on any
+/// member (a MAX all-reduce of the local flag).
+bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group);
+
+}  // namespace loom::train::optim

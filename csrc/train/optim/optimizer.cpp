@@ -1,0 +1,161 @@
+#include "train/optim/optimizer.h"
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include "train/optim/distributed_optimizer.h"
+#include "train/optim/grad_finalize.h"
+#include "train/optim/grad_norm.h"
+#include "train/optim/plain_optimizer.h"
+
+namespace loom::train::optim {
+namespace {
+
+const char* const kStateKinds[3] = {"main", "exp_avg", "exp_avg_sq"};
+
+}  // namespace
+
+bool parse_distributed_optimizer(const std::string& name, const std::string& field) {
+  if (name == "distributed_fused_adam") return true;
+  if (name == "fused_adam" || name == "adamw" || name == "adam") return false;
+  throw std::invalid_argument(field + ": unknown optimizer '" + name +
+                              "'; expected fused_adam, adamw, adam or distributed_fused_adam");
+}
+
+std::unique_ptr<Optimizer> Optimizer::create(TrainableParams params,
+                                             std::shared_ptr<runtime::ProcessGroups> groups,
+                                             OptimizerOptions options) {
+  if (options.distributed)
+    return std::make_unique<DistributedOptimizer>(std::move(params), std::move(groups), options);
+  return std::make_unique<PlainOptimizer>(std::move(params), std::move(groups), options);
+}
+
+Optimizer::Optimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+                     OptimizerOptions options)
+    : params_(std::move(params)), groups_(std::move(groups)), options_(options) {
+  if (!groups_) throw std::invalid_argument("optimizer: process groups are null");
+  validate(options_.adamw);
+  std::set<std::string> names;
+  for (const auto& p : params_) {
+    if (p.name.empty()) throw std::invalid_argument("optimizer: a parameter has an empty name");
+    if (!names.insert(p.name).second)
+      throw std::invalid_argument("optimizer: parameter name '" + p.name + "' appears twice");
+  }
+  GradBufferOptions gopts;
+  gopts.bucket_bytes = options_.bucket_bytes;
+  gopts.pad_multiple = options_.distributed ? groups_->data().size() : 1;
+  grads_ = std::make_unique<GradBuffer>(params_, gopts);
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::zero_grad() { grads_->zero(); }
+
+void Optimizer::accumulate_grads() { grads_->accumulate(); }
+
+runtime::Communicator& Optimizer::norm_group() {
+  return options_.distributed ? groups_->world() : groups_->model_parallel();
+}
+
+void Optimizer::init_main_from_params() {
+  at::NoGradGuard no_grad;
+  for (auto& piece : pieces_) {
+    if (piece.main_is_param) continue;
+    at::Tensor src = params_[piece.param].param.detach();
+    piece.main.copy_(src.reshape(-1).narrow(0, piece.param_offset, piece.numel).view(piece.main.sizes()));
+  }
+}
+
+StepResult Optimizer::step(double lr, LossScaler* scaler) {
+  at::NoGradGuard no_grad;
+  finalize_grads(*grads_, groups_->data(), groups_->tensor(), groups_->embedding(), options_.distributed);
+
+  std::vector<at::Tensor> all_grads, counted;
+  const int tp_rank = groups_->tensor().rank();
+  for (const auto& piece : pieces_) {
+    all_grads.push_back(piece.grad);
+    if (counts_in_grad_norm(params_[piece.param], tp_rank)) counted.push_back(piece.grad);
+  }
+
+  StepResult result;
+  if (scaler) {
+    scale_grads(all_grads, scaler->inv_scale());
+    bool found_inf = found_inf_or_nan(all_grads, norm_group());
+    scaler->update(found_inf);
+    result.loss_scale = scaler->scale();
+    if (found_inf) {
+      result.skipped = true;
+      result.grad_norm = std::numeric_limits<float>::quiet_NaN();
+      return result;
+    }
+  }
+  result.grad_norm = global_grad_norm(counted, norm_group());
+  if (!std::isfinite(result.grad_norm)) {
+    result.skipped = true;
+    return result;
+  }
+  result.clip_coefficient = clip_coefficient(result.grad_norm, options_.clip_grad);
+  scale_grads(all_grads, result.clip_coefficient);
+
+  ++step_count_;
+  for (auto& piece : pieces_) {
+    adamw_update(piece.main, piece.grad, piece.exp_avg, piece.exp_avg_sq, step_count_, lr,
+                 options_.adamw, params_[piece.param].weight_decay);
+  }
+  publish_params();
+  return result;
+}
+
+OptimizerState Optimizer::state_dict() {
+  at::NoGradGuard no_grad;
+  OptimizerState state;
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<at::Tensor> full = gather_state(kind);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      state.tensors[std::string(kStateKinds[kind]) + "/" + params_[i].name] = full[i];
+    }
+  }
+  state.values = {{"name", "adamw"}, {"step", step_count_}};
+  return state;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& state) {
+  at::NoGradGuard no_grad;
+  const auto& v = state.values;
+  if (!v.is_object() || !v.contains("step") || !v["step"].is_number_integer() || v["step"].get<int64_t>() < 0)
+    throw std::runtime_error("optimizer state: expected values {\"step\": <non-negative integer>}, got " + v.dump());
+  if (v.contains("name") && v["name"] != "adamw")
+    throw std::runtime_error("optimizer state: saved by optimizer '" + v["name"].dump() + "', expected \"adamw\"");
+  // Check every entry before changing anything.
+  std::vector<std::array<at::Tensor, 3>> full(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::string key = std::string(kStateKinds[kind]) + "/" + params_[i].name;
+      auto it = state.tensors.find(key);
+      if (it == state.tensors.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
+      const at::Tensor& t = it->second;
+      if (!t.defined() || t.scalar_type() != at::kFloat || t.sizes() != params_[i].param.sizes()) {
+        throw std::runtime_error("optimizer state: tensor '" + key + "' must be fp32 of shape " +
+                                 c10::str(params_[i].param.sizes()) + ", got " +
+                                 (t.defined() ? std::string(c10::toString(t.scalar_type())) + " " + c10::str(t.sizes())
+                                              : std::string("undefined")));
+      }
+      full[i][kind] = t.reshape(-1);
+    }
+  }
+  for (auto& piece : pieces_) {
+    at::Tensor* dst[3] = {&piece.main, &piece.exp_avg, &piece.exp_avg_sq};
+    for (int kind = 0; kind < 3; ++kind) {
+      dst[kind]->copy_(full[piece.param][kind].narrow(0, piece.param_offset, piece.numel).view(dst[kind]->sizes()));
+    }
+  }
+  step_count_ = v["step"].get<int64_t>();
+  publish_params();
+}
+
+}  // namespace loom::train::optim

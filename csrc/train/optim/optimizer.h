@@ -1,0 +1,123 @@
+// The training step's optimizer: fp32 gradient accumulation, gradient finalisation, loss-scale
+// handling, global norm and clipping, and AdamW on fp32 main parameters, for either layout
+// (parallel_layout.md, "Gradient finalisation" and "Distributed optimizer"):
+//   - plain ("fused_adam"): every data-parallel rank holds the whole reduced gradient and the
+//     whole optimizer state; fp32 main parameters are the parameters themselves when the model
+//     is fp32, otherwise fp32 copies (bf16/fp16 models).
+//   - distributed ("distributed_fused_adam", ZeRO-1): the gradient buffer is reduce-scattered;
+//     each data-parallel rank keeps fp32 main parameters and moments for its 1/d of every bucket,
+//     updates them, and the updated shards are all-gathered into the model-dtype parameters.
+// Both give the same parameters up to the rounding of the reductions.
+//
+// Use per iteration:  zero_grad(); for each micro-batch { forward; (loss·scale).backward();
+// accumulate_grads(); }  result = step(lr, scaler).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/process_groups.h"
+#include "train/optim/adamw.h"
+#include "train/optim/grad_buffer.h"
+#include "train/optim/loss_scaler.h"
+#include "train/optim/optimizer_state.h"
+#include "train/trainable_param.h"
+
+namespace loom::train::optim {
+
+struct OptimizerOptions {
+  AdamWConfig adamw;
+  /// ZeRO-1 sharding over the data-parallel group (model.optim.name: distributed_fused_adam).
+  bool distributed = false;
+  /// Gradient bucket size for the data-parallel collectives (bytes of fp32).
+  int64_t bucket_bytes = 40'000'000;
+  /// trainer.gradient_clip_val; <= 0 disables clipping (the norm is still computed).
+  double clip_grad = 1.0;
+};
+
+/// Maps model.optim.name: "fused_adam", "adamw", "adam" (decoupled decay as NeMo's FusedAdam in
+/// adam_w_mode) → plain; "distributed_fused_adam" → distributed. Throws std::invalid_argument
+/// naming the field otherwise.
+bool parse_distributed_optimizer(const std::string& name, const std::string& field = "model.optim.name");
+
+struct StepResult {
+  /// Global L2 norm of the finalised, unscaled gradients before clipping (the same fp32 value
+  /// on every rank); NaN when the step was skipped because of an inf/NaN gradient.
+  float grad_norm = 0.0f;
+  bool skipped = false;      ///< no update: parameters, moments and step count unchanged
+  double clip_coefficient = 1.0;  ///< applied to the gradients (1 when not clipped)
+  double loss_scale = 1.0;   ///< the scaler's scale after its update (1 without a scaler)
+};
+
+class Optimizer {
+ public:
+  /// Builds the plain or distributed optimizer for this rank's parameters. Parameter names must
+  /// be unique; with `distributed`, all parameters must share one dtype. Throws
+  /// std::invalid_argument naming the parameter or option.
+  static std::unique_ptr<Optimizer> create(TrainableParams params,
+                                           std::shared_ptr<runtime::ProcessGroups> groups,
+                                           OptimizerOptions options);
+  virtual ~Optimizer();
+
+  /// Zeros the fp32 gradient buffer and drops every param.grad.
+  void zero_grad();
+  /// Adds every param.grad into the fp32 buffer and drops it: call after each micro-batch backward.
+  void accumulate_grads();
+
+  /// One training step after the last micro-batch: finalises the gradients (grad_finalize.h);
+  /// with a `scaler`, unscales them by 1/scale, checks all ranks for inf/NaN, updates the scaler
+  /// and skips the update on overflow; computes the global norm (grad_norm.h), clips to
+  /// options.clip_grad, applies AdamW at `lr` (weight decay only where param.weight_decay) and
+  /// writes the new values into the model parameters. Without a scaler a non-finite norm also
+  /// skips the update (the loop decides whether to stop). Collective over all ranks.
+  StepResult step(double lr, LossScaler* scaler = nullptr);
+
+  int64_t step_count() const { return step_count_; }  ///< successful updates so far
+  bool distributed() const { return options_.distributed; }
+  GradBuffer& grads() { return *grads_; }
+  const TrainableParams& params() const { return params_; }
+  const OptimizerOptions& options() const { return options_; }
+
+  /// Whole-parameter fp32 state (see OptimizerState), identical in format for both layouts, so a
+  /// checkpoint can be restored with another data-parallel size or layout. Collective over the
+  /// data-parallel group for the distributed optimizer. Tensors are copies.
+  OptimizerState state_dict();
+  /// Restores main parameters, moments and step, then writes the main parameters into the
+  /// model parameters. Throws std::runtime_error naming the missing or mismatched entry.
+  void load_state_dict(const OptimizerState& state);
+
+ protected:
+  /// A contiguous run of one parameter's elements that this rank updates, with its fp32 state.
+  struct Piece {
+    size_t param = 0;          ///< index into params()
+    int64_t param_offset = 0;  ///< first element covered, in the flattened parameter
+    int64_t numel = 0;
+    at::Tensor main, grad, exp_avg, exp_avg_sq;  ///< fp32, all the same shape
+    bool main_is_param = false;  ///< `main` is the fp32 model parameter itself (plain, fp32)
+  };
+
+  Optimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+            OptimizerOptions options);
+  /// Copies the model parameters into every piece's main tensor (unless they alias).
+  void init_main_from_params();
+
+  /// Writes the pieces' main values into the model parameters (all-gather when sharded).
+  virtual void publish_params() = 0;
+  /// Whole-parameter fp32 copies of one kind of state (0 main, 1 exp_avg, 2 exp_avg_sq), in
+  /// parameter order.
+  virtual std::vector<at::Tensor> gather_state(int kind) = 0;
+  /// The group over which norms and overflow flags are reduced.
+  runtime::Communicator& norm_group();
+
+  TrainableParams params_;
+  std::shared_ptr<runtime::ProcessGroups> groups_;
+  OptimizerOptions options_;
+  std::unique_ptr<GradBuffer> grads_;
+  std::vector<Piece> pieces_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace loom::train::optim

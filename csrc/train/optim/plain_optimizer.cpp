@@ -1,0 +1,42 @@
+#include "train/optim/plain_optimizer.h"
+
+#include <ATen/ATen.h>
+
+namespace loom::train::optim {
+
+PlainOptimizer::PlainOptimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+                               OptimizerOptions options)
+    : Optimizer(std::move(params), std::move(groups), options) {
+  options_.distributed = false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor p = params_[i].param.detach();
+    Piece piece;
+    piece.param = i;
+    piece.numel = p.numel();
+    piece.main_is_param = p.scalar_type() == at::kFloat;
+    piece.main = piece.main_is_param ? p : at::empty(p.sizes(), p.options().dtype(at::kFloat));
+    piece.grad = grads_->main_grad(i);
+    piece.exp_avg = at::zeros(p.sizes(), p.options().dtype(at::kFloat));
+    piece.exp_avg_sq = at::zeros(p.sizes(), p.options().dtype(at::kFloat));
+    pieces_.push_back(std::move(piece));
+  }
+  init_main_from_params();
+}
+
+void PlainOptimizer::publish_params() {
+  at::NoGradGuard no_grad;
+  for (auto& piece : pieces_) {
+    if (!piece.main_is_param) params_[piece.param].param.detach().copy_(piece.main);
+  }
+}
+
+std::vector<at::Tensor> PlainOptimizer::gather_state(int kind) {
+  std::vector<at::Tensor> out;
+  for (auto& piece : pieces_) {
+    const at::Tensor& t = kind == 0 ? piece.main : kind == 1 ? piece.exp_avg : piece.exp_avg_sq;
+    out.push_back(t.clone());
+  }
+  return out;
+}
+
+}  // namespace loom::train::optim
