@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/byte_unicode.h"
+#include "data/data_error.h"
 #include "data/utf8.h"
 
 namespace loom::data {
@@ -28,7 +29,7 @@ constexpr size_t kCacheLimit = 1 << 18;  // pieces cached per thread before the 
 
 std::string read_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(std::string(what) + " '" + path + "': cannot open file");
+  if (!in) throw DataError(std::string(what) + " '" + path + "': cannot open file");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -183,14 +184,14 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
   try {
     vocab = nlohmann::json::parse(read_file(vocab_json_path, "GPT-2 vocab file"));
   } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': not valid JSON: " + e.what());
+    throw DataError("GPT-2 vocab file '" + vocab_json_path + "': not valid JSON: " + e.what());
   }
   if (!vocab.is_object() || vocab.empty())
-    throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': expected a non-empty JSON object token -> id");
+    throw DataError("GPT-2 vocab file '" + vocab_json_path + "': expected a non-empty JSON object token -> id");
   int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 30))
-      throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': token '" + it.key() +
+      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': token '" + it.key() +
                                "' has id " + it.value().dump() + ", expected a non-negative integer");
     const auto id = it.value().get<int32_t>();
     im.vocab.emplace(it.key(), id);
@@ -206,7 +207,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
       else append_utf8(bytes, cp);  // not from the byte alphabet (e.g. added tokens): keep as is
     }
     if (im.id_present[id])
-      throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': id " + std::to_string(id) + " used twice");
+      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': id " + std::to_string(id) + " used twice");
     im.id_bytes[id] = std::move(bytes);
     im.id_present[id] = true;
   }
@@ -216,7 +217,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
     append_utf8(entry, b2c[b]);
     auto it = im.vocab.find(entry);
     if (it == im.vocab.end())
-      throw std::runtime_error("GPT-2 vocab file '" + vocab_json_path + "': no token for byte " + std::to_string(b) +
+      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': no token for byte " + std::to_string(b) +
                                " (a byte-level vocabulary needs all 256)");
     im.byte_id[b] = it->second;
   }
@@ -232,12 +233,12 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
     if (line.empty()) continue;
     const auto sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
-      throw std::runtime_error("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
+      throw DataError("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
                                ": expected two tokens separated by one space, found '" + line + "'");
     const std::string left = line.substr(0, sp), right = line.substr(sp + 1);
     auto l = im.vocab.find(left), r = im.vocab.find(right), m = im.vocab.find(left + right);
     if (l == im.vocab.end() || r == im.vocab.end() || m == im.vocab.end())
-      throw std::runtime_error("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
+      throw DataError("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
                                ": merge '" + line + "' uses a token missing from the vocabulary '" +
                                vocab_json_path + "'");
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) | static_cast<uint32_t>(r->second);

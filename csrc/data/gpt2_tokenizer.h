@@ -34,7 +34,7 @@ class Gpt2Tokenizer {
  public:
   /// Loads the vocabulary (JSON object token -> id) and the merges (optional first line
   /// "#version: ...", then one "left right" pair per line in rank order). Throws
-  /// std::runtime_error naming the file and line when a file is missing or malformed, or a merge
+  /// DataError (data_error.h) naming the file and line when a file is missing or malformed, or a merge
   /// names a token absent from the vocabulary.
   Gpt2Tokenizer(const std::string& vocab_json_path, const std::string& merges_path);
   ~Gpt2Tokenizer();

@@ -68,7 +68,7 @@ struct IndexedDataset::Mapping {
   size_t size = 0;
   explicit Mapping(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error(sys_error("cannot open", path));
+    if (fd < 0) throw DataError(sys_error("cannot open", path));
     struct stat st{};
     if (::fstat(fd, &st) != 0) {
       ::close(fd);
