@@ -1,0 +1,65 @@
+#include "model/attention.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "loom_ops/ops.h"
+#include "model/init.h"
+
+namespace loom::model {
+
+namespace {
+std::string prefix(int layer) { return "layers." + std::to_string(layer) + ".self_attention."; }
+double output_std(const GptConfig& c) { return c.init_method_std / std::sqrt(2.0 * c.num_layers); }
+}  // namespace
+
+ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
+                                     runtime::CommunicatorPtr tp, const at::TensorOptions& options)
+    : config_(config),
+      layer_(layer),
+      tp_(tp),
+      qkv_(prefix(layer) + "linear_qkv",
+           full_normal(config.seed, prefix(layer) + "linear_qkv.weight",
+                       {3 * config.hidden_size, config.hidden_size}, config.init_method_std),
+           at::zeros({3 * config.hidden_size}), tp, config.sequence_parallel, options),
+      proj_(prefix(layer) + "linear_proj",
+            full_normal(config.seed, prefix(layer) + "linear_proj.weight",
+                        {config.hidden_size, config.hidden_size}, output_std(config)),
+            at::zeros({config.hidden_size}), tp, config.sequence_parallel, options) {}
+
+std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x,
+                                                             const DropoutContext& dropout) const {
+  at::Tensor mixed = qkv_.forward(x);  // [s, b, 3h/t], per head [q|k|v]
+  const int64_t s = mixed.size(0), b = mixed.size(1);
+  const int64_t d = config_.head_dim();
+  const int64_t heads_local = config_.num_attention_heads / tp_->size();
+  mixed = mixed.view({s, b, heads_local, 3 * d});
+  // [b, a/t, s, d] views of the one QKV tensor.
+  at::Tensor q = mixed.narrow(3, 0, d).permute({1, 2, 0, 3});
+  at::Tensor k = mixed.narrow(3, d, d).permute({1, 2, 0, 3});
+  at::Tensor v = mixed.narrow(3, 2 * d, d).permute({1, 2, 0, 3});
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto spec = dropout.attention(config_.attention_dropout, layer_, b, config_.num_attention_heads,
+                                tp_->rank() * heads_local, s);
+  at::Tensor context;
+  if (config_.activations_checkpoint_granularity == RecomputeGranularity::kSelective) {
+    context = ops::core_attention(q, k, v, std::nullopt, scale, /*causal=*/true, spec);
+  } else {
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [b, a/t, s, s]
+    at::Tensor probs = ops::scaled_masked_softmax(scores, std::nullopt, scale, /*causal=*/true);
+    if (spec.p > 0.0) probs = ops::dropout(probs, spec);
+    context = at::matmul(probs, v);
+  }
+  // [b, a/t, s, d] -> [s, b, h/t]
+  context = context.permute({2, 0, 1, 3}).reshape({s, b, heads_local * d});
+  return proj_.forward(context);
+}
+
+void ParallelAttention::collect(ParamList& out) const {
+  qkv_.collect(out);
+  proj_.collect(out);
+}
+
+}  // namespace loom::model

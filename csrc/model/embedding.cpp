@@ -1,0 +1,88 @@
+#include "model/embedding.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "model/init.h"
+#include "model/mappings.h"
+
+namespace loom::model {
+
+at::Tensor GptEmbedding::initial_word_weight(const GptConfig& config, int tensor_parallel) {
+  const int64_t padded = config.padded_vocab_size(tensor_parallel);
+  at::Tensor real = full_normal(config.seed, "embedding.word_embeddings.weight",
+                                {config.vocab_size, config.hidden_size}, config.init_method_std);
+  if (padded == config.vocab_size) return real;
+  return at::cat({real, at::zeros({padded - config.vocab_size, config.hidden_size}, real.options())});
+}
+
+GptEmbedding::GptEmbedding(const GptConfig& config, runtime::CommunicatorPtr tp,
+                           const at::TensorOptions& options)
+    : config_(config), tp_(std::move(tp)) {
+  word_ = make_parameter(shard(initial_word_weight(config, tp_->size()), 0, tp_->rank(), tp_->size()),
+                         options);
+  position_ = make_parameter(
+      full_normal(config.seed, "embedding.position_embeddings.weight",
+                  {config.max_position_embeddings, config.hidden_size}, config.init_method_std),
+      options);
+}
+
+at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& position_ids,
+                                 const DropoutContext& dropout) const {
+  if (tokens.dim() != 2 || position_ids.sizes() != tokens.sizes())
+    throw std::invalid_argument("GptEmbedding: expected tokens and position_ids [b, s], found " +
+                                c10::str(tokens.sizes()) + " and " +
+                                c10::str(position_ids.sizes()));
+  if (tokens.numel() > 0) {
+    const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.vocab_size)
+      throw std::invalid_argument("GptEmbedding: token ids must lie in [0, " +
+                                  std::to_string(config_.vocab_size) + "), found [" +
+                                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    const int64_t plo = position_ids.min().item<int64_t>(), phi = position_ids.max().item<int64_t>();
+    if (plo < 0 || phi >= config_.max_position_embeddings)
+      throw std::invalid_argument("GptEmbedding: position ids must lie in [0, " +
+                                  std::to_string(config_.max_position_embeddings) + "), found [" +
+                                  std::to_string(plo) + ", " + std::to_string(phi) + "]");
+  }
+  const int64_t b = tokens.size(0), s = tokens.size(1);
+  const int t = tp_->size();
+  const bool sp = config_.sequence_parallel && t > 1;
+  if (sp && s % t != 0)
+    throw std::invalid_argument("GptEmbedding: sequence parallelism needs the sequence length " +
+                                std::to_string(s) + " divisible by the tensor-parallel size " +
+                                std::to_string(t));
+
+  // Word embedding: this rank's rows, zero for ids owned by other ranks.
+  const int64_t v_local = word_.size(0);
+  const int64_t start = tp_->rank() * v_local;
+  at::Tensor tokens_sb = tokens.t();  // [s, b]
+  at::Tensor foreign = (tokens_sb < start).logical_or(tokens_sb >= start + v_local);
+  at::Tensor local_ids = (tokens_sb - start).masked_fill(foreign, 0);
+  at::Tensor word = at::embedding(word_, local_ids);  // [s, b, h]
+  if (t > 1) word = word.masked_fill(foreign.unsqueeze(-1), 0.0);
+  word = sp ? reduce_scatter_to_sequence_parallel_region(word, tp_)
+            : reduce_from_tensor_model_parallel_region(word, tp_);
+
+  // Positions of the tokens this rank holds.
+  const int64_t s_local = sp ? s / t : s;
+  const int64_t seq_offset = sp ? tp_->rank() * s_local : 0;
+  at::Tensor pos_ids = position_ids.t().narrow(0, seq_offset, s_local);
+  at::Tensor emb = word + at::embedding(position_, pos_ids);
+
+  auto spec = dropout.hidden(config_.hidden_dropout, 0, ops::kDropoutSiteEmbedding, s, seq_offset,
+                             b, config_.hidden_size);
+  return spec.p > 0.0 ? ops::dropout(emb, spec) : emb;
+}
+
+void GptEmbedding::collect(ParamList& out) const {
+  Param w{"embedding.word_embeddings.weight", word_, 0};
+  w.word_embedding = true;
+  out.push_back(w);
+  Param p{"embedding.position_embeddings.weight", position_, -1};
+  p.sequence_parallel = config_.sequence_parallel && tp_->size() > 1;
+  out.push_back(p);
+}
+
+}  // namespace loom::model

@@ -1,0 +1,37 @@
+// GPT input embedding: vocab-parallel word embedding + learned absolute positions + embedding
+// dropout (parallel_layout.md, "Vocab-parallel embedding"). Rank r owns word rows
+// [r·V/t, (r+1)·V/t) of the padded vocabulary; out-of-range ids give zero rows; the partial
+// sums are all-reduced, or reduce-scattered into the sequence-parallel layout.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include "model/dropout_context.h"
+#include "model/gpt_config.h"
+#include "model/parameter.h"
+#include "runtime/communicator.h"
+
+namespace loom::model {
+
+class GptEmbedding {
+ public:
+  GptEmbedding(const GptConfig& config, runtime::CommunicatorPtr tp,
+               const at::TensorOptions& options);
+  /// tokens, position_ids [b, s] int64 -> [s, b, h], or [s/t, b, h] (this rank's sequence
+  /// shard) under sequence parallelism. Throws std::invalid_argument for a token id outside
+  /// [0, vocab_size) or a position outside [0, max_position_embeddings).
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& position_ids,
+                     const DropoutContext& dropout) const;
+  /// This rank's word-embedding shard [V_padded/t, h] (tied to the output layer).
+  const at::Tensor& word_weight() const { return word_; }
+  void collect(ParamList& out) const;
+
+  /// The full word embedding [V_padded, h] every layout starts from (pad rows zero).
+  static at::Tensor initial_word_weight(const GptConfig& config, int tensor_parallel);
+
+ private:
+  GptConfig config_;
+  runtime::CommunicatorPtr tp_;
+  at::Tensor word_, position_;
+};
+
+}  // namespace loom::model

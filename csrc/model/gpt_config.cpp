@@ -1,0 +1,82 @@
+#include "model/gpt_config.h"
+
+#include <numeric>
+#include <stdexcept>
+
+namespace loom::model {
+
+namespace {
+[[noreturn]] void fail(const std::string& field, const std::string& what) {
+  throw std::invalid_argument("GptConfig: model." + field + ": " + what);
+}
+}  // namespace
+
+int64_t GptConfig::padded_vocab_size(int tensor_parallel) const {
+  const int64_t multiple =
+      std::lcm<int64_t>(std::max<int64_t>(1, make_vocab_size_divisible_by), tensor_parallel);
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void GptConfig::validate(int t) const {
+  if (t < 1) fail("tensor_model_parallel_size", "expected >= 1, found " + std::to_string(t));
+  auto positive = [](const std::string& f, int64_t v) {
+    if (v < 1) fail(f, "expected a positive integer, found " + std::to_string(v));
+  };
+  positive("num_layers", num_layers);
+  positive("hidden_size", hidden_size);
+  positive("num_attention_heads", num_attention_heads);
+  positive("vocab_size", vocab_size);
+  positive("max_position_embeddings", max_position_embeddings);
+  positive("encoder_seq_length", seq_length);
+  positive("make_vocab_size_divisible_by", make_vocab_size_divisible_by);
+  if (ffn_hidden_size < 0) fail("ffn_hidden_size", "expected >= 0 (0 = 4 * hidden_size)");
+  if (hidden_size % num_attention_heads != 0)
+    fail("hidden_size", "expected a multiple of num_attention_heads (" +
+                            std::to_string(num_attention_heads) + "), found " +
+                            std::to_string(hidden_size));
+  if (num_attention_heads % t != 0)
+    fail("num_attention_heads", "expected a multiple of tensor_model_parallel_size " +
+                                    std::to_string(t) + ", found " +
+                                    std::to_string(num_attention_heads));
+  if (ffn() % t != 0)
+    fail("ffn_hidden_size", "expected a multiple of tensor_model_parallel_size " +
+                                std::to_string(t) + ", found " + std::to_string(ffn()));
+  if (sequence_parallel && seq_length % t != 0)
+    fail("encoder_seq_length", "sequence_parallel needs a sequence length divisible by "
+                               "tensor_model_parallel_size " + std::to_string(t) +
+                               ", found " + std::to_string(seq_length));
+  if (seq_length > max_position_embeddings)
+    fail("encoder_seq_length", "expected <= max_position_embeddings (" +
+                                   std::to_string(max_position_embeddings) + "), found " +
+                                   std::to_string(seq_length));
+  auto probability = [](const std::string& f, double p) {
+    if (!(p >= 0.0 && p < 1.0)) fail(f, "expected a probability in [0, 1), found " + std::to_string(p));
+  };
+  probability("hidden_dropout", hidden_dropout);
+  probability("attention_dropout", attention_dropout);
+  probability("label_smoothing", label_smoothing);
+  if (!(init_method_std > 0.0)) fail("init_method_std", "expected > 0");
+  if (!(layernorm_epsilon > 0.0)) fail("layernorm_epsilon", "expected > 0");
+  if (activations_checkpoint_granularity == RecomputeGranularity::kFull &&
+      activations_checkpoint_num_layers < 1)
+    fail("activations_checkpoint_num_layers",
+         "expected >= 1 with full recompute, found " +
+             std::to_string(activations_checkpoint_num_layers));
+  if (label_smoothing > 0.0 && vocab_size < 2)
+    fail("label_smoothing", "needs a vocabulary of at least 2 tokens");
+}
+
+std::string to_string(RecomputeGranularity g) {
+  switch (g) {
+    case RecomputeGranularity::kNone: return "null";
+    case RecomputeGranularity::kSelective: return "selective";
+    case RecomputeGranularity::kFull: return "full";
+  }
+  return "?";
+}
+
+std::string to_string(RecomputeMethod m) {
+  return m == RecomputeMethod::kUniform ? "uniform" : "block";
+}
+
+}  // namespace loom::model

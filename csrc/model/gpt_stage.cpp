@@ -1,0 +1,173 @@
+#include "model/gpt_stage.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "model/activation_memory.h"
+#include "model/cross_entropy.h"
+#include "model/embedding.h"
+#include "model/init.h"
+#include "model/layer_norm.h"
+#include "model/mappings.h"
+#include "model/parallel_linear.h"
+#include "model/recompute.h"
+#include "model/transformer_layer.h"
+
+namespace loom::model {
+
+namespace {
+
+at::ScalarType scalar_type(ParamsDtype d) {
+  switch (d) {
+    case ParamsDtype::kFloat32: return at::kFloat;
+    case ParamsDtype::kBFloat16: return at::kBFloat16;
+    case ParamsDtype::kFloat16: return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+}  // namespace
+
+std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
+                                                int pp_rank) {
+  if (p < 1 || v < 1 || pp_rank < 0 || pp_rank >= p)
+    throw std::invalid_argument("pipeline_stage_layouts: expected p >= 1, v >= 1 and 0 <= rank < p, "
+                                "found p " + std::to_string(p) + ", v " + std::to_string(v) +
+                                ", rank " + std::to_string(pp_rank));
+  if (config.num_layers % (p * v) != 0)
+    throw std::invalid_argument("model.num_layers " + std::to_string(config.num_layers) +
+                                " must be divisible by pipeline_model_parallel_size × "
+                                "virtual_pipeline_model_parallel_size = " + std::to_string(p * v));
+  const int n = config.num_layers / (p * v);
+  std::vector<StageLayout> out;
+  for (int k = 0; k < v; ++k) {
+    const int virtual_stage = k * p + pp_rank;
+    StageLayout l;
+    l.first_layer = virtual_stage * n;
+    l.last_layer = (virtual_stage + 1) * n;
+    l.pre_process = virtual_stage == 0;
+    l.post_process = virtual_stage == p * v - 1;
+    out.push_back(l);
+  }
+  return out;
+}
+
+GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLayout layout,
+                   at::Device device)
+    : config_(config), tp_(std::move(tp)), layout_(layout) {
+  config_.validate(tp_->size());
+  if (layout_.last_layer < 0) layout_.last_layer = config_.num_layers;
+  if (layout_.first_layer < 0 || layout_.first_layer > layout_.last_layer ||
+      layout_.last_layer > config_.num_layers)
+    throw std::invalid_argument("GptStage: layer range [" + std::to_string(layout_.first_layer) +
+                                ", " + std::to_string(layout_.last_layer) +
+                                ") does not fit num_layers " + std::to_string(config_.num_layers));
+  const auto options = at::TensorOptions().dtype(scalar_type(config_.params_dtype)).device(device);
+  if (layout_.pre_process) embedding_ = std::make_unique<GptEmbedding>(config_, tp_, options);
+  for (int i = layout_.first_layer; i < layout_.last_layer; ++i)
+    layers_.push_back(std::make_shared<TransformerLayer>(config_, i, tp_, options));
+  if (layout_.post_process) {
+    final_ln_ = std::make_unique<LayerNorm>("final_layernorm", config_.hidden_size,
+                                            config_.layernorm_epsilon,
+                                            config_.sequence_parallel && tp_->size() > 1, options);
+    if (!layout_.pre_process)  // initialised exactly like the first stage's word embedding
+      output_word_ = make_parameter(shard(GptEmbedding::initial_word_weight(config_, tp_->size()),
+                                          0, tp_->rank(), tp_->size()),
+                                    options);
+  }
+}
+
+GptStage::~GptStage() = default;
+GptStage::GptStage(GptStage&&) noexcept = default;
+
+int64_t GptStage::padded_vocab_size() const { return config_.padded_vocab_size(tp_->size()); }
+
+at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) const {
+  const int n = static_cast<int>(layers_.size());
+  if (config_.activations_checkpoint_granularity != RecomputeGranularity::kFull) {
+    for (const auto& layer : layers_) x = layer->forward(x, dropout);
+    return x;
+  }
+  const int k = config_.activations_checkpoint_num_layers;
+  auto chunk_fn = [this, dropout](int begin, int end) -> ChunkForward {
+    return [this, dropout, begin, end](const at::Tensor& input) {
+      at::Tensor h = input;
+      for (int i = begin; i < end; ++i) h = layers_[i]->forward(h, dropout);
+      return h;
+    };
+  };
+  if (config_.activations_checkpoint_method == RecomputeMethod::kUniform) {
+    // Chunks of k layers; the last chunk is shorter when k does not divide the stage's layers.
+    for (int begin = 0; begin < n; begin += k) {
+      const int end = std::min(n, begin + k);
+      ActivationScope scope(layers_[begin]->layer());
+      x = checkpoint(chunk_fn(begin, end), x);
+    }
+  } else {
+    // Block: the first k layers of the stage are recomputed one by one, the rest are not.
+    for (int i = 0; i < n; ++i) {
+      if (i < k) {
+        ActivationScope scope(layers_[i]->layer());
+        x = checkpoint(chunk_fn(i, i + 1), x);
+      } else {
+        x = layers_[i]->forward(x, dropout);
+      }
+    }
+  }
+  return x;
+}
+
+at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropout) const {
+  const int t = tp_->size();
+  const bool sp = config_.sequence_parallel && t > 1;
+  at::Tensor x;
+  if (layout_.pre_process) {
+    if (!in.tokens.defined() || !in.position_ids.defined())
+      throw std::invalid_argument("GptStage::forward: the first stage needs tokens and position_ids [b, s]");
+    if (sp && in.tokens.size(1) % t != 0)
+      throw std::invalid_argument("GptStage::forward: sequence_parallel needs the sequence length " +
+                                  std::to_string(in.tokens.size(1)) +
+                                  " divisible by tensor_model_parallel_size " + std::to_string(t));
+    x = embedding_->forward(in.tokens, in.position_ids, dropout);
+  } else {
+    if (!in.hidden.defined() || in.hidden.dim() != 3 || in.hidden.size(2) != config_.hidden_size)
+      throw std::invalid_argument("GptStage::forward: a later stage needs the hidden tensor [s" +
+                                  std::string(sp ? "/t" : "") + ", b, " +
+                                  std::to_string(config_.hidden_size) + "] of the previous stage");
+    x = in.hidden;
+  }
+  x = run_layers(x, dropout);
+  if (!layout_.post_process) return x;
+
+  x = final_ln_->forward(x);
+  const at::Tensor& word = layout_.pre_process ? embedding_->word_weight() : output_word_;
+  at::Tensor logits = sp ? linear_with_sequence_parallel_gather(x, word, std::nullopt, tp_)
+                         : at::linear(copy_to_tensor_model_parallel_region(x, tp_), word);
+  if (!in.labels.defined()) return logits;  // [s, b, V_padded/t]
+  if (in.labels.dim() != 2 || in.labels.size(1) != logits.size(0) ||
+      in.labels.size(0) != logits.size(1))
+    throw std::invalid_argument("GptStage::forward: labels must be [b, s] = [" +
+                                std::to_string(logits.size(1)) + ", " +
+                                std::to_string(logits.size(0)) + "], found " +
+                                c10::str(in.labels.sizes()));
+  at::Tensor loss = vocab_parallel_cross_entropy(logits, in.labels.t(), tp_, config_.vocab_size,
+                                                 config_.label_smoothing);
+  return loss.t();  // [b, s]
+}
+
+ParamList GptStage::parameters() const {
+  ParamList out;
+  if (embedding_) embedding_->collect(out);
+  for (const auto& layer : layers_) layer->collect(out);
+  if (final_ln_) final_ln_->collect(out);
+  if (output_word_.defined()) {
+    Param w{"output_layer.weight", output_word_, 0};
+    w.word_embedding = true;
+    w.shared_duplicate = true;
+    out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace loom::model

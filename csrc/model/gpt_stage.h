@@ -1,0 +1,77 @@
+// A GPT model chunk as one pipeline stage (or the whole model when p = 1) holds: the input
+// embedding (first stage), transformer layers [first_layer, last_layer) of the global stack,
+// the final LayerNorm and the output layer tied to the word embedding, plus the vocab-parallel
+// loss (last stage). Stages exchange the hidden tensor [s/t, b, h] under sequence parallelism,
+// [s, b, h] otherwise. A pipeline stage with virtual chunks holds one GptStage per chunk
+// (pipeline_stage_layouts). Recomputation follows the config (recompute.h, attention.h).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "model/dropout_context.h"
+#include "model/gpt_config.h"
+#include "model/parameter.h"
+#include "runtime/communicator.h"
+
+namespace loom::model {
+
+class GptEmbedding;
+class TransformerLayer;
+class LayerNorm;
+
+struct StageLayout {
+  int first_layer = 0;
+  int last_layer = -1;       ///< exclusive; -1: num_layers
+  bool pre_process = true;   ///< holds the embedding (first virtual stage)
+  bool post_process = true;  ///< holds final LayerNorm, output layer and loss (last one)
+};
+
+/// The chunks of pipeline rank `pp_rank` for p stages with v virtual chunks each: chunk k
+/// holds virtual stage k·p + pp_rank, i.e. layers [(k·p + r)·n, (k·p + r + 1)·n) with
+/// n = L/(p·v). Throws std::invalid_argument when L % (p·v) != 0 or ranks are out of range.
+std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
+                                                int pp_rank);
+
+struct StageInputs {
+  at::Tensor tokens;        ///< [b, s] int64 (pre_process)
+  at::Tensor position_ids;  ///< [b, s] int64 (pre_process)
+  at::Tensor hidden;        ///< [s(/t), b, h] from the previous stage (otherwise)
+  at::Tensor labels;        ///< [b, s] int64 (post_process; undefined: return logits)
+};
+
+class GptStage {
+ public:
+  /// Builds this rank's shards of the stage's parameters on `device` (params_dtype). Calls
+  /// config.validate(tp->size()); throws std::invalid_argument on a bad layout.
+  GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLayout layout = {},
+           at::Device device = at::kCPU);
+  ~GptStage();
+  GptStage(GptStage&&) noexcept;
+
+  /// Returns, on a post_process stage, the per-token loss [b, s] (float32, identical on every
+  /// TP rank; apply the loss mask and normalisation yourself), or with no labels this rank's
+  /// logits [s, b, V_padded/t]; otherwise the hidden tensor for the next stage.
+  at::Tensor forward(const StageInputs& inputs, const DropoutContext& dropout) const;
+
+  /// This stage's parameters with their parallel attributes, in a fixed order.
+  ParamList parameters() const;
+  const GptConfig& config() const { return config_; }
+  const StageLayout& layout() const { return layout_; }
+  int64_t padded_vocab_size() const;
+  int num_local_layers() const { return static_cast<int>(layers_.size()); }
+
+ private:
+  at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout) const;
+
+  GptConfig config_;
+  runtime::CommunicatorPtr tp_;
+  StageLayout layout_;
+  std::unique_ptr<GptEmbedding> embedding_;
+  std::vector<std::shared_ptr<TransformerLayer>> layers_;
+  std::unique_ptr<LayerNorm> final_ln_;
+  at::Tensor output_word_;  ///< the last stage's own copy when it has no embedding
+};
+
+}  // namespace loom::model

@@ -1,0 +1,49 @@
+#include "model/init.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <stdexcept>
+
+namespace loom::model {
+
+namespace {
+// FNV-1a 64 of the name, mixed with the seed (splitmix64 finaliser).
+uint64_t name_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  uint64_t z = h ^ (seed + 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
+                       double std) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(seed, name));
+  auto out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  out.normal_(0.0, std, gen);
+  return out;
+}
+
+at::Tensor shard(const at::Tensor& full, int64_t dim, int rank, int size) {
+  const int64_t n = full.size(dim);
+  if (n % size != 0)
+    throw std::invalid_argument("shard: dimension " + std::to_string(dim) + " of size " +
+                                std::to_string(n) + " does not split into " +
+                                std::to_string(size) + " equal parts");
+  const int64_t part = n / size;
+  return full.narrow(dim, rank * part, part).contiguous().clone();
+}
+
+at::Tensor make_parameter(const at::Tensor& value, const at::TensorOptions& options) {
+  auto p = value.to(options).detach().clone();
+  p.set_requires_grad(true);
+  return p;
+}
+
+}  // namespace loom::model

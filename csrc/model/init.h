@@ -1,0 +1,25 @@
+// Initialisation for layout equivalence (parallel_layout.md, "Initialisation for
+// equivalence"): every parameter's *full* tensor is drawn from a generator seeded by
+// (seed, parameter name), then sliced for this rank. Any tensor/pipeline layout, and any
+// stage holding any range of layers, therefore starts from exactly the same model.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::model {
+
+/// N(0, std²) float32 CPU tensor of `shape`, a pure function of (seed, name, shape).
+at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
+                       double std);
+
+/// Rank `rank`'s contiguous 1/size slice of `full` along `dim` (clone, contiguous).
+/// Throws std::invalid_argument when the dimension does not divide.
+at::Tensor shard(const at::Tensor& full, int64_t dim, int rank, int size);
+
+/// A leaf parameter (requires_grad) holding `value` converted to `options`.
+at::Tensor make_parameter(const at::Tensor& value, const at::TensorOptions& options);
+
+}  // namespace loom::model

@@ -1,0 +1,31 @@
+#include "model/layer_norm.h"
+
+#include <ATen/ATen.h>
+
+#include "loom_ops/ops.h"
+#include "model/init.h"
+
+namespace loom::model {
+
+LayerNorm::LayerNorm(std::string name, int64_t hidden, double eps, bool sequence_parallel,
+                     const at::TensorOptions& options)
+    : name_(std::move(name)), eps_(eps), sequence_parallel_(sequence_parallel) {
+  weight_ = make_parameter(at::ones({hidden}), options);
+  bias_ = make_parameter(at::zeros({hidden}), options);
+}
+
+at::Tensor LayerNorm::forward(const at::Tensor& x) const {
+  return ops::layer_norm(x, weight_, bias_, eps_);
+}
+
+void LayerNorm::collect(ParamList& out) const {
+  Param w{name_ + ".weight", weight_, -1};
+  w.sequence_parallel = sequence_parallel_;
+  Param b{name_ + ".bias", bias_, -1};
+  b.sequence_parallel = sequence_parallel_;
+  w.weight_decay = b.weight_decay = false;
+  out.push_back(w);
+  out.push_back(b);
+}
+
+}  // namespace loom::model

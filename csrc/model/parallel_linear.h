@@ -1,0 +1,67 @@
+// Tensor-parallel linear layers (parallel_layout.md, "Tensor-parallel layers"; Megatron-LM
+// ColumnParallelLinear / RowParallelLinear). Inputs and outputs are [s, b, features].
+//
+// Column-parallel: weight [out/t, in], bias [out/t]. Input region: replicated [s, b, in]
+// (copy_to_tensor_model_parallel_region) or, under sequence parallelism, the local sequence
+// shard [s/t, b, in] that is all-gathered inside linear_with_sequence_parallel_gather, which
+// keeps only the shard for backward and gathers it again there (sp_sar.md, "Memory trick").
+// Output: [s, b, out/t].
+//
+// Row-parallel: weight [out, in/t], bias [out] replicated. Input [s, b, in/t]; the partial
+// products are all-reduced ([s, b, out]) or, under sequence parallelism, reduce-scattered to
+// [s/t, b, out]. The bias is returned separately (added after the reduction, fused into
+// bias_dropout_add) and is a sequence-parallel parameter under SP.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "model/parameter.h"
+#include "runtime/communicator.h"
+
+namespace loom::model {
+
+/// y = all_gather_dim0(x) · wᵀ + b, saving only the local x (and w) for backward; backward
+/// all-gathers x again for dW and reduce-scatters dX. x [n, ..., in], w [out, in], b [out].
+at::Tensor linear_with_sequence_parallel_gather(const at::Tensor& x, const at::Tensor& weight,
+                                                const std::optional<at::Tensor>& bias,
+                                                const runtime::CommunicatorPtr& tp);
+
+/// Rank `tp->rank()`'s shard of a full weight [out, in] (and bias [out]) built by the caller.
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(std::string name, const at::Tensor& full_weight,
+                       const std::optional<at::Tensor>& full_bias, runtime::CommunicatorPtr tp,
+                       bool sequence_parallel, const at::TensorOptions& options);
+  /// [s(/t), b, in] -> [s, b, out/t] (+ bias unless skip_bias_add, then add it yourself).
+  at::Tensor forward(const at::Tensor& x, bool skip_bias_add = false) const;
+  const at::Tensor& weight() const { return weight_; }
+  const at::Tensor& bias() const { return bias_; }  ///< undefined when built without bias
+  void collect(ParamList& out) const;
+
+ private:
+  std::string name_;
+  at::Tensor weight_, bias_;
+  runtime::CommunicatorPtr tp_;
+  bool sequence_parallel_;
+};
+
+class RowParallelLinear {
+ public:
+  RowParallelLinear(std::string name, const at::Tensor& full_weight, const at::Tensor& full_bias,
+                    runtime::CommunicatorPtr tp, bool sequence_parallel,
+                    const at::TensorOptions& options);
+  /// [s, b, in/t] -> ([s(/t), b, out] without bias, bias [out]).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) const;
+  void collect(ParamList& out) const;
+
+ private:
+  std::string name_;
+  at::Tensor weight_, bias_;
+  runtime::CommunicatorPtr tp_;
+  bool sequence_parallel_;
+};
+
+}  // namespace loom::model

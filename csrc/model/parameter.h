@@ -1,0 +1,35 @@
+// A model parameter with what the trainer needs to know about it: which dimension is split
+// over the tensor-parallel ranks, whether its gradient must be SUM all-reduced over the TP group
+// (sequence parallelism), and whether it is a tied word embedding (parallel_layout.md,
+// "Gradient finalisation").
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace loom::model {
+
+struct Param {
+  /// Megatron-like dotted name with the global layer number, e.g.
+  /// "layers.3.self_attention.linear_qkv.weight"; identical on every layout.
+  std::string name;
+  at::Tensor tensor;           ///< leaf, requires_grad; this rank's shard
+  int partition_dim = -1;      ///< dim split over TP ranks; -1: replicated on every TP rank
+  /// Replicated parameter used in a sequence-parallel region: each TP rank's gradient covers
+  /// only its tokens, so it must be SUM all-reduced over the TP group after backward
+  /// (allreduce_sequence_parallel_grads). Only set when sequence_parallel is on.
+  bool sequence_parallel = false;
+  bool word_embedding = false;    ///< the tied input/output word embedding (either copy)
+  /// The last pipeline stage's copy of the word embedding (its grad is summed with the first
+  /// stage's over the embedding group; count it once in the grad norm).
+  bool shared_duplicate = false;
+  /// AdamW weight decay applies (Megatron: not to biases and LayerNorm parameters).
+  bool weight_decay = true;
+
+  bool tensor_parallel() const { return partition_dim >= 0; }
+};
+
+using ParamList = std::vector<Param>;
+
+}  // namespace loom::model

@@ -1,0 +1,79 @@
+// Helpers shared by the model tests: a tiny GPT config, deterministic inputs, one training
+// forward/backward, and gathering a rank's parameter shards back to full shape.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+
+#include "model/gpt_stage.h"
+#include "model/mappings.h"
+#include "model/sequence_parallel_grads.h"
+
+namespace loom::model::test {
+
+inline GptConfig tiny_config() {
+  GptConfig c;
+  c.num_layers = 3;  // with activations_checkpoint_num_layers = 2: a chunk that does not divide
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.vocab_size = 100;  // padded to 128: pad columns present on the last ranks
+  c.max_position_embeddings = 16;
+  c.seq_length = 8;
+  c.hidden_dropout = 0.0;
+  c.attention_dropout = 0.0;
+  c.seed = 42;
+  return c;
+}
+
+struct Batch {
+  at::Tensor tokens, positions, labels;  // [b, s]
+};
+
+inline Batch make_batch(const GptConfig& c, int64_t b, uint64_t seed = 5) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  Batch batch;
+  batch.tokens = at::randint(c.vocab_size, {b, c.seq_length}, gen, at::kLong);
+  batch.labels = at::randint(c.vocab_size, {b, c.seq_length}, gen, at::kLong);
+  batch.positions = at::arange(c.seq_length, at::kLong).unsqueeze(0).expand({b, c.seq_length}).contiguous();
+  return batch;
+}
+
+struct Result {
+  at::Tensor loss;                          ///< per-token loss [b, s], detached
+  std::map<std::string, at::Tensor> grads;  ///< full-shape gradients by parameter name
+};
+
+/// Full-shape copy of a rank's parameter gradient: shards gathered over `tp`.
+inline at::Tensor full_grad(const Param& p, runtime::Communicator& tp) {
+  at::Tensor g = p.tensor.grad().detach();
+  if (!p.tensor_parallel() || tp.size() == 1) return g.clone();
+  return comm::all_gather_dim0(g.movedim(p.partition_dim, 0).contiguous(), tp)
+      .movedim(0, p.partition_dim)
+      .contiguous();
+}
+
+/// Forward, mean loss, backward and the SP gradient all-reduce of one whole-model stage.
+inline Result run_step(const GptStage& stage, const Batch& batch, const DropoutContext& dropout,
+                       runtime::Communicator& tp) {
+  StageInputs in;
+  in.tokens = batch.tokens;
+  in.position_ids = batch.positions;
+  in.labels = batch.labels;
+  at::Tensor loss = stage.forward(in, dropout);
+  loss.mean().backward();
+  auto params = stage.parameters();
+  allreduce_sequence_parallel_grads(params, tp);
+  Result r;
+  r.loss = loss.detach();
+  for (const auto& p : params) r.grads[p.name] = full_grad(p, tp);
+  return r;
+}
+
+/// max |a - b| / max(max |b|, tiny): the relative error used by the equivalence tests.
+inline double rel_err(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(b.abs().max().item<double>(), 1e-30);
+  return (a - b).abs().max().item<double>() / scale;
+}
+
+}  // namespace loom::model::test
