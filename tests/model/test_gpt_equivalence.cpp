@@ -1,7 +1,7 @@
 // A GPT split over t tensor-parallel ranks (with or without sequence parallelism) and with any
 // recomputation setting computes the same per-token loss and the same gradients of every
 // parameter as the single-process model without recomputation, with and without dropout
-// (masks keyed by global position). Replicated parameters' gradients are identical on every
+// (masks keyed by global position) and with label smoothing. Replicated parameters' gradients are identical on every
 // tensor rank. Ranks: Gloo over loopback, fp32, tiny model.
 #include <catch2/catch.hpp>
 
@@ -30,7 +30,7 @@ struct Variant {
     std::ostringstream s;
     s << "sp=" << sequence_parallel << " recompute=" << to_string(granularity);
     if (granularity == RecomputeGranularity::kFull) s << "/" << to_string(method);
-    s << " dropout=" << dropout;
+    s << " dropout=" << dropout << " label_smoothing=" << (dropout > 0 ? 0.1 : 0.0);
     return s.str();
   }
 };
@@ -60,6 +60,7 @@ std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp) {
   for (const Variant& v : all_variants(tp->size() > 1)) {
     GptConfig ref_cfg = tiny_config();
     ref_cfg.hidden_dropout = ref_cfg.attention_dropout = v.dropout;
+    ref_cfg.label_smoothing = v.dropout > 0 ? 0.1 : 0.0;  // the dropout variants also smooth
     GptConfig cfg = ref_cfg;
     cfg.sequence_parallel = v.sequence_parallel;
     cfg.activations_checkpoint_granularity = v.granularity;
