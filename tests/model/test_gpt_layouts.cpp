@@ -171,7 +171,7 @@ TEST_CASE("interleaved pipeline chunk layouts", "[model]") {
   CHECK_THROWS_WITH(pipeline_stage_layouts(cfg, 3, 1, 0), Catch::Contains("num_layers 8"));
 }
 
-TEST_CASE("padded vocabulary is the same for every t; configuration errors are clear", "[model]") {
+TEST_CASE("padded vocabulary is the same for every t, and configuration errors are clear", "[model]") {
   GptConfig cfg = tiny_config();
   cfg.vocab_size = 50257;
   for (int t : {1, 2, 4, 8}) CHECK(cfg.padded_vocab_size(t) == 50304);
