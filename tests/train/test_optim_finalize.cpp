@@ -103,9 +103,8 @@ struct Reference {
 
 }  // namespace
 
-LOOM_WORKER("optim_finalize") {
-  auto g = make_groups();
-  const bool distributed = test::env_str("MODE") == "distributed";
+// Checks one layout (plain or distributed) on this rank.
+void check_finalize(const std::shared_ptr<runtime::ProcessGroups>& g, bool distributed) {
   const auto c = g->coords();
   const int p = g->layout().pipeline_parallel();
   TrainableParams params = stage_params(c.pp, p);
@@ -154,21 +153,24 @@ LOOM_WORKER("optim_finalize") {
       }
     }
   }
+}
+
+LOOM_WORKER("optim_finalize") {
+  auto g = make_groups();
+  check_finalize(g, false);
+  check_finalize(g, true);
   g->world().barrier();
   g->shutdown();
 }
 
-TEST_CASE("gradient finalisation and norm: plain optimizer, d=4", "[train][optim][multiprocess]") {
-  auto r = test::run_ranks("optim_finalize", 4, {{"T", "1"}, {"P", "1"}, {"MODE", "plain"}});
+TEST_CASE("gradient finalisation and norm: d=4, plain and distributed", "[train][optim][multiprocess]") {
+  auto r = test::run_ranks("optim_finalize", 4, {{"T", "1"}, {"P", "1"}});
   REQUIRE(r.exit_code() == 0);
 }
 
 TEST_CASE("gradient finalisation and norm: t=2 p=2 d=2, plain and distributed", "[train][optim][multiprocess]") {
-  for (const char* mode : {"plain", "distributed"}) {
-    INFO(mode);
-    auto r = test::run_ranks("optim_finalize", 8, {{"T", "2"}, {"P", "2"}, {"MODE", mode}});
-    REQUIRE(r.exit_code() == 0);
-  }
+  auto r = test::run_ranks("optim_finalize", 8, {{"T", "2"}, {"P", "2"}});
+  REQUIRE(r.exit_code() == 0);
 }
 
 // The reported bug: the tied embedding's two copies both counted gives 40 instead of 28.28;
@@ -178,50 +180,49 @@ LOOM_WORKER("optim_norm_duplicates") {
   const auto c = g->coords();
   TrainableParams params(1);
   params[0].param = at::zeros({2}, at::kFloat).set_requires_grad(true);
-  at::Tensor grad;
+  std::vector<at::Tensor> local_grads(1);
   double want = 0, naive = 0;
   if (test::env_str("CASE") == "tied") {  // t=1, p=2
     params[0].name = c.pp == 0 ? "emb" : "emb_out";
     params[0].word_embedding = true;
     params[0].tensor_parallel = true;
     params[0].tied_embedding_duplicate = c.pp == 1;
-    grad = c.pp == 0 ? at::tensor({12.0f, 5.0f}) : at::tensor({8.0f, 15.0f});  // sum (20, 20)
+    local_grads[0] = c.pp == 0 ? at::tensor({12.0f, 5.0f}) : at::tensor({8.0f, 15.0f});  // sum (20, 20)
     want = std::sqrt(800.0);  // 28.28
     naive = 40.0;
   } else {  // t=2: a replicated weight with the same grad (3, 4) on both tensor ranks
     params[0].name = "rep";
-    grad = at::tensor({3.0f, 4.0f});
+    local_grads[0] = at::tensor({3.0f, 4.0f});
     TrainableParam tp;
     tp.name = "w_tp";
     tp.tensor_parallel = true;
     tp.param = at::zeros({1}, at::kFloat).set_requires_grad(true);
     params.push_back(tp);
-    params[1].param.mutable_grad() = at::full({1}, c.tp == 0 ? 12.0f : 0.0f);
+    local_grads.push_back(at::full({1}, c.tp == 0 ? 12.0f : 0.0f));
     want = 13.0;               // sqrt(25 + 144)
     naive = std::sqrt(194.0);  // 13.93
   }
-  params[0].param.mutable_grad() = grad;
-  OptimizerOptions o;
-  o.distributed = test::env_str("MODE") == "distributed";
-  o.clip_grad = 0.0;
-  auto opt = Optimizer::create(params, g, o);
-  opt->accumulate_grads();
-  StepResult r = opt->step(1e-3);
-  LOOM_WCHECK(std::abs(r.grad_norm - want) < 1e-4, "norm " + std::to_string(r.grad_norm));
-  std::vector<at::Tensor> all;
-  for (size_t i = 0; i < params.size(); ++i) all.push_back(opt->grads().main_grad(i));
-  float counted_twice = global_grad_norm(all, g->world());
-  LOOM_WCHECK(std::abs(counted_twice - naive) < 1e-4, "naive norm " + std::to_string(counted_twice));
+  for (bool distributed : {false, true}) {
+    for (size_t i = 0; i < params.size(); ++i) params[i].param.mutable_grad() = local_grads[i].clone();
+    OptimizerOptions o;
+    o.distributed = distributed;
+    o.clip_grad = 0.0;
+    auto opt = Optimizer::create(params, g, o);
+    opt->accumulate_grads();
+    StepResult r = opt->step(1e-3);
+    LOOM_WCHECK(std::abs(r.grad_norm - want) < 1e-4, "norm " + std::to_string(r.grad_norm));
+    std::vector<at::Tensor> all;
+    for (size_t i = 0; i < params.size(); ++i) all.push_back(opt->grads().main_grad(i));
+    float counted_twice = global_grad_norm(all, g->world());
+    LOOM_WCHECK(std::abs(counted_twice - naive) < 1e-4, "naive norm " + std::to_string(counted_twice));
+  }
   g->world().barrier();
   g->shutdown();
 }
 
 TEST_CASE("grad norm counts the tied embedding and tensor-replicated weights once", "[train][optim][multiprocess]") {
-  for (const char* mode : {"plain", "distributed"}) {
-    INFO(mode);
-    auto tied = test::run_ranks("optim_norm_duplicates", 2, {{"T", "1"}, {"P", "2"}, {"CASE", "tied"}, {"MODE", mode}});
-    REQUIRE(tied.exit_code() == 0);
-    auto tp = test::run_ranks("optim_norm_duplicates", 2, {{"T", "2"}, {"P", "1"}, {"CASE", "tp"}, {"MODE", mode}});
-    REQUIRE(tp.exit_code() == 0);
-  }
+  auto tied = test::run_ranks("optim_norm_duplicates", 2, {{"T", "1"}, {"P", "2"}, {"CASE", "tied"}});
+  REQUIRE(tied.exit_code() == 0);
+  auto tp = test::run_ranks("optim_norm_duplicates", 2, {{"T", "2"}, {"P", "1"}, {"CASE", "tp"}});
+  REQUIRE(tp.exit_code() == 0);
 }
