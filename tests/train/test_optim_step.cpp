@@ -302,3 +302,33 @@ TEST_CASE("grad-norm counting rule", "[train][optim]") {
   CHECK(clip_coefficient(10.0, 0.0) == 1.0);
   CHECK(clip_coefficient(NAN, 1.0) == 1.0);
 }
+
+TEST_CASE("without a loss scaler a non-finite gradient norm skips the update", "[train][optim]") {
+  auto params = fake_model(at::kFloat);
+  auto opt = Optimizer::create(params, solo(), options(1.0));
+  std::vector<at::Tensor> before;
+  for (auto& p : params) before.push_back(p.param.detach().clone());
+  auto g = fake_grads(params, 4);
+  g[1][0][0] = NAN;
+  set_grads(params, g);
+  opt->accumulate_grads();
+  StepResult r = opt->step(1e-2);
+  CHECK(r.skipped);
+  CHECK(std::isnan(r.grad_norm));
+  CHECK(opt->step_count() == 0);
+  for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].param.detach(), before[i]));
+}
+
+TEST_CASE("optimizer names and construction errors", "[train][optim]") {
+  CHECK(parse_distributed_optimizer("distributed_fused_adam"));
+  CHECK_FALSE(parse_distributed_optimizer("fused_adam"));
+  CHECK_THROWS_WITH(parse_distributed_optimizer("sgd"), Catch::Contains("model.optim.name") && Catch::Contains("sgd"));
+  auto mixed = fake_model(at::kFloat);
+  mixed[2].param = mixed[2].param.detach().to(at::kBFloat16).set_requires_grad(true);
+  auto o = options();
+  o.distributed = true;
+  CHECK_THROWS_WITH(Optimizer::create(mixed, solo(), o), Catch::Contains("fc.bias") && Catch::Contains("one dtype"));
+  auto twice = fake_model(at::kFloat);
+  twice[1].name = twice[0].name;
+  CHECK_THROWS_WITH(Optimizer::create(twice, solo(), options()), Catch::Contains("emb.weight") && Catch::Contains("twice"));
+}

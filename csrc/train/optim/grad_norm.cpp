@@ -7,9 +7,8 @@
 namespace loom::train::optim {
 namespace {
 
-at::TensorOptions scalar_options(const std::vector<at::Tensor>& grads) {
-  auto opts = at::TensorOptions().dtype(at::kFloat);
-  return grads.empty() ? opts : opts.device(grads.front().device());
+at::TensorOptions scalar_options(at::Device device) {
+  return at::TensorOptions().dtype(at::kFloat).device(device);
 }
 
 }  // namespace
@@ -19,8 +18,9 @@ bool counts_in_grad_norm(const TrainableParam& param, int tensor_rank) {
   return param.tensor_parallel || tensor_rank == 0;
 }
 
-float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group) {
-  at::Tensor sum_sq = at::zeros({1}, scalar_options(grads));
+float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
+                       at::Device device) {
+  at::Tensor sum_sq = at::zeros({1}, scalar_options(device));
   for (const auto& g : grads) {
     if (g.numel() == 0) continue;
     at::Tensor n = at::linalg_vector_norm(g, 2, {}, false, at::kFloat);
@@ -41,8 +41,9 @@ void scale_grads(const std::vector<at::Tensor>& grads, double coefficient) {
   for (const auto& g : grads) g.mul_(coefficient);
 }
 
-bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group) {
-  at::Tensor flag = at::zeros({1}, scalar_options(grads));
+bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
+                      at::Device device) {
+  at::Tensor flag = at::zeros({1}, scalar_options(device));
   for (const auto& g : grads) {
     if (g.numel() == 0) continue;
     flag.add_(at::logical_not(at::isfinite(g)).any().to(at::kFloat));

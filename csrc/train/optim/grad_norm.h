@@ -8,6 +8,7 @@
 // whole reduced gradient, the world when each data rank holds a shard (distributed optimizer).
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <vector>
 
@@ -20,9 +21,11 @@ namespace loom::train::optim {
 bool counts_in_grad_norm(const TrainableParam& param, int tensor_rank);
 
 /// sqrt(Σ over `grads` of Σ g²), the sum taken in fp32 and all-reduced over `group`.
-/// `grads`: fp32 tensors (already filtered by the counting rule). Returns the same fp32 value on
+/// `grads`: fp32 tensors on `device` (already filtered by the counting rule; may be empty on
+/// some ranks, so the collective runs on `device` regardless). Returns the same fp32 value on
 /// every member (inf/NaN if any gradient is).
-float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group);
+float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
+                       at::Device device = at::kCPU);
 
 /// Megatron's clip coefficient max_norm/(norm + 1e-6), or 1 when that is >= 1, when
 /// max_norm <= 0 (clipping off) or when the norm is not finite.
@@ -33,6 +36,7 @@ void scale_grads(const std::vector<at::Tensor>& grads, double coefficient);
 
 /// true on every member of `group` if any element of any local tensor is inf or NaN on any
 /// member (a MAX all-reduce of the local flag).
-bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group);
+bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
+                      at::Device device = at::kCPU);
 
 }  // namespace loom::train::optim

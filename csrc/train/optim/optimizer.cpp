@@ -85,7 +85,7 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
   StepResult result;
   if (scaler) {
     scale_grads(all_grads, scaler->inv_scale());
-    bool found_inf = found_inf_or_nan(all_grads, norm_group());
+    bool found_inf = found_inf_or_nan(all_grads, norm_group(), grads_->data().device());
     scaler->update(found_inf);
     result.loss_scale = scaler->scale();
     if (found_inf) {
@@ -94,7 +94,7 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
       return result;
     }
   }
-  result.grad_norm = global_grad_norm(counted, norm_group());
+  result.grad_norm = global_grad_norm(counted, norm_group(), grads_->data().device());
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;
