@@ -95,3 +95,18 @@ TEST_CASE("element layouts map local coordinates to global indices", "[ops][phil
   CHECK_THROWS_AS(loom::ops::make_element_layout({2, 3}, {}, {1, 0}), std::invalid_argument);
   CHECK_THROWS_AS(loom::ops::make_element_layout({1, 1, 1, 1, 1, 1, 1}, {}, {}), std::invalid_argument);
 }
+
+TEST_CASE("the CUDA kernels' 8-element keep bits equal the scalar definition", "[ops][philox]") {
+  // dropout_keep_bits8 is what every CUDA dropout kernel evaluates; check it on the host
+  // for every alignment of the first element within a block of 4 words.
+  for (double p : {0.0, 0.1, 0.5, 0.9, 1.0}) {
+    const uint64_t thr = loom::ops::dropout_keep_threshold(p);
+    for (uint64_t g = 0; g < 64; ++g) {
+      for (uint64_t base : {uint64_t{0}, (uint64_t{1} << 40) + 3}) {
+        const uint32_t bits = loom::ops::dropout_keep_bits8(17, 23, base + g, thr);
+        for (int e = 0; e < 8; ++e)
+          CHECK(((bits >> e) & 1u) == (loom::ops::dropout_keep(17, 23, base + g + e, thr) ? 1u : 0u));
+      }
+    }
+  }
+}

@@ -107,6 +107,25 @@ LOOM_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t g,
   return static_cast<uint64_t>(w.v[g & 3]) < threshold;
 }
 
+/// Keep bits of the 8 consecutive global elements g .. g+7 (bit e for element g + e), in at
+/// most three Philox calls; the CUDA kernels' batched form of dropout_keep.
+LOOM_HOST_DEVICE uint32_t dropout_keep_bits8(uint64_t seed, uint64_t stream, uint64_t g,
+                                             uint64_t threshold) {
+  if (threshold > 0xFFFFFFFFull) return 0xFFu;  // p == 0: keep all
+  const uint64_t q0 = g >> 2;
+  const int lane0 = static_cast<int>(g & 3);
+  uint32_t bits = 0;
+  for (int k = 0; k < 3; ++k) {
+    if (k == 2 && lane0 == 0) break;  // an aligned start needs two blocks of 4 words
+    const PhiloxBlock w = dropout_words(seed, stream, q0 + k);
+    for (int l = 0; l < 4; ++l) {
+      const int e = 4 * k + l - lane0;
+      if (e >= 0 && e < 8 && static_cast<uint64_t>(w.v[l]) < threshold) bits |= 1u << e;
+    }
+  }
+  return bits;
+}
+
 /// Dropout sites of a GPT layer, the low byte of a stream (see dropout_stream()).
 enum DropoutSite : uint32_t {
   kDropoutSiteEmbedding = 0,        ///< embedding output, [s, b, h]

@@ -11,26 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-/// Keep bits (bit e for element g + e, e < 8) of the 8 global elements starting at g.
-__device__ __forceinline__ uint32_t keep_bits8(uint64_t seed, uint64_t sid, uint64_t g,
-                                               uint64_t threshold) {
-  if (threshold > 0xFFFFFFFFull) return 0xFFu;  // p == 0
-  const uint64_t q0 = g >> 2;
-  const int lane0 = static_cast<int>(g & 3);
-  uint32_t bits = 0;
-#pragma unroll
-  for (int k = 0; k < 3; ++k) {
-    if (k == 2 && lane0 == 0) break;  // an aligned start needs two blocks of 4 words
-    const PhiloxBlock w = dropout_words(seed, sid, q0 + k);
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const int e = 4 * k + l - lane0;
-      if (e >= 0 && e < 8 && static_cast<uint64_t>(w.v[l]) < threshold) bits |= 1u << e;
-    }
-  }
-  return bits;
-}
-
 __device__ __forceinline__ void load_bias(const float* bias, int64_t col, int n, bool vector,
                                           float out[kPack]) {
   if (vector && n == kPack) {
@@ -57,7 +37,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, const float* __restrict_
   if (bias) load_bias(bias, col, n, vector, b);
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const int64_t off = row * cols + col;
-    const uint32_t bits = keep_bits8(seed, sid, static_cast<uint64_t>(layout.row_start(row) + col),
+    const uint32_t bits = dropout_keep_bits8(seed, sid, static_cast<uint64_t>(layout.row_start(row) + col),
                                      threshold);
     float v[kPack], r[kPack];
     load_partial<T>(x + off, n, vector, v);
@@ -79,7 +59,7 @@ __global__ void dropout_mask_kernel(bool* __restrict__ out, const __grid_constan
   if (col >= cols) return;
   const int n = pack_len(cols, col);
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
-    const uint32_t bits = keep_bits8(seed, sid, static_cast<uint64_t>(layout.row_start(row) + col),
+    const uint32_t bits = dropout_keep_bits8(seed, sid, static_cast<uint64_t>(layout.row_start(row) + col),
                                      threshold);
     bool* o = out + row * cols + col;
     for (int e = 0; e < n; ++e) o[e] = (bits >> e) & 1u;

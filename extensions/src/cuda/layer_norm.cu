@@ -1,22 +1,40 @@
 // LayerNorm forward/backward CUDA kernels (fp32 statistics and accumulation).
-// Forward: one block per row; the row is held in registers (up to kCache packs of 8 per
-// thread, i.e. rows up to 512 * 8 * 4 = 16384 elements) for the two-pass mean/variance and
-// the output, so x is read from memory once. Longer rows re-read the tail (L1/L2).
-// Backward: blocks stride over rows computing dx and accumulate dgamma/dbeta partial sums
-// of the columns they own in registers; each block writes one partial row to a workspace
-// and a second kernel sums the partial rows. Rows too long for the register partials use
-// a column kernel for the partials instead.
+//
+// Forward: one block per row. Each thread caches its packs of 8 elements in registers in
+// the storage type (up to kCache packs, i.e. rows up to 512 * 8 * 4 = 16384 elements), so
+// x is read from memory once for the two-pass mean/variance and the output; longer rows
+// re-read the tail (from L1/L2).
+//
+// Backward, rows up to 1024 * 8 * 2 = 16384 elements (fused): blocks stride over rows; per row a thread
+// caches its packs of x and dy in registers, the block reduces sum(g) and sum(g * xhat)
+// (g = dy * gamma), the thread writes dx and adds dy * xhat and dy for its own columns to
+// dgamma/dbeta partial sums kept in shared memory (no atomics: a thread owns its columns).
+// Each block then writes its partial row to a workspace and a small kernel sums the
+// partial rows, so x and dy are read once and dgamma/dbeta cost ~2 * blocks * cols floats.
+// Longer rows: a dx kernel re-reading the row, then a column kernel for the partials.
 #include "cuda/common.cuh"
 
 namespace loom::ops::cuda {
 namespace {
 
-constexpr int kCache = 4;        // packs of 8 held per thread
+constexpr int kCache = 4;         // forward: packs of 8 cached per thread
 constexpr int kMaxThreads = 512;
+constexpr int kCacheBwd = 2;      // fused backward: packs of x and of dy per thread
+constexpr int kMaxThreadsBwd = 1024;
 
-int threads_for(int64_t packs) {
-  const int64_t t = round_up_warp((packs + kCache - 1) / kCache);
-  return static_cast<int>(t < 32 ? 32 : (t > kMaxThreads ? kMaxThreads : t));
+int threads_for(int64_t packs, int cache = kCache, int max_threads = kMaxThreads) {
+  const int64_t t = round_up_warp((packs + cache - 1) / cache);
+  return static_cast<int>(t < 32 ? 32 : (t > max_threads ? max_threads : t));
+}
+
+__device__ __forceinline__ void load_floats(const float* p, int n, bool vector, float out[kPack]) {
+  if (vector && n == kPack) {
+    *reinterpret_cast<float4*>(out) = reinterpret_cast<const float4*>(p)[0];
+    *reinterpret_cast<float4*>(out + 4) = reinterpret_cast<const float4*>(p)[1];
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kPack; ++e) out[e] = e < n ? p[e] : 0.0f;
 }
 
 template <typename T>
@@ -31,182 +49,211 @@ __global__ void __launch_bounds__(kMaxThreads)
   T* yr = y + row * cols;
   const int64_t packs = (cols + kPack - 1) / kPack;
   const int64_t stride = blockDim.x;
-  float cache[kCache][kPack];
+  Pack<T> cache[kCache];
 
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kCache; ++i) {
     const int64_t p = threadIdx.x + i * stride;
-    if (p < packs) {
-      const int n = pack_len(cols, p * kPack);
-      load_partial<T>(xr + p * kPack, n, vector, cache[i]);
-#pragma unroll
-      for (int e = 0; e < kPack; ++e) sum += cache[i][e];
-    }
+    if (p < packs) cache[i] = load_raw<T>(xr + p * kPack, pack_len(cols, p * kPack), vector);
   }
-  for (int64_t p = threadIdx.x + kCache * stride; p < packs; p += stride) {
-    float v[kPack];
-    load_partial<T>(xr + p * kPack, pack_len(cols, p * kPack), vector, v);
-#pragma unroll
-    for (int e = 0; e < kPack; ++e) sum += v[e];
-  }
-  const float mu = block_sum(sum, scratch) / static_cast<float>(cols);
-
-  float sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < kCache; ++i) {
     const int64_t p = threadIdx.x + i * stride;
     if (p < packs) {
-      const int n = pack_len(cols, p * kPack);
 #pragma unroll
-      for (int e = 0; e < kPack; ++e) {
-        const float d = e < n ? cache[i][e] - mu : 0.0f;
-        sq += d * d;
-      }
+      for (int e = 0; e < kPack; ++e) sum += to_float<T>(cache[i].e[e]);  // missing are 0
     }
   }
   for (int64_t p = threadIdx.x + kCache * stride; p < packs; p += stride) {
-    float v[kPack];
-    const int n = pack_len(cols, p * kPack);
-    load_partial<T>(xr + p * kPack, n, vector, v);
+    const Pack<T> v = load_raw<T>(xr + p * kPack, pack_len(cols, p * kPack), vector);
+#pragma unroll
+    for (int e = 0; e < kPack; ++e) sum += to_float<T>(v.e[e]);
+  }
+  const float mu = block_sum(sum, scratch) / static_cast<float>(cols);
+
+  float sq = 0.0f;
+  auto add_sq = [&](const Pack<T>& v, int n) {
 #pragma unroll
     for (int e = 0; e < kPack; ++e) {
-      const float d = e < n ? v[e] - mu : 0.0f;
+      const float d = e < n ? to_float<T>(v.e[e]) - mu : 0.0f;
       sq += d * d;
     }
+  };
+#pragma unroll
+  for (int i = 0; i < kCache; ++i) {
+    const int64_t p = threadIdx.x + i * stride;
+    if (p < packs) add_sq(cache[i], pack_len(cols, p * kPack));
+  }
+  for (int64_t p = threadIdx.x + kCache * stride; p < packs; p += stride) {
+    const int n = pack_len(cols, p * kPack);
+    add_sq(load_raw<T>(xr + p * kPack, n, vector), n);
   }
   const float rs = rsqrtf(block_sum(sq, scratch) / static_cast<float>(cols) + eps);
 
-  auto write = [&](int64_t p, float v[kPack]) {
+  auto write = [&](int64_t p, const Pack<T>& v) {
     const int n = pack_len(cols, p * kPack);
-    float g[kPack], b[kPack];
-    if (vector && n == kPack) {
-      const float4* g4 = reinterpret_cast<const float4*>(gamma + p * kPack);
-      const float4* b4 = reinterpret_cast<const float4*>(beta + p * kPack);
-      *reinterpret_cast<float4*>(g) = g4[0];
-      *reinterpret_cast<float4*>(g + 4) = g4[1];
-      *reinterpret_cast<float4*>(b) = b4[0];
-      *reinterpret_cast<float4*>(b + 4) = b4[1];
-    } else {
+    float g[kPack], b[kPack], out[kPack];
+    load_floats(gamma + p * kPack, n, vector, g);
+    load_floats(beta + p * kPack, n, vector, b);
 #pragma unroll
-      for (int e = 0; e < kPack; ++e) {
-        g[e] = e < n ? gamma[p * kPack + e] : 0.0f;
-        b[e] = e < n ? beta[p * kPack + e] : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < kPack; ++e) v[e] = (v[e] - mu) * rs * g[e] + b[e];
-    store_partial<T>(yr + p * kPack, n, vector, v);
+    for (int e = 0; e < kPack; ++e) out[e] = (to_float<T>(v.e[e]) - mu) * rs * g[e] + b[e];
+    store_partial<T>(yr + p * kPack, n, vector, out);
   };
 #pragma unroll
   for (int i = 0; i < kCache; ++i) {
     const int64_t p = threadIdx.x + i * stride;
     if (p < packs) write(p, cache[i]);
   }
-  for (int64_t p = threadIdx.x + kCache * stride; p < packs; p += stride) {
-    float v[kPack];
-    load_partial<T>(xr + p * kPack, pack_len(cols, p * kPack), vector, v);
-    write(p, v);
-  }
+  for (int64_t p = threadIdx.x + kCache * stride; p < packs; p += stride)
+    write(p, load_raw<T>(xr + p * kPack, pack_len(cols, p * kPack), vector));
   if (threadIdx.x == 0) {
     mean_out[row] = mu;
     rstd_out[row] = rs;
   }
 }
 
-/// dx for rows blockIdx.x, blockIdx.x + gridDim.x, ...; with `partial` non-null also the
-/// block's dgamma/dbeta partial sums (columns of packs threadIdx.x + i * blockDim.x,
-/// i < kCache, which must cover the row) written to partial[blockIdx.x][0..cols) and
-/// partial[gridDim.x + blockIdx.x][0..cols).
+/// Fused backward (packs <= kCacheBwd * blockDim.x): dx for rows blockIdx.x + k * gridDim.x and
+/// this block's dgamma/dbeta partial sums, written to partial[blockIdx.x][0..cols) and
+/// partial[gridDim.x + blockIdx.x][0..cols). Dynamic shared memory: 2 * cols floats.
 template <typename T>
-__global__ void __launch_bounds__(kMaxThreads)
-    ln_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                       const float* __restrict__ mean, const float* __restrict__ rstd,
-                       const float* __restrict__ gamma, T* __restrict__ dx,
-                       float* __restrict__ partial, int64_t rows, int64_t cols, bool vector) {
-  __shared__ float scratch[32];
+__global__ void __launch_bounds__(kMaxThreadsBwd)
+    ln_backward_fused_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                             const float* __restrict__ mean, const float* __restrict__ rstd,
+                             const float* __restrict__ gamma, T* __restrict__ dx,
+                             float* __restrict__ partial, int64_t rows, int64_t cols,
+                             bool vector) {
+  extern __shared__ float acc[];  // [0, cols): dgamma partials, [cols, 2 cols): dbeta
+  __shared__ float scratch[64];
   const int64_t packs = (cols + kPack - 1) / kPack;
   const int64_t stride = blockDim.x;
-  float acc_g[kCache][kPack], acc_b[kCache][kPack];
 #pragma unroll
-  for (int i = 0; i < kCache; ++i)
+  for (int i = 0; i < kCacheBwd; ++i) {
+    const int64_t p = threadIdx.x + i * stride;
+    if (p < packs)
 #pragma unroll
-    for (int e = 0; e < kPack; ++e) acc_g[i][e] = acc_b[i][e] = 0.0f;
-
-  auto load_gamma = [&](int64_t p, int n, float g[kPack]) {
-#pragma unroll
-    for (int e = 0; e < kPack; ++e) g[e] = e < n ? gamma[p * kPack + e] : 0.0f;
-  };
-
+      for (int e = 0; e < kPack; ++e) acc[p * kPack + e] = acc[cols + p * kPack + e] = 0.0f;
+  }
+  // (the pad past cols of the last pack is never written: pack_len guards it below)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     const T* dyr = dy + row * cols;
     const float mu = mean[row], rs = rstd[row];
-    float s_g = 0.0f, s_gx = 0.0f;  // sum g, sum g * xhat with g = dy * gamma
-    for (int64_t p = threadIdx.x; p < packs; p += stride) {
-      const int n = pack_len(cols, p * kPack);
-      float xv[kPack], dv[kPack], g[kPack];
-      load_partial<T>(xr + p * kPack, n, vector, xv);
-      load_partial<T>(dyr + p * kPack, n, vector, dv);
-      load_gamma(p, n, g);
+    Pack<T> xc[kCacheBwd], dc[kCacheBwd];
 #pragma unroll
-      for (int e = 0; e < kPack; ++e) {
-        const float gv = dv[e] * g[e];
-        s_g += gv;
-        s_gx += gv * (xv[e] - mu) * rs;
-      }
-    }
-    const float mean_g = block_sum(s_g, scratch) / static_cast<float>(cols);
-    const float mean_gx = block_sum(s_gx, scratch) / static_cast<float>(cols);
-
-    auto emit = [&](int64_t p, float acc_gi[kPack], float acc_bi[kPack], bool accumulate) {
-      const int n = pack_len(cols, p * kPack);
-      float xv[kPack], dv[kPack], g[kPack], out[kPack];
-      load_partial<T>(xr + p * kPack, n, vector, xv);
-      load_partial<T>(dyr + p * kPack, n, vector, dv);
-      load_gamma(p, n, g);
-#pragma unroll
-      for (int e = 0; e < kPack; ++e) {
-        const float xh = (xv[e] - mu) * rs;
-        out[e] = rs * (dv[e] * g[e] - mean_g - xh * mean_gx);
-        if (accumulate) {
-          acc_gi[e] += dv[e] * xh;
-          acc_bi[e] += dv[e];
-        }
-      }
-      store_partial<T>(dx + row * cols + p * kPack, n, vector, out);
-    };
-    if (partial) {
-#pragma unroll
-      for (int i = 0; i < kCache; ++i) {
-        const int64_t p = threadIdx.x + i * stride;
-        if (p < packs) emit(p, acc_g[i], acc_b[i], true);
-      }
-    } else {
-      for (int64_t p = threadIdx.x; p < packs; p += stride) emit(p, acc_g[0], acc_b[0], false);
-    }
-  }
-  if (partial) {
-    float* pg = partial + static_cast<int64_t>(blockIdx.x) * cols;
-    float* pb = partial + static_cast<int64_t>(gridDim.x + blockIdx.x) * cols;
-#pragma unroll
-    for (int i = 0; i < kCache; ++i) {
+    for (int i = 0; i < kCacheBwd; ++i) {
       const int64_t p = threadIdx.x + i * stride;
       if (p < packs) {
         const int n = pack_len(cols, p * kPack);
-#pragma unroll
-        for (int e = 0; e < kPack; ++e)
-          if (e < n) {
-            pg[p * kPack + e] = acc_g[i][e];
-            pb[p * kPack + e] = acc_b[i][e];
-          }
+        xc[i] = load_raw<T>(xr + p * kPack, n, vector);
+        dc[i] = load_raw<T>(dyr + p * kPack, n, vector);
       }
+    }
+    float s_g = 0.0f, s_gx = 0.0f;  // sum g, sum g * xhat
+#pragma unroll
+    for (int i = 0; i < kCacheBwd; ++i) {
+      const int64_t p = threadIdx.x + i * stride;
+      if (p < packs) {
+        float g[kPack];
+        load_floats(gamma + p * kPack, pack_len(cols, p * kPack), vector, g);
+#pragma unroll
+        for (int e = 0; e < kPack; ++e) {
+          const float gv = to_float<T>(dc[i].e[e]) * g[e];  // 0 past the row end
+          s_g += gv;
+          s_gx += gv * (to_float<T>(xc[i].e[e]) - mu) * rs;
+        }
+      }
+    }
+    const float2 sums = block_sum2(s_g, s_gx, scratch);
+    const float mean_g = sums.x / static_cast<float>(cols);
+    const float mean_gx = sums.y / static_cast<float>(cols);
+#pragma unroll
+    for (int i = 0; i < kCacheBwd; ++i) {
+      const int64_t p = threadIdx.x + i * stride;
+      if (p < packs) {
+        const int n = pack_len(cols, p * kPack);
+        float g[kPack], out[kPack];
+        load_floats(gamma + p * kPack, n, vector, g);
+#pragma unroll
+        for (int e = 0; e < kPack; ++e) {
+          const float d = to_float<T>(dc[i].e[e]);
+          const float xh = (to_float<T>(xc[i].e[e]) - mu) * rs;
+          out[e] = rs * (d * g[e] - mean_g - xh * mean_gx);
+          if (e < n) {
+            acc[p * kPack + e] += d * xh;
+            acc[cols + p * kPack + e] += d;
+          }
+        }
+        store_partial<T>(dx + row * cols + p * kPack, n, vector, out);
+      }
+    }
+  }
+  float* pg = partial + static_cast<int64_t>(blockIdx.x) * cols;
+  float* pb = partial + static_cast<int64_t>(gridDim.x + blockIdx.x) * cols;
+#pragma unroll
+  for (int i = 0; i < kCacheBwd; ++i) {
+    const int64_t p = threadIdx.x + i * stride;
+    if (p < packs) {
+      const int n = pack_len(cols, p * kPack);
+#pragma unroll
+      for (int e = 0; e < kPack; ++e)
+        if (e < n) {
+          pg[p * kPack + e] = acc[p * kPack + e];
+          pb[p * kPack + e] = acc[cols + p * kPack + e];
+        }
     }
   }
 }
 
-/// Partial dgamma/dbeta for rows too long for the register partials: block (x: 256
-/// columns, y: row chunk) writes partial[y][col] and partial[gridDim.y + y][col].
+/// dx only, for rows longer than the fused kernel holds: three passes over the row (the
+/// second and third hit L1/L2).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads)
+    ln_backward_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                          const float* __restrict__ mean, const float* __restrict__ rstd,
+                          const float* __restrict__ gamma, T* __restrict__ dx, int64_t rows,
+                          int64_t cols, bool vector) {
+  __shared__ float scratch[64];
+  const int64_t packs = (cols + kPack - 1) / kPack;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    const T* dyr = dy + row * cols;
+    const float mu = mean[row], rs = rstd[row];
+    float s_g = 0.0f, s_gx = 0.0f;
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      const int n = pack_len(cols, p * kPack);
+      const Pack<T> xv = load_raw<T>(xr + p * kPack, n, vector);
+      const Pack<T> dv = load_raw<T>(dyr + p * kPack, n, vector);
+      float g[kPack];
+      load_floats(gamma + p * kPack, n, vector, g);
+#pragma unroll
+      for (int e = 0; e < kPack; ++e) {
+        const float gv = to_float<T>(dv.e[e]) * g[e];
+        s_g += gv;
+        s_gx += gv * (to_float<T>(xv.e[e]) - mu) * rs;
+      }
+    }
+    const float2 sums = block_sum2(s_g, s_gx, scratch);
+    const float mean_g = sums.x / static_cast<float>(cols);
+    const float mean_gx = sums.y / static_cast<float>(cols);
+    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+      const int n = pack_len(cols, p * kPack);
+      const Pack<T> xv = load_raw<T>(xr + p * kPack, n, vector);
+      const Pack<T> dv = load_raw<T>(dyr + p * kPack, n, vector);
+      float g[kPack], out[kPack];
+      load_floats(gamma + p * kPack, n, vector, g);
+#pragma unroll
+      for (int e = 0; e < kPack; ++e) {
+        const float xh = (to_float<T>(xv.e[e]) - mu) * rs;
+        out[e] = rs * (to_float<T>(dv.e[e]) * g[e] - mean_g - xh * mean_gx);
+      }
+      store_partial<T>(dx + row * cols + p * kPack, n, vector, out);
+    }
+  }
+}
+
+/// Partial dgamma/dbeta for long rows: block (x: 256 columns, y: row chunk) writes
+/// partial[y][col] and partial[gridDim.y + y][col].
 template <typename T>
 __global__ void ln_param_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                         const float* __restrict__ mean,
@@ -242,17 +289,17 @@ __global__ void ln_param_reduce_kernel(const float* __restrict__ partial, int pa
   dbeta[col] = sb;
 }
 
-bool fused_partials(int64_t cols) {
+constexpr int kUnfusedParts = 64;  // row chunks of the column kernel
+
+bool fused_backward(int64_t cols) {
   const int64_t packs = (cols + kPack - 1) / kPack;
-  return packs <= static_cast<int64_t>(kCache) * kMaxThreads;
+  return packs <= static_cast<int64_t>(kCacheBwd) * kMaxThreadsBwd;
 }
 
-int backward_blocks(int64_t rows, int64_t cols) {
-  if (fused_partials(cols)) {
-    const int64_t b = 2 * static_cast<int64_t>(sm_count());
-    return static_cast<int>(rows < b ? (rows < 1 ? 1 : rows) : b);
-  }
-  return 64;  // row chunks of the column kernel
+int backward_parts(int64_t rows, int64_t cols) {
+  if (!fused_backward(cols)) return kUnfusedParts;
+  const int64_t b = 2 * static_cast<int64_t>(sm_count());
+  return static_cast<int>(rows < b ? (rows < 1 ? 1 : rows) : b);
 }
 
 }  // namespace
@@ -274,7 +321,7 @@ void layer_norm_forward(DType t, const void* x, const float* gamma, const float*
 }
 
 int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols) {
-  return 2 * static_cast<int64_t>(backward_blocks(rows, cols)) * cols;
+  return 2 * static_cast<int64_t>(backward_parts(rows, cols)) * cols;
 }
 
 void layer_norm_backward(DType t, const void* dy, const void* x, const float* mean,
@@ -291,17 +338,25 @@ void layer_norm_backward(DType t, const void* dy, const void* x, const float* me
   const int64_t packs = (cols + kPack - 1) / kPack;
   const bool vector =
       cols % kPack == 0 && aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(gamma);
-  const bool fused = fused_partials(cols);
-  const int parts = backward_blocks(rows, cols);
+  const int parts = backward_parts(rows, cols);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    // Fused: exactly `parts` blocks (<= rows), each writing its partial rows.
-    const int blocks = fused ? parts : static_cast<int>(rows < 65535 ? rows : 65535);
-    ln_backward_kernel<T><<<blocks, threads_for(packs), 0, stream>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
-        static_cast<T*>(dx), fused ? workspace : nullptr, rows, cols, vector);
-    check_launch("layer_norm_backward");
-    if (!fused) {
+    if (fused_backward(cols)) {
+      // exactly `parts` (<= rows) blocks, each writing its two partial rows
+      const size_t smem = 2 * static_cast<size_t>(cols) * sizeof(float);
+      if (smem > 48 * 1024)
+        cudaFuncSetAttribute(ln_backward_fused_kernel<T>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      ln_backward_fused_kernel<T><<<parts, threads_for(packs, kCacheBwd, kMaxThreadsBwd), smem, stream>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
+          static_cast<T*>(dx), workspace, rows, cols, vector);
+      check_launch("layer_norm_backward_fused");
+    } else {
+      const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
+      ln_backward_dx_kernel<T><<<blocks, kMaxThreads, 0, stream>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
+          static_cast<T*>(dx), rows, cols, vector);
+      check_launch("layer_norm_backward_dx");
       const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(parts));
       ln_param_partial_kernel<T><<<grid, 256, 0, stream>>>(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, workspace, rows, cols);
