@@ -5,8 +5,11 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
 
 #include <cmath>
+#include <vector>
 
 #include "internal.h"
 #include "kernels.h"
@@ -17,18 +20,40 @@ namespace {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluCubic = 0.044715;
 
-template <typename acc_t>
-inline acc_t gelu_tanh(acc_t u) {
-  const acc_t t = std::tanh(acc_t(kSqrt2OverPi) * (u + acc_t(kGeluCubic) * u * u * u));
-  return acc_t(0.5) * u * (acc_t(1) + t);
+/// Rows of x [rows, cols] (+ bias) through f(u, g) -> value, vectorised over a row held in
+/// the accumulation type; g is the matching row of dy (or u again when dy is null).
+template <typename scalar_t, typename F>
+void gelu_rows(const scalar_t* x, const scalar_t* dy, const at::opmath_type<scalar_t>* bias,
+               scalar_t* out, int64_t rows, int64_t cols, const F& f) {
+  using acc_t = at::opmath_type<scalar_t>;
+  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / cols), [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> u(cols), g(cols);
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t j = 0; j < cols; ++j) {
+        u[j] = static_cast<acc_t>(x[r * cols + j]) + bias[j];
+        g[j] = dy ? static_cast<acc_t>(dy[r * cols + j]) : acc_t(0);
+      }
+      at::vec::map2<acc_t>(f, u.data(), u.data(), g.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = static_cast<scalar_t>(u[j]);
+    }
+  });
 }
 
-template <typename acc_t>
-inline acc_t gelu_tanh_grad(acc_t u) {
-  const acc_t k = acc_t(kSqrt2OverPi), c = acc_t(kGeluCubic);
-  const acc_t t = std::tanh(k * (u + c * u * u * u));
-  return acc_t(0.5) * (acc_t(1) + t) +
-         acc_t(0.5) * u * (acc_t(1) - t * t) * k * (acc_t(1) + acc_t(3) * c * u * u);
+/// 0.5 u (1 + tanh(k (u + c u^3)))
+template <typename Vec>
+Vec gelu_tanh(Vec u) {
+  using acc_t = typename Vec::value_type;
+  const Vec t = (Vec(acc_t(kSqrt2OverPi)) * (u + Vec(acc_t(kGeluCubic)) * u * u * u)).tanh();
+  return Vec(acc_t(0.5)) * u * (Vec(acc_t(1)) + t);
+}
+
+/// d gelu_tanh / du = 0.5 (1 + t) + 0.5 u (1 - t^2) k (1 + 3 c u^2)
+template <typename Vec>
+Vec gelu_tanh_grad(Vec u) {
+  using acc_t = typename Vec::value_type;
+  const Vec k{acc_t(kSqrt2OverPi)}, c{acc_t(kGeluCubic)}, half{acc_t(0.5)}, one{acc_t(1)};
+  const Vec t = (k * (u + c * u * u * u)).tanh();
+  return half * (one + t) + half * u * (one - t * t) * k * (one + Vec(acc_t(3)) * c * u * u);
 }
 
 }  // namespace
@@ -42,13 +67,10 @@ at::Tensor bias_gelu_cpu(const at::Tensor& x_in, const at::Tensor& bias) {
   if (x.numel() == 0) return y;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "loom_bias_gelu", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const scalar_t* xp = x.const_data_ptr<scalar_t>();
-    const acc_t* bp = b.const_data_ptr<acc_t>();
-    scalar_t* yp = y.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, x.numel(), 32768, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        yp[i] = static_cast<scalar_t>(gelu_tanh<acc_t>(static_cast<acc_t>(xp[i]) + bp[i % cols]));
-    });
+    using Vec = at::vec::Vectorized<acc_t>;
+    gelu_rows<scalar_t>(x.const_data_ptr<scalar_t>(), nullptr, b.const_data_ptr<acc_t>(),
+                        y.mutable_data_ptr<scalar_t>(), x.numel() / cols, cols,
+                        [](Vec u, Vec) { return gelu_tanh(u); });
   });
   return y;
 }
@@ -66,15 +88,11 @@ at::Tensor bias_gelu_backward_cpu(const at::Tensor& dy_in, const at::Tensor& x_i
   if (x.numel() == 0) return dx;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "loom_bias_gelu_backward", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    const scalar_t* xp = x.const_data_ptr<scalar_t>();
-    const scalar_t* gp = dy.const_data_ptr<scalar_t>();
-    const acc_t* bp = b.const_data_ptr<acc_t>();
-    scalar_t* dxp = dx.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, x.numel(), 32768, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i)
-        dxp[i] = static_cast<scalar_t>(static_cast<acc_t>(gp[i]) *
-                                       gelu_tanh_grad<acc_t>(static_cast<acc_t>(xp[i]) + bp[i % cols]));
-    });
+    using Vec = at::vec::Vectorized<acc_t>;
+    gelu_rows<scalar_t>(x.const_data_ptr<scalar_t>(), dy.const_data_ptr<scalar_t>(),
+                        b.const_data_ptr<acc_t>(), dx.mutable_data_ptr<scalar_t>(),
+                        x.numel() / cols, cols,
+                        [](Vec u, Vec g) { return g * gelu_tanh_grad(u); });
   });
   return dx;
 }
