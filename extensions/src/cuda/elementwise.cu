@@ -99,17 +99,18 @@ __global__ void bias_gelu_kernel(const T* __restrict__ dy, const T* __restrict__
   }
 }
 
-dim3 grid_for(int64_t rows, int64_t cols) {
-  const int64_t packs = (cols + kPack - 1) / kPack;
-  const int64_t threads = kThreads;
-  return dim3(static_cast<unsigned>((packs + threads - 1) / threads),
-              static_cast<unsigned>(rows < 65535 ? rows : 65535));
-}
-
+/// Threads per block: one per pack of a row, at most kThreads.
 int threads_for(int64_t cols) {
   const int64_t packs = (cols + kPack - 1) / kPack;
   const int t = round_up_warp(packs);
   return t < kThreads ? t : kThreads;
+}
+
+/// x: the packs of a row; y: rows (striding past 65535).
+dim3 grid_for(int64_t rows, int64_t cols, int threads) {
+  const int64_t packs = (cols + kPack - 1) / kPack;
+  return dim3(static_cast<unsigned>((packs + threads - 1) / threads),
+              static_cast<unsigned>(rows < 65535 ? rows : 65535));
 }
 
 int64_t rows_of(const ElementLayout& layout) {
@@ -128,8 +129,7 @@ void dropout_forward(DType t, const void* x, const float* bias, const void* resi
   const bool vector = cols % kPack == 0 && aligned16(x) && aligned16(out) &&
                       (!bias || aligned16(bias)) && (!residual || aligned16(residual));
   const int threads = threads_for(cols);
-  dim3 grid = grid_for(rows, cols);
-  grid.x = static_cast<unsigned>(((cols + kPack - 1) / kPack + threads - 1) / threads);
+  const dim3 grid = grid_for(rows, cols, threads);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     dropout_kernel<T><<<grid, threads, 0, stream>>>(
@@ -144,8 +144,7 @@ void dropout_mask(bool* out, const ElementLayout& layout, uint64_t seed, uint64_
   const int64_t rows = rows_of(layout), cols = layout.row_length();
   if (rows == 0 || cols == 0) return;
   const int threads = threads_for(cols);
-  dim3 grid = grid_for(rows, cols);
-  grid.x = static_cast<unsigned>(((cols + kPack - 1) / kPack + threads - 1) / threads);
+  const dim3 grid = grid_for(rows, cols, threads);
   dropout_mask_kernel<<<grid, threads, 0, stream>>>(out, layout, seed, stream_id, threshold, rows);
   check_launch("dropout_mask");
 }
@@ -155,8 +154,7 @@ void bias_gelu_forward(DType t, const void* x, const float* bias, void* y, int64
   if (rows == 0 || cols == 0) return;
   const bool vector = cols % kPack == 0 && aligned16(x) && aligned16(y) && aligned16(bias);
   const int threads = threads_for(cols);
-  dim3 grid = grid_for(rows, cols);
-  grid.x = static_cast<unsigned>(((cols + kPack - 1) / kPack + threads - 1) / threads);
+  const dim3 grid = grid_for(rows, cols, threads);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     bias_gelu_kernel<T><<<grid, threads, 0, stream>>>(nullptr, static_cast<const T*>(x), bias,
@@ -171,8 +169,7 @@ void bias_gelu_backward(DType t, const void* dy, const void* x, const float* bia
   const bool vector = cols % kPack == 0 && aligned16(x) && aligned16(dy) && aligned16(dx) &&
                       aligned16(bias);
   const int threads = threads_for(cols);
-  dim3 grid = grid_for(rows, cols);
-  grid.x = static_cast<unsigned>(((cols + kPack - 1) / kPack + threads - 1) / threads);
+  const dim3 grid = grid_for(rows, cols, threads);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     bias_gelu_kernel<T><<<grid, threads, 0, stream>>>(static_cast<const T*>(dy),
