@@ -7,4 +7,11 @@ target_precompile_headers(loom_pch PRIVATE <torch/torch.h>)
 
 function(loom_use_torch_pch target)
   target_precompile_headers(${target} REUSE_FROM loom_pch)
+  get_target_property(_type ${target} TYPE)
+  if(_type STREQUAL "EXECUTABLE")
+    # The header was compiled with -fPIC; an executable's default -fPIE would make GCC reject
+    # it ("created and used with different settings of -fpie") and compile without it.
+    set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE OFF)
+    target_compile_options(${target} PRIVATE -fPIC)
+  endif()
 endfunction()

@@ -48,7 +48,9 @@ set(CMAKE_CUDA_ARCHITECTURES ${LOOM_CUDA_ARCHS})
 # (shipped by the nvidia-nccl wheel, or in the CUDA toolkit).
 add_library(loom_torch INTERFACE)
 target_link_libraries(loom_torch INTERFACE ${TORCH_LIBRARIES})
-target_compile_definitions(loom_torch INTERFACE USE_C10D_GLOO)
+# The wheel ships fmt 12 headers (torch/include/fmt) but not its library, and they shadow
+# Debian's fmt 9 in every torch translation unit: use them header-only there.
+target_compile_definitions(loom_torch INTERFACE USE_C10D_GLOO FMT_HEADER_ONLY)
 if(LOOM_WITH_CUDA AND TARGET torch_cuda)
   find_path(LOOM_NCCL_INCLUDE nccl.h
             HINTS ${LOOM_TORCH_SITE}/nvidia/nccl/include /usr/local/cuda/include)

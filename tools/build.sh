@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Configure and build Loom into build/ (Ninja, ccache, at most 2 jobs: a torch translation
 # unit needs ~1 GB and the reference machine has 2 cores).
+#   tools/build.sh            everything (library, `loom`, tests, benchmarks)
+#   tools/build.sh loom       only the `loom` executable
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LOOM_BUILD_JOBS:-2}
-[ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >&2
+if [ ! -f build/build.ninja ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_ONLY= >&2
+fi
 start=$(date +%s)
-cmake --build build -j "$jobs" >&2
+if [ $# -gt 0 ]; then
+  cmake --build build -j "$jobs" --target "$@" >&2
+else
+  cmake --build build -j "$jobs" >&2
+fi
 echo "[build] done in $(( $(date +%s) - start )) s" >&2

@@ -142,7 +142,13 @@ pid_t spawn(const LaunchOptions& opt, int rank, int port, int out_fd, int err_fd
 int LaunchResult::exit_code() const {
   if (first_failed_rank < 0) return 0;
   for (const auto& r : ranks) {
-    if (r.rank == first_failed_rank) return r.exit_code != 0 ? r.exit_code : 1;
+    if (r.rank != first_failed_rank) continue;
+    if (!r.signaled) return r.exit_code != 0 ? r.exit_code : 1;
+  }
+  // The first failing rank was stopped by a signal (often ours, after a peer exited first):
+  // report the status of a rank that exited by itself, if any did.
+  for (const auto& r : ranks) {
+    if (r.exit_code != 0 && !r.signaled) return r.exit_code;
   }
   return 1;
 }

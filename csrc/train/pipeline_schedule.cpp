@@ -148,6 +148,7 @@ ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Comm
       reap_sends(false);
       backward_from(s.output, grad);
       ++result.stats.backwards;
+      if (config.after_backward) config.after_backward();
       if (!is_first_virtual(op.chunk)) {
         at::Tensor g = s.input.grad();
         if (!g.defined()) g = at::zeros(config.activation_shape, act_options);

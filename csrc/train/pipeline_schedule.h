@@ -30,6 +30,9 @@ struct ScheduleConfig {
   /// Release an output's storage once its send completed (Megatron's
   /// deallocate_output_tensor). Only safe when no backward node saved that output.
   bool free_sent_activations = true;
+  /// Called after each micro-batch's backward on this stage (e.g. to fold .grad into fp32
+  /// main gradients).
+  std::function<void()> after_backward;
 };
 
 /// Runs model chunk `chunk` on micro-batch `microbatch`. `input` is the activation received

@@ -1,0 +1,244 @@
+#include "train/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace loom::train {
+namespace {
+
+constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
+constexpr const char* kShardFile = "model_optim_rng.pt";
+
+// FNV-1a, 64 bit: a cheap content hash to tell a corrupt shard from a good one.
+uint64_t fnv1a(const std::vector<char>& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void write_file(const fs::path& path, const char* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data, static_cast<std::streamsize>(size));
+  out.flush();
+  if (!out) throw CheckpointError("cannot write checkpoint file " + path.string());
+}
+
+std::vector<char> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("checkpoint file " + path.string() + " is missing or unreadable");
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Replaces `path` atomically with `text` (temporary name + rename).
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  write_file(tmp, text.data(), text.size());
+  fs::rename(tmp, path);
+}
+
+c10::impl::GenericDict tensor_dict(const std::map<std::string, at::Tensor>& tensors) {
+  c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [k, v] : tensors) d.insert(k, v.detach().cpu().contiguous());
+  return d;
+}
+
+std::map<std::string, at::Tensor> tensor_map(const c10::IValue& v, const std::string& file,
+                                             const char* what) {
+  if (!v.isGenericDict()) throw CheckpointError(file + ": '" + what + "' is not a dictionary");
+  std::map<std::string, at::Tensor> out;
+  for (const auto& e : v.toGenericDict()) {
+    if (!e.key().isString() || !e.value().isTensor()) {
+      throw CheckpointError(file + ": '" + what + "' holds a non-tensor entry");
+    }
+    out[e.key().toStringRef()] = e.value().toTensor();
+  }
+  return out;
+}
+
+nlohmann::json layout_json(const CheckpointLayout& l) {
+  return {{"tensor_model_parallel_size", l.tensor_parallel},
+          {"pipeline_model_parallel_size", l.pipeline_parallel},
+          {"virtual_pipeline_model_parallel_size", l.virtual_stages},
+          {"data_parallel_size", l.data_parallel},
+          {"model", l.model_shape}};
+}
+
+}  // namespace
+
+std::string iteration_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
+
+std::string model_parallel_dir_name(int tensor_rank, int pipeline_rank, int pipeline_parallel) {
+  return pipeline_parallel == 1 ? fmt::format("mp_rank_{:02d}", tensor_rank)
+                                : fmt::format("mp_rank_{:02d}_{:03d}", tensor_rank, pipeline_rank);
+}
+
+void save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
+                     const RankCheckpoint& state, runtime::ProcessGroups& groups) {
+  const auto coords = groups.coords();
+  const int world = groups.layout().world_size();
+  const fs::path final_dir = fs::path(dir) / iteration_dir_name(iteration);
+  const fs::path tmp_dir = fs::path(dir) / (iteration_dir_name(iteration) + ".tmp");
+  const std::string mp_name =
+      model_parallel_dir_name(coords.tp, coords.pp, groups.layout().pipeline_parallel());
+
+  std::string error;
+  if (groups.rank() == 0) {
+    try {
+      fs::create_directories(dir);
+      fs::remove_all(tmp_dir);  // a save that died half-way
+      fs::create_directories(tmp_dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  groups.world().barrier();
+  if (!error.empty()) throw CheckpointError("cannot prepare " + tmp_dir.string() + ": " + error);
+
+  // Sizes and hashes of the shards, one slot per world rank (0 for non-writers).
+  at::Tensor sizes = at::zeros({world}, at::kLong), hashes = at::zeros({world}, at::kLong);
+  if (coords.dp == 0) {
+    c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+    nlohmann::json meta = {{"shards", state.shard_info}, {"values", state.values},
+                           {"iteration", iteration}};
+    top.insert("model", tensor_dict(state.model));
+    top.insert("optimizer", tensor_dict(state.optimizer));
+    top.insert("meta", meta.dump());
+    std::vector<char> bytes = torch::pickle_save(top);
+    fs::create_directories(tmp_dir / mp_name);
+    write_file(tmp_dir / mp_name / kShardFile, bytes.data(), bytes.size());
+    sizes[groups.rank()] = static_cast<int64_t>(bytes.size());
+    hashes[groups.rank()] = static_cast<int64_t>(fnv1a(bytes));
+  }
+  groups.world().all_reduce(sizes);
+  groups.world().all_reduce(hashes);
+
+  if (groups.rank() == 0) {
+    try {
+      nlohmann::json files = nlohmann::json::object();
+      for (int r = 0; r < world; ++r) {
+        auto c = groups.layout().coords(r);
+        if (c.dp != 0) continue;
+        std::string rel = model_parallel_dir_name(c.tp, c.pp, groups.layout().pipeline_parallel()) +
+                          "/" + kShardFile;
+        if (!fs::exists(tmp_dir / rel)) throw CheckpointError("shard " + rel + " was not written");
+        files[rel] = {{"bytes", sizes[r].item<int64_t>()},
+                      {"fnv1a64", fmt::format("{:016x}", uint64_t(hashes[r].item<int64_t>()))}};
+      }
+      nlohmann::json metadata = {{"format", "loom-megatron-legacy-1"}, {"iteration", iteration},
+                                 {"layout", layout_json(layout)}, {"files", files}};
+      write_text_atomically(tmp_dir / "metadata.json", metadata.dump(2));
+      if (fs::exists(final_dir)) {
+        fs::path old = final_dir;
+        old += ".old";
+        fs::remove_all(old);
+        fs::rename(final_dir, old);
+        fs::rename(tmp_dir, final_dir);
+        fs::remove_all(old);
+      } else {
+        fs::rename(tmp_dir, final_dir);
+      }
+      write_text_atomically(fs::path(dir) / kTracker, std::to_string(iteration) + "\n");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  groups.world().barrier();
+  if (!error.empty()) throw CheckpointError("saving checkpoint " + final_dir.string() + ": " + error);
+}
+
+std::optional<int64_t> latest_checkpoint(const std::string& dir) {
+  const fs::path tracker = fs::path(dir) / kTracker;
+  if (!fs::exists(tracker)) return std::nullopt;
+  std::ifstream in(tracker);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw CheckpointError(tracker.string() + ": expected an iteration number, found '" + text + "'");
+  }
+  int64_t iteration = std::stoll(text);
+  if (!fs::exists(fs::path(dir) / iteration_dir_name(iteration) / "metadata.json")) {
+    throw CheckpointError(tracker.string() + " names iteration " + text + " but " +
+                          (fs::path(dir) / iteration_dir_name(iteration) / "metadata.json").string() +
+                          " does not exist");
+  }
+  return iteration;
+}
+
+RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
+                               const CheckpointLayout& expected, runtime::ProcessGroups& groups) {
+  const fs::path iter_dir = fs::path(dir) / iteration_dir_name(iteration);
+  const fs::path meta_path = iter_dir / "metadata.json";
+  nlohmann::json metadata;
+  try {
+    std::ifstream in(meta_path);
+    if (!in) throw CheckpointError("missing");
+    metadata = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw CheckpointError(meta_path.string() + " is missing or not valid JSON: " + e.what());
+  }
+  const nlohmann::json have = metadata.value("layout", nlohmann::json::object());
+  const nlohmann::json want = layout_json(expected);
+  for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                          "virtual_pipeline_model_parallel_size"}) {
+    if (have.value(key, -1) != want[key].get<int>()) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} was saved with {} = {}, this run uses {} (resharding is not supported yet)",
+          iter_dir.string(), key, have.value(key, nlohmann::json()).dump(), want[key].dump()));
+    }
+  }
+  if (have.value("model", nlohmann::json()) != want["model"]) {
+    throw CheckpointError("checkpoint " + iter_dir.string() + " holds a model of shape " +
+                          have.value("model", nlohmann::json()).dump() + ", this run builds " +
+                          want["model"].dump());
+  }
+  const auto coords = groups.coords();
+  const std::string rel =
+      model_parallel_dir_name(coords.tp, coords.pp, groups.layout().pipeline_parallel()) + "/" +
+      kShardFile;
+  const fs::path file = iter_dir / rel;
+  auto files = metadata.value("files", nlohmann::json::object());
+  if (!files.contains(rel)) throw CheckpointError(meta_path.string() + " lists no shard " + rel);
+  std::vector<char> bytes = read_file(file);
+  const auto want_bytes = files[rel].value("bytes", int64_t(-1));
+  if (static_cast<int64_t>(bytes.size()) != want_bytes) {
+    throw CheckpointError(fmt::format("checkpoint shard {} is truncated or altered: {} bytes, "
+                                      "metadata.json says {}",
+                                      file.string(), bytes.size(), want_bytes));
+  }
+  if (fmt::format("{:016x}", fnv1a(bytes)) != files[rel].value("fnv1a64", "")) {
+    throw CheckpointError("checkpoint shard " + file.string() +
+                          " is corrupt: its content hash differs from metadata.json");
+  }
+  c10::IValue top;
+  try {
+    top = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint shard " + file.string() + " cannot be read: " + e.what());
+  }
+  if (!top.isGenericDict()) throw CheckpointError(file.string() + ": not a dictionary");
+  auto d = top.toGenericDict();
+  for (const char* key : {"model", "optimizer", "meta"}) {
+    if (!d.contains(key)) throw CheckpointError(file.string() + ": no '" + key + "' entry");
+  }
+  RankCheckpoint out;
+  out.model = tensor_map(d.at("model"), file.string(), "model");
+  out.optimizer = tensor_map(d.at("optimizer"), file.string(), "optimizer");
+  auto meta = nlohmann::json::parse(d.at("meta").toStringRef());
+  out.shard_info = meta.value("shards", nlohmann::json::object());
+  out.values = meta.value("values", nlohmann::json::object());
+  return out;
+}
+
+}  // namespace loom::train

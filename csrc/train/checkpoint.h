@@ -1,0 +1,71 @@
+// Checkpoints in Megatron's legacy layout (formats.md, "Checkpoints"):
+//   <dir>/latest_checkpointed_iteration.txt        the iteration, written last
+//   <dir>/iter_0000100/metadata.json              layout, sizes, and every shard's size and hash
+//   <dir>/iter_0000100/mp_rank_TT[_PPP]/model_optim_rng.pt
+// One shard per model-parallel rank (tensor rank TT, pipeline stage PPP when p > 1), written by
+// data-parallel rank 0: a torch.save-compatible pickle (torch.load reads it) of
+//   {"model": {name: this rank's shard}, "optimizer": {key: fp32 whole-parameter state},
+//    "meta": JSON text with each tensor's global shape and offset, the optimizer, scheduler and
+//    loss-scaler values, and the training position}.
+// Saving is atomic for readers: shards go to iter_N.tmp/, rank 0 checks every shard's size and
+// hash, renames the folder, then replaces the tracker (temporary name + rename). A rank killed
+// mid-save leaves the previous checkpoint as the one that loads.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/process_groups.h"
+
+namespace loom::train {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The layout a checkpoint was written under; loading needs the same t, p, v (d may differ:
+/// optimizer state is stored per whole parameter).
+struct CheckpointLayout {
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int virtual_stages = 1;
+  int data_parallel = 1;
+  nlohmann::json model_shape;  ///< num_layers, hidden_size, ... (must match too)
+};
+
+/// What one model-parallel rank saves and restores.
+struct RankCheckpoint {
+  std::map<std::string, at::Tensor> model;      ///< parameter name → this rank's shard
+  /// Per parameter: {"global_shape": [...], "offset": [...]} (where the shard sits).
+  nlohmann::json shard_info = nlohmann::json::object();
+  std::map<std::string, at::Tensor> optimizer;  ///< optimizer state tensors
+  nlohmann::json values = nlohmann::json::object();  ///< optimizer/scheduler/scaler/position
+};
+
+/// "iter_0000100".
+std::string iteration_dir_name(int64_t iteration);
+/// "mp_rank_01" (p = 1) or "mp_rank_01_002".
+std::string model_parallel_dir_name(int tensor_rank, int pipeline_rank, int pipeline_parallel);
+
+/// Collective over the world: every rank calls it; data-parallel rank 0 of each model-parallel
+/// rank writes `state`. Throws CheckpointError naming the file on an I/O failure.
+void save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
+                     const RankCheckpoint& state, runtime::ProcessGroups& groups);
+
+/// The iteration named by <dir>/latest_checkpointed_iteration.txt, nullopt when there is no
+/// tracker. Throws CheckpointError when the tracker is malformed or names a missing folder.
+std::optional<int64_t> latest_checkpoint(const std::string& dir);
+
+/// Loads this rank's shard of iteration `iteration` (every rank reads). Throws CheckpointError
+/// naming what differs when the layout or model shape is not `expected`, and naming the file
+/// when a shard is missing, truncated or corrupt.
+RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
+                               const CheckpointLayout& expected, runtime::ProcessGroups& groups);
+
+}  // namespace loom::train

@@ -1,0 +1,77 @@
+#include "train/metrics_log.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace loom::train {
+
+MetricsLog::MetricsLog(const std::string& jsonl_path, bool human_output)
+    : human_(human_output), tty_(human_output && isatty(STDERR_FILENO)) {
+  if (!jsonl_path.empty()) {
+    file_ = std::fopen(jsonl_path.c_str(), "a");
+    if (!file_) throw std::runtime_error("cannot open metrics file " + jsonl_path + " for appending");
+  }
+}
+
+MetricsLog::~MetricsLog() {
+  end_progress_line();
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record, bool print) {
+  if (file_) {
+    std::string line = record.dump() + "\n";
+    std::fwrite(line.data(), 1, line.size(), file_);
+    std::fflush(file_);
+  }
+  if (print && human_) message(format_metrics_line(record));
+}
+
+void MetricsLog::progress(const std::string& text) {
+  if (!tty_) return;
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+  progress_shown_ = true;
+}
+
+void MetricsLog::message(const std::string& text) {
+  if (!human_) return;
+  end_progress_line();
+  std::fprintf(stderr, "%s\n", text.c_str());
+  std::fflush(stderr);
+}
+
+void MetricsLog::end_progress_line() {
+  if (progress_shown_) {
+    std::fprintf(stderr, "\r\033[K");
+    progress_shown_ = false;
+  }
+}
+
+std::string format_metrics_line(const nlohmann::json& r) {
+  auto num = [&](const char* key) -> double {
+    return r.contains(key) && r[key].is_number() ? r[key].get<double>() : NAN;
+  };
+  std::string kind = r.value("kind", "train");
+  if (kind == "validation") {
+    return fmt::format("step {}/{} | validation loss {:.4f} | ppl {:.2f} | {} batches",
+                       r.value("step", 0), r.value("max_steps", 0), num("val_loss"),
+                       std::exp(num("val_loss")), r.value("val_batches", 0));
+  }
+  std::string line = fmt::format(
+      "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | loss scale {:g} | "
+      "{:.0f} ms/step | {:.0f} tokens/s | {:.3f} TFLOP/s/device",
+      r.value("step", 0), r.value("max_steps", 0), num("loss"), num("lr"), num("grad_norm"),
+      num("loss_scale"), 1000.0 * num("step_time_s"), num("tokens_per_s"),
+      num("model_tflops_per_device"));
+  if (r.contains("mfu") && r["mfu"].is_number()) line += fmt::format(" | MFU {:.1f}%", 100.0 * num("mfu"));
+  if (r.contains("max_rss_mib")) line += fmt::format(" | mem {:.0f} MiB", num("max_rss_mib"));
+  if (r.value("skipped", false)) line += " | step skipped (inf/NaN)";
+  return line;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,78 @@
+#include "train/model_setup.h"
+
+#include <ATen/ATen.h>
+
+namespace loom::train {
+
+model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vocab_size) {
+  const auto& m = recipe.model;
+  model::GptConfig c;
+  c.num_layers = static_cast<int>(m.num_layers);
+  c.hidden_size = m.hidden_size;
+  c.ffn_hidden_size = m.ffn_hidden_size;
+  c.num_attention_heads = m.num_attention_heads;
+  c.vocab_size = vocab_size;
+  c.make_vocab_size_divisible_by = m.make_vocab_size_divisible_by;
+  c.max_position_embeddings = m.max_position_embeddings;
+  c.seq_length = m.data.seq_length;
+  c.init_method_std = m.init_method_std;
+  c.hidden_dropout = m.hidden_dropout;
+  c.attention_dropout = m.attention_dropout;
+  c.layernorm_epsilon = m.layernorm_epsilon;
+  c.sequence_parallel = m.sequence_parallel;
+  switch (m.activations_checkpoint_granularity) {
+    case config::RecomputeGranularity::kNone:
+      c.activations_checkpoint_granularity = model::RecomputeGranularity::kNone;
+      break;
+    case config::RecomputeGranularity::kSelective:
+      c.activations_checkpoint_granularity = model::RecomputeGranularity::kSelective;
+      break;
+    case config::RecomputeGranularity::kFull:
+      c.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
+      break;
+  }
+  c.activations_checkpoint_method = m.activations_checkpoint_method == config::RecomputeMethod::kBlock
+                                         ? model::RecomputeMethod::kBlock
+                                         : model::RecomputeMethod::kUniform;
+  c.activations_checkpoint_num_layers =
+      static_cast<int>(m.activations_checkpoint_num_layers.value_or(1));
+  c.label_smoothing = m.label_smoothing;
+  c.seed = static_cast<uint64_t>(m.seed);
+  switch (recipe.trainer.precision) {
+    case config::Precision::kFp32: c.params_dtype = model::ParamsDtype::kFloat32; break;
+    case config::Precision::kBf16: c.params_dtype = model::ParamsDtype::kBFloat16; break;
+    case config::Precision::kFp16: c.params_dtype = model::ParamsDtype::kFloat16; break;
+  }
+  return c;
+}
+
+std::vector<model::GptStage> build_model_chunks(const model::GptConfig& config,
+                                                runtime::ProcessGroups& groups, int virtual_stages,
+                                                at::Device device) {
+  const auto layouts = model::pipeline_stage_layouts(
+      config, groups.layout().pipeline_parallel(), virtual_stages, groups.coords().pp);
+  std::vector<model::GptStage> chunks;
+  chunks.reserve(layouts.size());
+  for (const auto& layout : layouts) chunks.emplace_back(config, groups.tensor_ptr(), layout, device);
+  return chunks;
+}
+
+TrainableParams trainable_params(const std::vector<model::GptStage>& chunks) {
+  TrainableParams out;
+  for (const auto& chunk : chunks) {
+    for (const auto& p : chunk.parameters()) {
+      TrainableParam t;
+      t.name = p.name;
+      t.param = p.tensor;
+      t.tensor_parallel = p.tensor_parallel();
+      t.sequence_parallel = p.sequence_parallel;
+      t.tied_embedding_duplicate = p.shared_duplicate;
+      t.word_embedding = p.word_embedding;
+      t.weight_decay = p.tensor.dim() > 1;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+}  // namespace loom::train

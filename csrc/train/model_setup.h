@@ -1,0 +1,30 @@
+// From a recipe to this rank's model chunks and their trainable parameters.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "config/recipe.h"
+#include "model/gpt_config.h"
+#include "model/gpt_stage.h"
+#include "runtime/process_groups.h"
+#include "train/trainable_param.h"
+
+namespace loom::train {
+
+/// The model section of a validated recipe as the model's config; `vocab_size` is the
+/// tokenizer's (unpadded) vocabulary.
+model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vocab_size);
+
+/// This rank's model chunks: one per virtual pipeline stage it holds (v chunks; chunk k is
+/// virtual stage k·p + pipeline rank), built on `device`.
+std::vector<model::GptStage> build_model_chunks(const model::GptConfig& config,
+                                                runtime::ProcessGroups& groups, int virtual_stages,
+                                                at::Device device);
+
+/// The chunks' parameters as the optimizer sees them. Weight decay applies to matrices only
+/// (Megatron: no decay for biases and LayerNorm parameters, i.e. every 1-D parameter).
+TrainableParams trainable_params(const std::vector<model::GptStage>& chunks);
+
+}  // namespace loom::train

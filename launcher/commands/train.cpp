@@ -1,0 +1,103 @@
+// `loom train RECIPE.yaml [section.key=value ...]`: validates the recipe, then either starts
+// trainer.devices local ranks of itself (when no launcher variables are set) or, as one rank
+// under the local launcher, torchrun (--no-python) or srun, trains.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "command_registry.h"
+#include "config/derived.h"
+#include "config/recipe.h"
+#include "launch/env_rendezvous.h"
+#include "launch/local_launcher.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace {
+
+int train_command(int argc, char** argv) {
+  CLI::App app{"Train a GPT model from a YAML recipe (NeMo Megatron field names)."};
+  std::string recipe_path;
+  std::vector<std::string> overrides;
+  int nproc = 0;
+  int64_t stop_after = 0;
+  app.add_option("recipe", recipe_path, "recipe file, e.g. recipes/gpt3_tiny_cpu.yaml")->required();
+  app.add_option("overrides", overrides, "dotted overrides, e.g. trainer.max_steps=100");
+  app.add_option("--nproc", nproc, "local ranks to start (sets trainer.devices)");
+  app.add_option("--stop-after-steps", stop_after,
+                 "save and exit after this many steps, as on SIGTERM (for resume tests)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (nproc > 0) overrides.push_back("trainer.devices=" + std::to_string(nproc));
+
+  loom::config::Recipe recipe;
+  try {
+    recipe = loom::config::load_recipe(recipe_path, overrides);
+    loom::config::check_input_files(recipe);
+  } catch (const loom::config::RecipeError& e) {
+    std::cerr << "loom train: invalid recipe:\n" << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "loom train: " << e.what() << "\n";
+    return 2;
+  }
+
+  loom::launch::RendezvousInfo info;
+  try {
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "loom train: " << e.what() << "\n";
+    return 2;
+  }
+  const int64_t world = loom::config::world_size(recipe);
+  const bool under_launcher = info.source != loom::launch::RendezvousSource::kSingleProcess;
+  const bool print_recipe = !under_launcher || (info.source != loom::launch::RendezvousSource::kLocalLauncher && info.rank == 0);
+  if (print_recipe) {
+    for (const auto& w : recipe.origin.warnings) std::cerr << "loom train: warning: " << w << "\n";
+    std::cerr << "# resolved recipe\n" << loom::config::to_yaml(recipe) << std::flush;
+  }
+
+  if (!under_launcher && world > 1) {
+    if (recipe.trainer.num_nodes > 1) {
+      std::cerr << fmt::format(
+          "loom train: trainer.num_nodes = {} needs a multi-node launcher: run `loom train` under "
+          "torchrun --no-python or srun on every node\n", recipe.trainer.num_nodes);
+      return 2;
+    }
+    loom::launch::LaunchOptions opt;
+    opt.argv = {loom::launch::self_executable(), "train"};
+    for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
+    opt.nproc = static_cast<int>(world);
+    opt.grace_s = 120;  // a preempted run saves a checkpoint before exiting
+    auto result = loom::launch::launch_local(opt);
+    if (result.exit_code() != 0) std::cerr << "loom train: " << result.summary() << "\n";
+    return result.exit_code();
+  }
+
+  try {
+    loom::train::TrainOptions options;
+    options.stop_after_steps = stop_after;
+    return loom::train::run_training(recipe, options);
+  } catch (const std::invalid_argument& e) {
+    loom::launch::record_rank_error(e.what());
+    std::cerr << "loom train: error: " << e.what() << "\n";
+    return 2;
+  } catch (const loom::train::CheckpointError& e) {
+    loom::launch::record_rank_error(e.what());
+    std::cerr << "loom train: checkpoint error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    loom::launch::record_rank_error(e.what());
+    std::cerr << "loom train: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("train", "train a GPT model from a YAML recipe", train_command);
