@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include "launch/file_util.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -97,7 +99,7 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
   if (groups.rank() == 0) {
     try {
       fs::create_directories(dir);
-      fs::remove_all(tmp_dir);  // a save that died half-way
+      launch::remove_tree(tmp_dir.string());  // a save that died half-way
       fs::create_directories(tmp_dir);
     } catch (const std::exception& e) {
       error = e.what();
@@ -142,10 +144,10 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
       if (fs::exists(final_dir)) {
         fs::path old = final_dir;
         old += ".old";
-        fs::remove_all(old);
+        launch::remove_tree(old.string());
         fs::rename(final_dir, old);
         fs::rename(tmp_dir, final_dir);
-        fs::remove_all(old);
+        launch::remove_tree(old.string());
       } else {
         fs::rename(tmp_dir, final_dir);
       }
