@@ -14,6 +14,8 @@
 
 namespace loom::model {
 
+class KvCache;
+
 class ParallelAttention {
  public:
   /// `layer` is the global layer number (initialisation names and dropout keys).
@@ -22,6 +24,10 @@ class ParallelAttention {
   /// x [s(/t), b, h] (the LayerNorm output) -> (projection [s(/t), b, h] before its bias,
   /// the projection bias [h]).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext& dropout) const;
+  /// Inference (cached_forward.cpp): x [n, b, h] of n new positions (no sequence parallelism,
+  /// no dropout); appends their keys and values to `cache` and attends over every cached
+  /// position with the offset causal mask (kv_cache.h). Same outputs as forward().
+  std::pair<at::Tensor, at::Tensor> forward_cached(const at::Tensor& x, KvCache& cache) const;
   void collect(ParamList& out) const;
 
  private:

@@ -18,6 +18,7 @@
 namespace loom::model {
 
 class GptEmbedding;
+class KvCache;
 class TransformerLayer;
 class LayerNorm;
 
@@ -54,6 +55,18 @@ class GptStage {
   /// TP rank; apply the loss mask and normalisation yourself), or with no labels this rank's
   /// logits [s, b, V_padded/t]; otherwise the hidden tensor for the next stage.
   at::Tensor forward(const StageInputs& inputs, const DropoutContext& dropout) const;
+
+  /// Inference (cached_forward.cpp): an empty key/value cache of this stage's layers for
+  /// `batch` sequences of up to `capacity` positions, in the parameters' dtype and device.
+  KvCache make_kv_cache(int64_t batch, int64_t capacity) const;
+
+  /// Inference on a whole-model stage (pre_process and post_process) built without sequence
+  /// parallelism: runs tokens [b, n] at positions [cache.length(), cache.length() + n)
+  /// without autograd or dropout, appends their keys and values to `cache` (then advances it
+  /// by n) and returns this rank's logits [n, b, V_padded/t], equal (up to rounding) to the
+  /// rows of forward() over the whole sequence so far. Throws std::invalid_argument for a
+  /// partial stage, sequence parallelism at t > 1, or positions past max_position_embeddings.
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) const;
 
   /// This stage's parameters with their parallel attributes, in a fixed order.
   ParamList parameters() const;

@@ -14,12 +14,17 @@
 
 namespace loom::model {
 
+class KvCache;
+
 class TransformerLayer {
  public:
   /// `layer` is the global layer number in [0, num_layers).
   TransformerLayer(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                    const at::TensorOptions& options);
   at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout) const;
+  /// Inference (cached_forward.cpp): forward() without dropout for x [n, b, h] of n new
+  /// positions whose keys and values go to `cache`.
+  at::Tensor forward_cached(const at::Tensor& x, KvCache& cache) const;
   int layer() const { return layer_; }
   void collect(ParamList& out) const;
 

@@ -1,0 +1,248 @@
+#include "generate/checkpoint_reader.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <vector>
+
+#include "launch/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace loom::generate {
+
+using train::CheckpointError;
+
+namespace {
+
+constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
+constexpr const char* kShardFile = "model_optim_rng.pt";
+// The last pipeline stage's copy of the tied word embedding (GptStage::parameters()).
+constexpr const char* kOutputWordCopy = "output_layer.weight";
+
+// The content hash metadata.json records for each shard (train/checkpoint.cpp: FNV-1a 64).
+uint64_t fnv1a(const std::vector<char>& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Directory listing through launch/file_util.h (not std::filesystem's iterator, which the
+// torch wheel's own copy breaks; see docs/architecture.md).
+bool has_iteration_dirs(const fs::path& dir) {
+  std::vector<std::string> names;
+  try {
+    names = launch::list_directory(dir.string());
+  } catch (const std::exception&) {
+    return false;
+  }
+  for (const auto& name : names) {
+    if (name.rfind("iter_", 0) == 0 && name.find('.') == std::string::npos &&
+        fs::is_directory(dir / name))
+      return true;
+  }
+  return false;
+}
+
+int json_int(const nlohmann::json& j, const char* key, const fs::path& file) {
+  if (!j.contains(key) || !j[key].is_number_integer())
+    throw CheckpointError(file.string() + ": layout." + key + " is missing or not an integer");
+  return j[key].get<int>();
+}
+
+std::vector<int64_t> json_shape(const nlohmann::json& j, const std::string& what) {
+  if (!j.is_array()) throw CheckpointError(what + " is not a list of integers");
+  std::vector<int64_t> out;
+  for (const auto& x : j) {
+    if (!x.is_number_integer()) throw CheckpointError(what + " is not a list of integers");
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
+struct Shard {
+  std::map<std::string, at::Tensor> model;
+  nlohmann::json shards;  // name -> {"global_shape", "offset"}
+};
+
+Shard read_shard(const fs::path& iter_dir, const std::string& rel, const nlohmann::json& files) {
+  const fs::path file = iter_dir / rel;
+  if (!files.contains(rel))
+    throw CheckpointError((iter_dir / "metadata.json").string() + " lists no shard " + rel);
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw CheckpointError("checkpoint shard " + file.string() + " is missing or unreadable");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t want_bytes = files[rel].value("bytes", int64_t(-1));
+  if (static_cast<int64_t>(bytes.size()) != want_bytes)
+    throw CheckpointError(fmt::format(
+        "checkpoint shard {} is truncated or altered: {} bytes, metadata.json says {}",
+        file.string(), bytes.size(), want_bytes));
+  if (fmt::format("{:016x}", fnv1a(bytes)) != files[rel].value("fnv1a64", ""))
+    throw CheckpointError("checkpoint shard " + file.string() +
+                          " is corrupt: its content hash differs from metadata.json");
+  c10::IValue top;
+  try {
+    top = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw CheckpointError("checkpoint shard " + file.string() + " cannot be read: " + e.what());
+  }
+  if (!top.isGenericDict()) throw CheckpointError(file.string() + ": not a dictionary");
+  auto d = top.toGenericDict();
+  for (const char* key : {"model", "meta"})
+    if (!d.contains(key)) throw CheckpointError(file.string() + ": no '" + key + "' entry");
+  Shard out;
+  const c10::IValue model = d.at("model");
+  if (!model.isGenericDict()) throw CheckpointError(file.string() + ": 'model' is not a dictionary");
+  for (const auto& e : model.toGenericDict()) {
+    if (!e.key().isString() || !e.value().isTensor())
+      throw CheckpointError(file.string() + ": 'model' holds a non-tensor entry");
+    out.model[e.key().toStringRef()] = e.value().toTensor();
+  }
+  const c10::IValue meta = d.at("meta");
+  if (!meta.isString()) throw CheckpointError(file.string() + ": 'meta' is not a JSON string");
+  try {
+    out.shards = nlohmann::json::parse(meta.toStringRef()).at("shards");
+  } catch (const std::exception& e) {
+    throw CheckpointError(file.string() + ": 'meta' has no valid \"shards\" record: " + e.what());
+  }
+  return out;
+}
+
+// A parameter's global tensor being filled from shards.
+struct Assembly {
+  at::Tensor full;
+  std::set<std::vector<int64_t>> offsets;  // shards placed (replicas share an offset)
+  int64_t covered = 0;                     // elements placed
+};
+
+void place(std::map<std::string, Assembly>& params, const std::string& name,
+           const at::Tensor& value, const nlohmann::json& record, const std::string& file) {
+  const std::string what = file + ": shard record of " + name;
+  if (!record.is_object() || !record.contains("global_shape") || !record.contains("offset"))
+    throw CheckpointError(what + " lacks global_shape/offset");
+  const auto shape = json_shape(record["global_shape"], what + ".global_shape");
+  const auto offset = json_shape(record["offset"], what + ".offset");
+  if (shape.size() != static_cast<size_t>(value.dim()) || offset.size() != shape.size())
+    throw CheckpointError(fmt::format("{}: a {}-d shard with a {}-d global shape / offset", what,
+                                      value.dim(), shape.size()));
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (offset[i] < 0 || offset[i] + value.size(i) > shape[i])
+      throw CheckpointError(fmt::format("{}: shard [{}] at offset [{}] does not fit [{}]", what,
+                                        fmt::join(value.sizes(), ", "), fmt::join(offset, ", "),
+                                        fmt::join(shape, ", ")));
+  }
+  Assembly& a = params[name];
+  if (!a.full.defined()) {
+    a.full = at::zeros(shape, value.options());
+  } else if (a.full.sizes().vec() != shape) {
+    throw CheckpointError(fmt::format("{}: global shape [{}] differs from another shard's [{}]",
+                                      what, fmt::join(shape, ", "),
+                                      fmt::join(a.full.sizes(), ", ")));
+  }
+  if (!a.offsets.insert(offset).second) return;  // a replica of a shard already placed
+  at::Tensor dst = a.full;
+  for (size_t i = 0; i < shape.size(); ++i) dst = dst.narrow(i, offset[i], value.size(i));
+  dst.copy_(value);
+  a.covered += value.numel();
+}
+
+}  // namespace
+
+CheckpointLocation locate_checkpoint(const std::string& dir) {
+  const fs::path d(dir);
+  if (!fs::is_directory(d))
+    throw CheckpointError("checkpoint directory " + dir + " does not exist or is not a directory");
+  if (fs::is_directory(d / "checkpoints"))
+    return {(d / "checkpoints").string(), d.string()};
+  if (fs::exists(d / kTracker) || has_iteration_dirs(d)) {
+    const fs::path parent = fs::absolute(d).lexically_normal().parent_path();
+    const bool run = fs::exists(parent / "config.yaml");
+    return {d.string(), run ? parent.string() : std::string()};
+  }
+  if (fs::exists(d / "config.yaml"))
+    throw CheckpointError("run directory " + dir + " has no checkpoints/ folder (yet)");
+  throw CheckpointError("no checkpoint in " + dir +
+                        ": expected a run directory with checkpoints/ or a checkpoints directory "
+                        "with " + kTracker + " or iter_* folders");
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
+                                    std::optional<int64_t> iteration) {
+  CheckpointInfo info;
+  if (iteration) {
+    info.iteration = *iteration;
+  } else {
+    auto latest = train::latest_checkpoint(checkpoints);
+    if (!latest)
+      throw CheckpointError("no " + (fs::path(checkpoints) / kTracker).string() +
+                            ": name the iteration to load");
+    info.iteration = *latest;
+  }
+  const fs::path iter_dir = fs::path(checkpoints) / train::iteration_dir_name(info.iteration);
+  const fs::path meta_path = iter_dir / "metadata.json";
+  if (!fs::is_directory(iter_dir))
+    throw CheckpointError("checkpoint iteration " + std::to_string(info.iteration) +
+                          " does not exist: no folder " + iter_dir.string());
+  try {
+    std::ifstream in(meta_path);
+    if (!in) throw std::runtime_error("cannot open it");
+    info.metadata = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw CheckpointError(meta_path.string() + " is missing or not valid JSON: " + e.what());
+  }
+  const nlohmann::json layout = info.metadata.value("layout", nlohmann::json());
+  if (!layout.is_object()) throw CheckpointError(meta_path.string() + ": no \"layout\" object");
+  info.layout.tensor_parallel = json_int(layout, "tensor_model_parallel_size", meta_path);
+  info.layout.pipeline_parallel = json_int(layout, "pipeline_model_parallel_size", meta_path);
+  info.layout.virtual_stages = json_int(layout, "virtual_pipeline_model_parallel_size", meta_path);
+  info.layout.data_parallel = json_int(layout, "data_parallel_size", meta_path);
+  if (info.layout.tensor_parallel < 1 || info.layout.pipeline_parallel < 1)
+    throw CheckpointError(meta_path.string() + ": layout sizes must be >= 1");
+  info.layout.model_shape = layout.value("model", nlohmann::json());
+  if (!info.layout.model_shape.is_object())
+    throw CheckpointError(meta_path.string() + ": layout.model is missing");
+  if (!info.metadata.value("files", nlohmann::json()).is_object())
+    throw CheckpointError(meta_path.string() + ": no \"files\" object");
+  return info;
+}
+
+FullCheckpoint read_full_checkpoint(const std::string& checkpoints, const CheckpointInfo& info) {
+  const fs::path iter_dir = fs::path(checkpoints) / train::iteration_dir_name(info.iteration);
+  const nlohmann::json& files = info.metadata.at("files");
+  const int t = info.layout.tensor_parallel, p = info.layout.pipeline_parallel;
+  std::map<std::string, Assembly> assembled;
+  for (int pp = 0; pp < p; ++pp) {
+    for (int tp = 0; tp < t; ++tp) {
+      const std::string rel = train::model_parallel_dir_name(tp, pp, p) + "/" + kShardFile;
+      Shard shard = read_shard(iter_dir, rel, files);
+      const std::string file = (iter_dir / rel).string();
+      for (const auto& [name, value] : shard.model) {
+        if (name == kOutputWordCopy) continue;
+        if (!shard.shards.contains(name))
+          throw CheckpointError(file + ": no shard record (global_shape/offset) for " + name);
+        place(assembled, name, value, shard.shards[name], file);
+      }
+    }
+  }
+  FullCheckpoint out;
+  out.info = info;
+  for (auto& [name, a] : assembled) {
+    if (a.covered != a.full.numel())
+      throw CheckpointError(fmt::format(
+          "checkpoint {}: the shards of {} cover {} of its {} elements", iter_dir.string(), name,
+          a.covered, a.full.numel()));
+    out.params[name] = std::move(a.full);
+  }
+  return out;
+}
+
+}  // namespace loom::generate

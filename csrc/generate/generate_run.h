@@ -1,0 +1,64 @@
+// `loom generate` end to end, minus the command line and process spawning: find the
+// checkpoint and tokenizer (plan_generation, run once before any rank starts), then on every
+// tensor-parallel rank load the model resharded for t, tokenise the prompt, generate with the
+// KV cache and decode (run_generation).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "generate/checkpoint_reader.h"
+#include "generate/model_loader.h"
+#include "generate/sampling.h"
+#include "generate/token_generator.h"
+#include "runtime/communicator.h"
+
+namespace loom::generate {
+
+/// Bad input found while planning (a flag, a missing tokenizer file, a model that does not
+/// fit t): commands exit with status 2. The message names the flag or file.
+class GenerateInputError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct GenerateRequest {
+  std::string checkpoint;             ///< --checkpoint: run directory or checkpoints directory
+  std::optional<int64_t> iteration;   ///< --iteration (default: the latest)
+  std::string prompt;                 ///< --prompt (UTF-8); empty: start from <|endoftext|>
+  int64_t max_new_tokens = 32;        ///< --max-new-tokens
+  SamplingOptions sampling;           ///< --greedy --temperature --top-k --top-p --seed
+  int tensor_parallel = 0;            ///< --tensor-parallel (0: the checkpoint's t)
+  std::string vocab_file, merge_file; ///< --vocab-file/--merge-file (empty: the run's recipe)
+};
+
+struct GeneratePlan {
+  CheckpointLocation location;
+  CheckpointInfo info;
+  int tensor_parallel = 1;
+  std::string vocab_file, merge_file;
+  InferenceModelOptions model_options;
+};
+
+/// Resolves and checks everything the ranks will need. Tokenizer files come from the flags,
+/// else from model.tokenizer of the run directory's config.yaml (a relative path is tried
+/// against the working directory, then the run directory). Throws GenerateInputError (or
+/// train::CheckpointError for the checkpoint itself) naming the file or flag.
+GeneratePlan plan_generation(const GenerateRequest& request);
+
+struct GenerateOutput {
+  std::vector<int64_t> prompt_ids;  ///< the context fed to the model
+  GenerationResult result;
+  std::string text;                 ///< the prompt followed by the decoded continuation
+};
+
+/// Collective over `tp` (size plan.tensor_parallel, every rank with the same request): reads
+/// the checkpoint, builds the model for this rank, generates. Every rank returns the same
+/// output. Throws train::CheckpointError for a missing/corrupt shard, GenerateInputError for a
+/// prompt that does not fit the model.
+GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& request,
+                              const runtime::CommunicatorPtr& tp);
+
+}  // namespace loom::generate

@@ -1,0 +1,94 @@
+#include "generate/model_loader.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "model/init.h"
+
+namespace loom::generate {
+
+using train::CheckpointError;
+
+namespace {
+
+int64_t shape_field(const nlohmann::json& shape, const char* key) {
+  if (!shape.is_object() || !shape.contains(key) || !shape[key].is_number_integer())
+    throw CheckpointError(std::string("checkpoint metadata.json: layout.model.") + key +
+                          " is missing or not an integer");
+  return shape[key].get<int64_t>();
+}
+
+// The checkpoint's word embedding [V_padded(t_saved), h] re-padded to `padded` rows: real rows
+// [0, vocab) kept, pad rows zero (they never reach a real logit or a real token).
+at::Tensor repad_vocab(const at::Tensor& full, int64_t vocab, int64_t padded,
+                       const std::string& name) {
+  if (full.dim() != 2 || full.size(0) < vocab)
+    throw CheckpointError(fmt::format("checkpoint parameter {} has shape [{}], expected at least "
+                                      "{} rows (the vocabulary)",
+                                      name, fmt::join(full.sizes(), ", "), vocab));
+  if (full.size(0) == padded) return full;
+  at::Tensor out = at::zeros({padded, full.size(1)}, full.options());
+  out.narrow(0, 0, vocab).copy_(full.narrow(0, 0, vocab));
+  return out;
+}
+
+}  // namespace
+
+model::GptConfig inference_config(const nlohmann::json& model_shape,
+                                  const InferenceModelOptions& options) {
+  model::GptConfig c;
+  c.num_layers = static_cast<int>(shape_field(model_shape, "num_layers"));
+  c.hidden_size = shape_field(model_shape, "hidden_size");
+  c.ffn_hidden_size = shape_field(model_shape, "ffn_hidden_size");
+  c.num_attention_heads = shape_field(model_shape, "num_attention_heads");
+  c.vocab_size = shape_field(model_shape, "vocab_size");
+  c.max_position_embeddings = shape_field(model_shape, "max_position_embeddings");
+  c.seq_length = c.max_position_embeddings;
+  c.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
+  c.layernorm_epsilon = options.layernorm_epsilon;
+  c.hidden_dropout = 0.0;
+  c.attention_dropout = 0.0;
+  c.sequence_parallel = false;
+  c.activations_checkpoint_granularity = model::RecomputeGranularity::kNone;
+  c.params_dtype = model::ParamsDtype::kFloat32;
+  return c;
+}
+
+model::GptStage load_inference_model(const FullCheckpoint& checkpoint,
+                                     const model::GptConfig& config, runtime::CommunicatorPtr tp,
+                                     at::Device device) {
+  const int rank = tp->rank(), size = tp->size();
+  model::GptStage stage(config, tp, model::StageLayout{}, device);
+  at::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (const auto& p : stage.parameters()) {
+    auto it = checkpoint.params.find(p.name);
+    if (it == checkpoint.params.end())
+      throw CheckpointError(fmt::format("checkpoint iteration {} has no parameter {}",
+                                        checkpoint.info.iteration, p.name));
+    used.insert(p.name);
+    at::Tensor full = it->second;
+    if (p.word_embedding)
+      full = repad_vocab(full, config.vocab_size, stage.padded_vocab_size(), p.name);
+    std::vector<int64_t> want = p.tensor.sizes().vec();
+    if (p.tensor_parallel()) want[p.partition_dim] *= size;
+    if (full.sizes().vec() != want)
+      throw CheckpointError(fmt::format("checkpoint parameter {} has shape [{}], the model [{}]",
+                                        p.name, fmt::join(full.sizes(), ", "),
+                                        fmt::join(want, ", ")));
+    at::Tensor local = p.tensor_parallel() ? model::shard(full, p.partition_dim, rank, size) : full;
+    p.tensor.copy_(local);
+  }
+  for (const auto& [name, value] : checkpoint.params) {
+    if (!used.count(name))
+      throw CheckpointError(fmt::format("checkpoint iteration {} holds parameter {} that a model "
+                                        "of its recorded shape does not have",
+                                        checkpoint.info.iteration, name));
+  }
+  return stage;
+}
+
+}  // namespace loom::generate

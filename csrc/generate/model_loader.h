@@ -1,0 +1,41 @@
+// A whole checkpointed model rebuilt for inference under any tensor-parallel size t: the
+// global tensors of checkpoint_reader.h are sliced for this rank exactly as GptStage slices
+// its initial weights (model::shard along each parameter's partition dimension), so a
+// checkpoint written at any (t, p, v) loads at any t that divides the heads and the FFN.
+#pragma once
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+#include "generate/checkpoint_reader.h"
+#include "model/gpt_config.h"
+#include "model/gpt_stage.h"
+#include "runtime/communicator.h"
+
+namespace loom::generate {
+
+/// Model fields metadata.json does not record; from the run's recipe when there is one.
+struct InferenceModelOptions {
+  double layernorm_epsilon = 1e-5;
+  int64_t make_vocab_size_divisible_by = 128;
+};
+
+/// The config of the checkpoint's model for inference: the shape from layout.model
+/// (num_layers, hidden_size, ffn_hidden_size, num_attention_heads, vocab_size,
+/// max_position_embeddings), float32 parameters, no dropout, no sequence parallelism, no
+/// recomputation. Throws train::CheckpointError naming a missing or non-integer field.
+model::GptConfig inference_config(const nlohmann::json& model_shape,
+                                  const InferenceModelOptions& options = {});
+
+/// Builds the whole model (one stage, layers 0..L-1) for TP group `tp` and fills every
+/// parameter with its slice of the checkpoint (converted to float32). The word embedding's
+/// rows past vocab_size are re-padded with zeros to this t's padded vocabulary. Throws
+/// std::invalid_argument when the model does not fit t (heads or FFN not divisible), and
+/// train::CheckpointError naming the parameter when the checkpoint lacks one, has one the
+/// model does not, or holds one of another global shape.
+model::GptStage load_inference_model(const FullCheckpoint& checkpoint,
+                                     const model::GptConfig& config, runtime::CommunicatorPtr tp,
+                                     at::Device device = at::kCPU);
+
+}  // namespace loom::generate

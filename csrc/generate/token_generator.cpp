@@ -1,0 +1,79 @@
+#include "generate/token_generator.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "model/kv_cache.h"
+#include "model/mappings.h"
+
+namespace loom::generate {
+
+at::Tensor gather_last_logits(const at::Tensor& local_logits, const runtime::CommunicatorPtr& tp,
+                              int64_t vocab_size) {
+  if (local_logits.dim() != 3 || local_logits.size(0) < 1)
+    throw std::invalid_argument("gather_last_logits: expected logits [n, b, V/t], found " +
+                                c10::str(local_logits.sizes()));
+  at::NoGradGuard no_grad;
+  at::Tensor last = local_logits.select(0, local_logits.size(0) - 1).contiguous();  // [b, V/t]
+  at::Tensor full = model::gather_from_tensor_model_parallel_region(last, tp);      // [b, V_pad]
+  if (full.size(-1) < vocab_size)
+    throw std::invalid_argument("gather_last_logits: " + std::to_string(full.size(-1)) +
+                                " gathered logits for a vocabulary of " +
+                                std::to_string(vocab_size));
+  return full.narrow(-1, 0, vocab_size).to(at::kCPU, at::kFloat).contiguous();
+}
+
+GenerationResult generate_tokens(const model::GptStage& model, const runtime::CommunicatorPtr& tp,
+                                 const std::vector<int64_t>& prompt,
+                                 const GenerationOptions& options) {
+  const auto& config = model.config();
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt has no tokens");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > config.max_position_embeddings)
+    throw std::invalid_argument("generate: the prompt has " + std::to_string(n) +
+                                " tokens, more than the model's max_position_embeddings " +
+                                std::to_string(config.max_position_embeddings));
+  for (int64_t id : prompt) {
+    if (id < 0 || id >= config.vocab_size)
+      throw std::invalid_argument("generate: prompt token " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " +
+                                  std::to_string(config.vocab_size) + ")");
+  }
+  if (options.max_new_tokens < 0)
+    throw std::invalid_argument("--max-new-tokens must be >= 0, found " +
+                                std::to_string(options.max_new_tokens));
+  TokenSampler sampler(options.sampling);
+
+  GenerationResult result;
+  if (options.max_new_tokens == 0) return result;
+  // The last token is sampled, never run: n + max_new - 1 positions at most.
+  const int64_t capacity =
+      std::min(config.max_position_embeddings, n + options.max_new_tokens - 1);
+  model::KvCache cache = model.make_kv_cache(1, std::max(capacity, n));
+  at::Tensor logits = model.forward_cached(at::tensor(prompt, at::kLong).unsqueeze(0), cache);
+  while (true) {
+    at::Tensor full = gather_last_logits(logits, tp, config.vocab_size);  // [1, V]
+    const int64_t token = sampler.next(full.data_ptr<float>(), config.vocab_size);
+    if (token == options.stop_token) {
+      result.reason = StopReason::kStopToken;
+      break;
+    }
+    result.tokens.push_back(token);
+    if (static_cast<int64_t>(result.tokens.size()) == options.max_new_tokens) {
+      result.reason = StopReason::kMaxNewTokens;
+      break;
+    }
+    if (cache.length() >= config.max_position_embeddings) {
+      result.reason = StopReason::kContextFull;
+      break;
+    }
+    logits = model.forward_cached(at::tensor(std::vector<int64_t>{token}, at::kLong).unsqueeze(0),
+                                  cache);
+  }
+  return result;
+}
+
+}  // namespace loom::generate

@@ -1,0 +1,45 @@
+// Autoregressive generation with a key/value cache on a tensor-parallel whole-model stage:
+// the prompt is run once (prefill), then one token per step. Each step's vocab-parallel
+// logits of the last position are all-gathered to the full unpadded vocabulary on every TP
+// rank and a TokenSampler with the same options on every rank picks the token, so all ranks
+// (and every t, up to floating-point rounding of the logits) produce the same tokens.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "generate/sampling.h"
+#include "model/gpt_stage.h"
+#include "runtime/communicator.h"
+
+namespace loom::generate {
+
+/// The full-vocabulary logits of the last position: local logits [n, b, V_padded/t] ->
+/// [b, vocab_size] float32 on the CPU, identical on every rank of `tp` (collective).
+at::Tensor gather_last_logits(const at::Tensor& local_logits, const runtime::CommunicatorPtr& tp,
+                              int64_t vocab_size);
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 32;
+  int64_t stop_token = -1;  ///< e.g. <|endoftext|>; -1: none
+  SamplingOptions sampling;
+};
+
+enum class StopReason { kMaxNewTokens, kStopToken, kContextFull };
+
+struct GenerationResult {
+  std::vector<int64_t> tokens;  ///< the new tokens (the stop token excluded)
+  StopReason reason = StopReason::kMaxNewTokens;
+};
+
+/// Generates up to max_new_tokens after `prompt` (non-empty ids in [0, vocab_size)); stops
+/// early at stop_token or when the next token would need a position past
+/// max_position_embeddings (kContextFull). Collective over `tp` (the model's TP group): every
+/// rank passes the same prompt and options. Throws std::invalid_argument for an empty prompt,
+/// one longer than max_position_embeddings, bad ids or bad sampling options.
+GenerationResult generate_tokens(const model::GptStage& model, const runtime::CommunicatorPtr& tp,
+                                 const std::vector<int64_t>& prompt,
+                                 const GenerationOptions& options);
+
+}  // namespace loom::generate

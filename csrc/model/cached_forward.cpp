@@ -1,0 +1,93 @@
+// Inference forward passes with a key/value cache (kv_cache.h): the same layers and ops as the
+// training forward, minus dropout and autograd, on n new positions at a time.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "loom_ops/ops.h"
+#include "model/attention.h"
+#include "model/embedding.h"
+#include "model/gpt_stage.h"
+#include "model/kv_cache.h"
+#include "model/layer_norm.h"
+#include "model/mappings.h"
+#include "model/transformer_layer.h"
+
+namespace loom::model {
+
+std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Tensor& x,
+                                                                    KvCache& cache) const {
+  at::Tensor mixed = qkv_.forward(x);  // [n, b, 3h/t], per head [q|k|v]
+  const int64_t n = mixed.size(0), b = mixed.size(1);
+  const int64_t d = config_.head_dim();
+  const int64_t heads_local = config_.num_attention_heads / tp_->size();
+  mixed = mixed.view({n, b, heads_local, 3 * d});
+  at::Tensor q = mixed.narrow(3, 0, d).permute({1, 2, 0, 3});  // [b, a/t, n, d]
+  at::Tensor k = mixed.narrow(3, d, d).permute({1, 2, 0, 3});
+  at::Tensor v = mixed.narrow(3, 2 * d, d).permute({1, 2, 0, 3});
+  auto [keys, values] = cache.append(layer_, k, v);  // [b, a/t, L + n, d]
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  at::Tensor scores = at::matmul(q, keys.transpose(-2, -1));  // [b, a/t, n, L + n]
+  // causal with sq = n < sk = L + n: query i (position L + i) sees keys j <= L + i.
+  at::Tensor probs = ops::scaled_masked_softmax(scores, std::nullopt, scale, /*causal=*/true);
+  at::Tensor context = at::matmul(probs, values);
+  context = context.permute({2, 0, 1, 3}).reshape({n, b, heads_local * d});
+  return proj_.forward(context);
+}
+
+at::Tensor TransformerLayer::forward_cached(const at::Tensor& x, KvCache& cache) const {
+  DropoutContext off;
+  off.training = false;  // p = 0 everywhere
+  const int64_t n = x.size(0), b = x.size(1);
+  auto no_dropout = [&](uint32_t site) {
+    return off.hidden(0.0, layer_, site, n, 0, b, config_.hidden_size);
+  };
+  auto [attn, attn_bias] = attention_.forward_cached(ln1_.forward(x), cache);
+  at::Tensor h = ops::bias_dropout_add(attn, attn_bias, x, no_dropout(ops::kDropoutSiteAttentionOutput));
+  auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h));
+  return ops::bias_dropout_add(mlp, mlp_bias, h, no_dropout(ops::kDropoutSiteMlpOutput));
+}
+
+KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
+  const ParamList params = parameters();
+  if (params.empty()) throw std::invalid_argument("GptStage::make_kv_cache: the stage is empty");
+  const at::Tensor& any = params.front().tensor;
+  return KvCache(layout_.first_layer, num_local_layers(), batch,
+                 config_.num_attention_heads / tp_->size(), config_.head_dim(), capacity,
+                 at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
+}
+
+at::Tensor GptStage::forward_cached(const at::Tensor& tokens, KvCache& cache) const {
+  if (!layout_.pre_process || !layout_.post_process)
+    throw std::invalid_argument(
+        "GptStage::forward_cached: inference needs the whole model in one stage "
+        "(pre_process and post_process)");
+  if (config_.sequence_parallel && tp_->size() > 1)
+    throw std::invalid_argument(
+        "GptStage::forward_cached: inference runs without sequence parallelism; build the "
+        "stage with sequence_parallel = false");
+  if (tokens.dim() != 2 || tokens.size(0) != cache.batch() || tokens.size(1) < 1)
+    throw std::invalid_argument("GptStage::forward_cached: expected tokens [" +
+                                std::to_string(cache.batch()) + ", n >= 1], found " +
+                                c10::str(tokens.sizes()));
+  const int64_t b = tokens.size(0), n = tokens.size(1), past = cache.length();
+  if (past + n > config_.max_position_embeddings)
+    throw std::invalid_argument("GptStage::forward_cached: positions up to " +
+                                std::to_string(past + n) + " exceed max_position_embeddings " +
+                                std::to_string(config_.max_position_embeddings));
+  at::NoGradGuard no_grad;
+  const at::Tensor ids = tokens.to(embedding_->word_weight().device(), at::kLong);
+  at::Tensor positions =
+      at::arange(past, past + n, ids.options()).unsqueeze(0).expand({b, n}).contiguous();
+  DropoutContext off;
+  off.training = false;
+  at::Tensor x = embedding_->forward(ids, positions, off);  // [n, b, h]
+  for (const auto& layer : layers_) x = layer->forward_cached(x, cache);
+  cache.advance(n);
+  x = final_ln_->forward(x);
+  return at::linear(copy_to_tensor_model_parallel_region(x, tp_), embedding_->word_weight());
+}
+
+}  // namespace loom::model

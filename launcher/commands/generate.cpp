@@ -1,0 +1,158 @@
+// `loom generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [sampling options]
+// [--tensor-parallel t] [--iteration N]`: text generation from a training checkpoint with a KV
+// cache, tensor-parallel over t ranks (default: the checkpoint's t; any t that divides the
+// heads and the FFN works, the checkpoint is resharded). Without launcher variables and t > 1
+// it starts t local ranks of itself (CPU, Gloo). Prints the prompt and its continuation on
+// stdout; progress and errors go to stderr. Exit 0 ok, 2 bad input, 1 runtime failure.
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "command_registry.h"
+#include "config/recipe.h"
+#include "data/data_error.h"
+#include "generate/generate_run.h"
+#include "launch/env_rendezvous.h"
+#include "launch/local_launcher.h"
+#include "runtime/process_groups.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+using loom::generate::GenerateRequest;
+
+const char* stop_reason(loom::generate::StopReason r) {
+  switch (r) {
+    case loom::generate::StopReason::kMaxNewTokens: return "max-new-tokens reached";
+    case loom::generate::StopReason::kStopToken: return "stopped at <|endoftext|>";
+    case loom::generate::StopReason::kContextFull: return "stopped at max_position_embeddings";
+  }
+  return "";
+}
+
+// Runs as one rank (or the only process): the generation itself.
+int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo& info) {
+  const std::string who =
+      info.world_size > 1 ? fmt::format("loom generate: [rank {}] ", info.rank) : "loom generate: ";
+  auto fail = [&](int code, const std::string& what) {
+    loom::launch::record_rank_error(what);
+    std::cerr << who << "error: " << what << "\n";
+    return code;
+  };
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    auto plan = loom::generate::plan_generation(request);
+    if (info.world_size != plan.tensor_parallel)
+      return fail(2, fmt::format("{} ranks were started for --tensor-parallel {}",
+                                 info.world_size, plan.tensor_parallel));
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(std::max(1, cores / std::max(1, info.local_world_size)));
+    std::shared_ptr<loom::runtime::ProcessGroups> groups;
+    if (info.world_size == 1) {
+      groups = loom::runtime::ProcessGroups::single_process();
+    } else {
+      loom::runtime::ProcessGroupOptions opt;
+      opt.tensor_parallel = plan.tensor_parallel;
+      groups = loom::runtime::ProcessGroups::create(info, opt);
+    }
+    auto out = loom::generate::run_generation(plan, request, groups->tensor_ptr());
+    groups->shutdown();
+    if (info.rank == 0) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::cout << out.text << std::endl;
+      std::cerr << fmt::format("loom generate: {} prompt tokens, {} new tokens ({}), t = {}, "
+                               "iteration {}, {:.2f} s\n",
+                               out.prompt_ids.size(), out.result.tokens.size(),
+                               stop_reason(out.result.reason), plan.tensor_parallel,
+                               plan.info.iteration, seconds);
+    }
+    return 0;
+  } catch (const loom::generate::GenerateInputError& e) {
+    return fail(2, e.what());
+  } catch (const loom::train::CheckpointError& e) {
+    return fail(2, e.what());
+  } catch (const loom::data::DataError& e) {
+    return fail(2, e.what());
+  } catch (const loom::config::RecipeError& e) {
+    return fail(2, e.what());
+  } catch (const std::invalid_argument& e) {
+    return fail(2, e.what());
+  } catch (const std::exception& e) {
+    return fail(1, e.what());
+  }
+}
+
+int generate_command(int argc, char** argv) {
+  CLI::App app{"Generate text from a training checkpoint (KV cache, tensor parallel)."};
+  GenerateRequest request;
+  int64_t iteration = -1;
+  app.add_option("--checkpoint", request.checkpoint,
+                 "run directory (holding checkpoints/) or checkpoints directory")
+      ->required();
+  app.add_option("--prompt", request.prompt, "text to continue (empty: start a new document)")
+      ->required();
+  app.add_option("--max-new-tokens", request.max_new_tokens, "tokens to generate at most")
+      ->capture_default_str();
+  app.add_flag("--greedy", request.sampling.greedy, "always take the most probable token");
+  app.add_option("--temperature", request.sampling.temperature, "softmax temperature (> 0)")
+      ->capture_default_str();
+  app.add_option("--top-k", request.sampling.top_k, "sample among the k most probable (0: all)")
+      ->capture_default_str();
+  app.add_option("--top-p", request.sampling.top_p,
+                 "sample within the smallest set of probability >= p (1: all)")
+      ->capture_default_str();
+  app.add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str();
+  app.add_option("--tensor-parallel", request.tensor_parallel,
+                 "tensor-parallel ranks (default: the checkpoint's)");
+  app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
+  app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
+  app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (app.count("--iteration") > 0) request.iteration = iteration;
+
+  loom::launch::RendezvousInfo info;
+  try {
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "loom generate: " << e.what() << "\n";
+    return 2;
+  }
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(request, info);
+
+  // One process: check the input here, then run in place (t = 1) or start t ranks.
+  int t = 1;
+  try {
+    t = loom::generate::plan_generation(request).tensor_parallel;
+  } catch (const std::exception& e) {
+    std::cerr << "loom generate: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (t == 1) return run_rank(request, info);
+  loom::launch::LaunchOptions opt;
+  opt.argv = {loom::launch::self_executable(), "generate"};
+  for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
+  opt.nproc = t;
+  opt.prefix_output = false;  // stdout is the generated text (rank 0 only)
+  try {
+    auto result = loom::launch::launch_local(opt);
+    if (result.exit_code() != 0) std::cerr << "loom generate: " << result.summary() << "\n";
+    return result.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "loom generate: cannot start the ranks: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("generate", "generate text from a training checkpoint", generate_command);
