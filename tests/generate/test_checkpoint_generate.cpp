@@ -75,13 +75,15 @@ model::GptStage load_model(const std::string& dir, const runtime::CommunicatorPt
   return load_inference_model(ckpt, inference_config(info.layout.model_shape), tp);
 }
 
-// Every parameter equals its slice of the truth exactly; returns the first mismatch.
-std::string compare_with_truth(const model::GptStage& stage, int rank, int t) {
+// Every parameter equals its slice of the truth (rounded to `saved`, the dtype the checkpoint
+// was written in) exactly; returns the first mismatch.
+std::string compare_with_truth(const model::GptStage& stage, int rank, int t,
+                               at::ScalarType saved = at::kFloat) {
   for (const auto& p : stage.parameters()) {
     at::Tensor full = truth_value(p.name, global_shape(p, t), stage.config().vocab_size,
                                   p.word_embedding);
     at::Tensor slice = p.tensor_parallel() ? model::shard(full, p.partition_dim, rank, t) : full;
-    if (!at::equal(p.tensor.detach(), slice)) return p.name;
+    if (!at::equal(p.tensor.detach(), slice.to(saved).to(at::kFloat))) return p.name;
   }
   return "";
 }
@@ -157,6 +159,20 @@ TEST_CASE("checkpoints of any layout load as the saved model at t=1") {
   CHECK(fs::exists(v2 + "/iter_0000007/mp_rank_00_001/model_optim_rng.pt"));
   model::GptStage interleaved = load_model(v2, solo());
   CHECK(compare_with_truth(interleaved, 0, 1) == "");
+}
+
+TEST_CASE("a bf16 checkpoint loads as float32 parameters of the saved values") {
+  const std::string dir = shared_dir() + "/bf16";
+  model::GptConfig c = tiny_config();
+  c.params_dtype = model::ParamsDtype::kBFloat16;
+  {
+    auto groups = runtime::ProcessGroups::single_process();
+    save_truth_checkpoint(dir, 2, c, 1, *groups);
+  }
+  model::GptStage loaded = load_model(dir, solo());
+  CHECK(loaded.parameters().front().tensor.scalar_type() == at::kFloat);
+  CHECK(compare_with_truth(loaded, 0, 1, at::kBFloat16) == "");
+  CHECK(compare_with_truth(loaded, 0, 1) != "");  // the rounding is visible
 }
 
 TEST_CASE("generation from a resharded checkpoint is the same at t=1 and t=2") {
