@@ -26,18 +26,6 @@ constexpr const char* kShardFile = "model_optim_rng.pt";
 // The last pipeline stage's copy of the tied word embedding (GptStage::parameters()).
 constexpr const char* kOutputWordCopy = "output_layer.weight";
 
-// The content hash metadata.json records for each shard (train/checkpoint.cpp: FNV-1a 64).
-uint64_t fnv1a(const std::vector<char>& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-// Directory listing through launch/file_util.h (not std::filesystem's iterator, which the
-// torch wheel's own copy breaks; see docs/architecture.md).
 bool has_iteration_dirs(const fs::path& dir) {
   std::vector<std::string> names;
   try {
@@ -74,47 +62,10 @@ struct Shard {
   nlohmann::json shards;  // name -> {"global_shape", "offset"}
 };
 
-Shard read_shard(const fs::path& iter_dir, const std::string& rel, const nlohmann::json& files) {
-  const fs::path file = iter_dir / rel;
-  if (!files.contains(rel))
-    throw CheckpointError((iter_dir / "metadata.json").string() + " lists no shard " + rel);
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint shard " + file.string() + " is missing or unreadable");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const int64_t want_bytes = files[rel].value("bytes", int64_t(-1));
-  if (static_cast<int64_t>(bytes.size()) != want_bytes)
-    throw CheckpointError(fmt::format(
-        "checkpoint shard {} is truncated or altered: {} bytes, metadata.json says {}",
-        file.string(), bytes.size(), want_bytes));
-  if (fmt::format("{:016x}", fnv1a(bytes)) != files[rel].value("fnv1a64", ""))
-    throw CheckpointError("checkpoint shard " + file.string() +
-                          " is corrupt: its content hash differs from metadata.json");
-  c10::IValue top;
-  try {
-    top = torch::pickle_load(bytes);
-  } catch (const std::exception& e) {
-    throw CheckpointError("checkpoint shard " + file.string() + " cannot be read: " + e.what());
-  }
-  if (!top.isGenericDict()) throw CheckpointError(file.string() + ": not a dictionary");
-  auto d = top.toGenericDict();
-  for (const char* key : {"model", "meta"})
-    if (!d.contains(key)) throw CheckpointError(file.string() + ": no '" + key + "' entry");
-  Shard out;
-  const c10::IValue model = d.at("model");
-  if (!model.isGenericDict()) throw CheckpointError(file.string() + ": 'model' is not a dictionary");
-  for (const auto& e : model.toGenericDict()) {
-    if (!e.key().isString() || !e.value().isTensor())
-      throw CheckpointError(file.string() + ": 'model' holds a non-tensor entry");
-    out.model[e.key().toStringRef()] = e.value().toTensor();
-  }
-  const c10::IValue meta = d.at("meta");
-  if (!meta.isString()) throw CheckpointError(file.string() + ": 'meta' is not a JSON string");
-  try {
-    out.shards = nlohmann::json::parse(meta.toStringRef()).at("shards");
-  } catch (const std::exception& e) {
-    throw CheckpointError(file.string() + ": 'meta' has no valid \"shards\" record: " + e.what());
-  }
-  return out;
+Shard read_shard(const std::string& checkpoints, int64_t iteration, const std::string& rel,
+                 const nlohmann::json& metadata) {
+  train::RankCheckpoint shard = train::read_checkpoint_shard(checkpoints, iteration, rel, metadata);
+  return {std::move(shard.model), std::move(shard.shard_info)};
 }
 
 // A parameter's global tensor being filled from shards.
@@ -192,13 +143,7 @@ CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
   if (!fs::is_directory(iter_dir))
     throw CheckpointError("checkpoint iteration " + std::to_string(info.iteration) +
                           " does not exist: no folder " + iter_dir.string());
-  try {
-    std::ifstream in(meta_path);
-    if (!in) throw std::runtime_error("cannot open it");
-    info.metadata = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw CheckpointError(meta_path.string() + " is missing or not valid JSON: " + e.what());
-  }
+  info.metadata = train::read_checkpoint_metadata(checkpoints, info.iteration);
   const nlohmann::json layout = info.metadata.value("layout", nlohmann::json());
   if (!layout.is_object()) throw CheckpointError(meta_path.string() + ": no \"layout\" object");
   info.layout.tensor_parallel = json_int(layout, "tensor_model_parallel_size", meta_path);
@@ -217,13 +162,12 @@ CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
 
 FullCheckpoint read_full_checkpoint(const std::string& checkpoints, const CheckpointInfo& info) {
   const fs::path iter_dir = fs::path(checkpoints) / train::iteration_dir_name(info.iteration);
-  const nlohmann::json& files = info.metadata.at("files");
   const int t = info.layout.tensor_parallel, p = info.layout.pipeline_parallel;
   std::map<std::string, Assembly> assembled;
   for (int pp = 0; pp < p; ++pp) {
     for (int tp = 0; tp < t; ++tp) {
       const std::string rel = train::model_parallel_dir_name(tp, pp, p) + "/" + kShardFile;
-      Shard shard = read_shard(iter_dir, rel, files);
+      Shard shard = read_shard(checkpoints, info.iteration, rel, info.metadata);
       const std::string file = (iter_dir / rel).string();
       for (const auto& [name, value] : shard.model) {
         if (name == kOutputWordCopy) continue;

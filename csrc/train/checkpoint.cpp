@@ -178,40 +178,25 @@ std::optional<int64_t> latest_checkpoint(const std::string& dir) {
   return iteration;
 }
 
-RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
-                               const CheckpointLayout& expected, runtime::ProcessGroups& groups) {
-  const fs::path iter_dir = fs::path(dir) / iteration_dir_name(iteration);
-  const fs::path meta_path = iter_dir / "metadata.json";
-  nlohmann::json metadata;
+nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
+  const fs::path meta_path = fs::path(dir) / iteration_dir_name(iteration) / "metadata.json";
   try {
     std::ifstream in(meta_path);
     if (!in) throw CheckpointError("missing");
-    metadata = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
   } catch (const std::exception& e) {
     throw CheckpointError(meta_path.string() + " is missing or not valid JSON: " + e.what());
   }
-  const nlohmann::json have = metadata.value("layout", nlohmann::json::object());
-  const nlohmann::json want = layout_json(expected);
-  for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
-                          "virtual_pipeline_model_parallel_size"}) {
-    if (have.value(key, -1) != want[key].get<int>()) {
-      throw CheckpointError(fmt::format(
-          "checkpoint {} was saved with {} = {}, this run uses {} (resharding is not supported yet)",
-          iter_dir.string(), key, have.value(key, nlohmann::json()).dump(), want[key].dump()));
-    }
-  }
-  if (have.value("model", nlohmann::json()) != want["model"]) {
-    throw CheckpointError("checkpoint " + iter_dir.string() + " holds a model of shape " +
-                          have.value("model", nlohmann::json()).dump() + ", this run builds " +
-                          want["model"].dump());
-  }
-  const auto coords = groups.coords();
-  const std::string rel =
-      model_parallel_dir_name(coords.tp, coords.pp, groups.layout().pipeline_parallel()) + "/" +
-      kShardFile;
+}
+
+RankCheckpoint read_checkpoint_shard(const std::string& dir, int64_t iteration,
+                                     const std::string& rel, const nlohmann::json& metadata) {
+  const fs::path iter_dir = fs::path(dir) / iteration_dir_name(iteration);
   const fs::path file = iter_dir / rel;
   auto files = metadata.value("files", nlohmann::json::object());
-  if (!files.contains(rel)) throw CheckpointError(meta_path.string() + " lists no shard " + rel);
+  if (!files.contains(rel)) {
+    throw CheckpointError((iter_dir / "metadata.json").string() + " lists no shard " + rel);
+  }
   std::vector<char> bytes = read_file(file);
   const auto want_bytes = files[rel].value("bytes", int64_t(-1));
   if (static_cast<int64_t>(bytes.size()) != want_bytes) {
@@ -234,13 +219,44 @@ RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
   for (const char* key : {"model", "optimizer", "meta"}) {
     if (!d.contains(key)) throw CheckpointError(file.string() + ": no '" + key + "' entry");
   }
+  if (!d.at("meta").isString()) throw CheckpointError(file.string() + ": 'meta' is not a JSON string");
   RankCheckpoint out;
   out.model = tensor_map(d.at("model"), file.string(), "model");
   out.optimizer = tensor_map(d.at("optimizer"), file.string(), "optimizer");
-  auto meta = nlohmann::json::parse(d.at("meta").toStringRef());
-  out.shard_info = meta.value("shards", nlohmann::json::object());
-  out.values = meta.value("values", nlohmann::json::object());
+  try {
+    auto meta = nlohmann::json::parse(d.at("meta").toStringRef());
+    out.shard_info = meta.value("shards", nlohmann::json::object());
+    out.values = meta.value("values", nlohmann::json::object());
+  } catch (const std::exception& e) {
+    throw CheckpointError(file.string() + ": 'meta' is not valid JSON: " + e.what());
+  }
   return out;
+}
+
+RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
+                               const CheckpointLayout& expected, runtime::ProcessGroups& groups) {
+  const fs::path iter_dir = fs::path(dir) / iteration_dir_name(iteration);
+  const nlohmann::json metadata = read_checkpoint_metadata(dir, iteration);
+  const nlohmann::json have = metadata.value("layout", nlohmann::json::object());
+  const nlohmann::json want = layout_json(expected);
+  for (const char* key : {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                          "virtual_pipeline_model_parallel_size"}) {
+    if (have.value(key, -1) != want[key].get<int>()) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} was saved with {} = {}, this run uses {} (resharding is not supported yet)",
+          iter_dir.string(), key, have.value(key, nlohmann::json()).dump(), want[key].dump()));
+    }
+  }
+  if (have.value("model", nlohmann::json()) != want["model"]) {
+    throw CheckpointError("checkpoint " + iter_dir.string() + " holds a model of shape " +
+                          have.value("model", nlohmann::json()).dump() + ", this run builds " +
+                          want["model"].dump());
+  }
+  const auto coords = groups.coords();
+  const std::string rel =
+      model_parallel_dir_name(coords.tp, coords.pp, groups.layout().pipeline_parallel()) + "/" +
+      kShardFile;
+  return read_checkpoint_shard(dir, iteration, rel, metadata);
 }
 
 }  // namespace loom::train

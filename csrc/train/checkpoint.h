@@ -62,6 +62,17 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
 /// tracker. Throws CheckpointError when the tracker is malformed or names a missing folder.
 std::optional<int64_t> latest_checkpoint(const std::string& dir);
 
+/// <dir>/iter_N/metadata.json. Throws CheckpointError naming the file when it is missing or not
+/// valid JSON.
+nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration);
+
+/// One shard of iteration `iteration`, `rel` = "mp_rank_TT[_PPP]/model_optim_rng.pt", checked
+/// against `metadata` (read_checkpoint_metadata: listed, same size, same content hash) and
+/// unpickled. Any process may read any shard (generation merges them all). Throws
+/// CheckpointError naming the file when it is unlisted, missing, truncated, corrupt or unreadable.
+RankCheckpoint read_checkpoint_shard(const std::string& dir, int64_t iteration,
+                                     const std::string& rel, const nlohmann::json& metadata);
+
 /// Loads this rank's shard of iteration `iteration` (every rank reads). Throws CheckpointError
 /// naming what differs when the layout or model shape is not `expected`, and naming the file
 /// when a shard is missing, truncated or corrupt.
