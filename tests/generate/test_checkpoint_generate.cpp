@@ -16,6 +16,7 @@
 #include "generate/token_generator.h"
 #include "generate_test_util.h"
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 
 using namespace loom;
@@ -121,23 +122,14 @@ runtime::CommunicatorPtr solo() { return runtime::Communicator::solo(); }
 }  // namespace
 
 LOOM_WORKER("generate_save_truth") {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = loom::test::env_int("GEN_T");
-  opt.pipeline_parallel = loom::test::env_int("GEN_P");
-  opt.timeout = std::chrono::seconds(60);
-  auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  auto groups = loom::test::worker_groups(loom::test::env_int("GEN_T"), loom::test::env_int("GEN_P"));
   save_truth_checkpoint(loom::test::env_str("GEN_DIR"), 7, tiny_config(),
                         loom::test::env_int("GEN_V"), *groups);
   groups->shutdown();
 }
 
 LOOM_WORKER("generate_from_checkpoint_t2") {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = 2;
-  opt.timeout = std::chrono::seconds(60);
-  auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  auto groups = loom::test::worker_groups(2);
   auto tp = groups->tensor_ptr();
   model::GptStage model = load_model(loom::test::env_str("GEN_DIR"), tp);
   const std::string bad = compare_with_truth(model, tp->rank(), 2);

@@ -10,6 +10,7 @@
 #include "generate/token_generator.h"
 #include "generate_test_util.h"
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "model/mappings.h"
 
@@ -106,11 +107,7 @@ TEST_CASE("KV cache and forward_cached reject misuse") {
 }
 
 LOOM_WORKER("generate_kv_cache_t2") {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = 2;
-  opt.timeout = std::chrono::seconds(60);
-  auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  auto groups = loom::test::worker_groups(2);
   auto tp = groups->tensor_ptr();
   const model::GptConfig cfg = tiny_config();
   model::GptStage stage(cfg, tp);

@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "model/activation_memory.h"
 #include "model/gpt_stage.h"
@@ -62,11 +63,7 @@ TEST_CASE("single process: measured activation bytes per layer match the formula
 }
 
 LOOM_WORKER("activation_memory_t2") {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = 2;
-  opt.timeout = std::chrono::seconds(60);
-  auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  auto groups = loom::test::worker_groups(2);
   auto tp = groups->tensor_ptr();
   const double t = 2, r = 4.0 * kA * kS / kH;
   struct Case {

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "model/cross_entropy.h"
 #include "model/mappings.h"
@@ -18,13 +19,7 @@ using namespace loom::model;
 
 namespace {
 
-std::shared_ptr<runtime::ProcessGroups> make_groups(int t) {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = t;
-  opt.timeout = std::chrono::seconds(60);
-  return runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
-}
+std::shared_ptr<runtime::ProcessGroups> make_groups(int t) { return loom::test::worker_groups(t); }
 
 // Random logits [s, b, V] and targets [s, b] (fixed seed).
 std::pair<at::Tensor, at::Tensor> random_problem(int64_t vocab_padded, int64_t vocab) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "model_test_util.h"
 #include "runtime/process_groups.h"
@@ -101,11 +102,7 @@ std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp) {
 }
 
 std::shared_ptr<runtime::ProcessGroups> make_groups() {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = loom::test::env_int("T");
-  opt.timeout = std::chrono::seconds(60);
-  return runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  return loom::test::worker_groups(loom::test::env_int("T"));
 }
 
 }  // namespace

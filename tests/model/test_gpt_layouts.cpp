@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "model_test_util.h"
 #include "runtime/process_groups.h"
@@ -68,11 +69,7 @@ std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp
 }  // namespace
 
 LOOM_WORKER("gpt_pipeline_split") {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = 2;
-  opt.timeout = std::chrono::seconds(60);
-  auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  auto groups = loom::test::worker_groups(2);
   for (bool sp : {false, true}) {
     auto failures = check_pipeline_split(groups->tensor_ptr(), sp);
     std::string all;
