@@ -1,5 +1,7 @@
 #include "model/gpt_stage.h"
 
+#include <optional>
+
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -64,6 +66,9 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLa
                                 ", " + std::to_string(layout_.last_layer) +
                                 ") does not fit num_layers " + std::to_string(config_.num_layers));
   const auto options = at::TensorOptions().dtype(scalar_type(config_.params_dtype)).device(device);
+  // On the meta device only shapes are wanted: skip drawing the full initial weights.
+  std::optional<ShapesOnlyInit> shapes_only;
+  if (device.is_meta()) shapes_only.emplace();
   if (layout_.pre_process) embedding_ = std::make_unique<GptEmbedding>(config_, tp_, options);
   for (int i = layout_.first_layer; i < layout_.last_layer; ++i)
     layers_.push_back(std::make_shared<TransformerLayer>(config_, i, tp_, options));

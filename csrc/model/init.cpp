@@ -22,8 +22,16 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 }
 }  // namespace
 
+namespace {
+thread_local bool g_shapes_only = false;
+}  // namespace
+
+ShapesOnlyInit::ShapesOnlyInit() : previous_(g_shapes_only) { g_shapes_only = true; }
+ShapesOnlyInit::~ShapesOnlyInit() { g_shapes_only = previous_; }
+
 at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
                        double std) {
+  if (g_shapes_only) return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(seed, name));
   auto out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   out.normal_(0.0, std, gen);

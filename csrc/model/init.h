@@ -11,9 +11,24 @@
 
 namespace loom::model {
 
-/// N(0, std²) float32 CPU tensor of `shape`, a pure function of (seed, name, shape).
+/// N(0, std²) float32 CPU tensor of `shape`, a pure function of (seed, name, shape); an
+/// uninitialised meta tensor of that shape while a ShapesOnlyInit is alive on this thread.
 at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
                        double std);
+
+/// While alive on this thread, full_normal draws nothing and returns meta tensors, so a model
+/// built on the meta device costs no memory (GptStage does this for device meta; used to check
+/// the shapes and parameter counts of models far too large for the machine, e.g. GPT-3 175B).
+class ShapesOnlyInit {
+ public:
+  ShapesOnlyInit();
+  ~ShapesOnlyInit();
+  ShapesOnlyInit(const ShapesOnlyInit&) = delete;
+  ShapesOnlyInit& operator=(const ShapesOnlyInit&) = delete;
+
+ private:
+  bool previous_;
+};
 
 /// Rank `rank`'s contiguous 1/size slice of `full` along `dim` (clone, contiguous).
 /// Throws std::invalid_argument when the dimension does not divide.
