@@ -36,7 +36,7 @@ run in turn N times and each keeps its best round (the machine may be shared). P
 HF's default attention (scaled_dot_product_attention) and its plain matmul-softmax path
 ("eager"); torch.optim.AdamW with its default (for-each) implementation. --with-main-job adds
 Loom's default 4-rank layout (t = 2, p = 2, sequence parallelism, selective recompute) for
-context: same model and batch, one intra-op thread per rank on 2 cores.
+context: same model and batch, max(1, cores / 4) intra-op threads per rank.
 """
 import argparse
 import json
@@ -44,6 +44,7 @@ import math
 import os
 import pathlib
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -71,8 +72,11 @@ warnings.filterwarnings("ignore")
 # ----------------------------------------------------------------------------- Loom side
 
 def loom_train(loom, corpus, run_dir, steps, layout=(1, 1), dropout=DROPOUT, save_every=None,
-               val_batches=0):
-    """Runs `loom train` on the tiny recipe; returns (train records, validation records)."""
+               val_batches=0, threads=None):
+    """Runs `loom train` on the tiny recipe; returns (train records, validation records).
+    threads (single process only): Loom's intra-op threads, set the one way Loom takes it, as a
+    torchrun-style launch of rank 0 of 1 whose LOCAL_WORLD_SIZE makes cores / local ranks equal
+    it; None leaves Loom's default (every core)."""
     t, p = layout
     o = [f"trainer.devices={t * p}", f"trainer.max_steps={steps}", "trainer.log_every_n_steps=1",
          f"trainer.val_check_interval={steps}", f"trainer.limit_val_batches={val_batches}",
@@ -87,7 +91,17 @@ def loom_train(loom, corpus, run_dir, steps, layout=(1, 1), dropout=DROPOUT, sav
          f"model.micro_batch_size={MICRO}", f"model.global_batch_size={GLOBAL}",
          f"model.hidden_dropout={dropout}", f"model.attention_dropout={dropout}",
          f"model.data.data_prefix=[1.0,{corpus}]"]
-    done = subprocess.run([str(loom), "train", str(RECIPE), *o], cwd=ROOT, capture_output=True, text=True)
+    env = dict(os.environ)
+    if threads is not None:
+        local = max(1, os.cpu_count() // threads)
+        if t * p != 1 or os.cpu_count() // local != threads:
+            sys.exit(f"cannot run Loom with {threads} threads on {os.cpu_count()} cores (cores / local ranks)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(local),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    done = subprocess.run([str(loom), "train", str(RECIPE), *o], cwd=ROOT, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"loom train failed ({done.returncode}):\n{done.stderr[-4000:]}")
     records = [json.loads(line) for line in (pathlib.Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
@@ -314,13 +328,13 @@ def summarise(name, threads, step_times, warmup):
                 tokens_per_s=GLOBAL * SEQ / med)
 
 
-def bench_loom(loom, corpus, work, steps, warmup, layout, tag):
+def bench_loom(loom, corpus, run_dir, steps, warmup, layout, threads=None):
     t, p = layout
-    train, _ = loom_train(loom, corpus, work / f"loom_{t}x{p}_{tag}", steps, layout=layout)
-    cores = os.cpu_count()
-    threads = max(1, cores // (t * p))
-    name = "Loom, 1 process" if t * p == 1 else f"Loom, {t * p} ranks (t={t}, p={p}, SP, selective recompute)"
-    return summarise(name, threads if t * p == 1 else f"{threads} per rank", [r["step_time_s"] for r in train], warmup)
+    train, _ = loom_train(loom, corpus, run_dir, steps, layout=layout, threads=threads)
+    if t * p == 1:
+        return summarise("Loom, 1 process", threads or os.cpu_count(), [r["step_time_s"] for r in train], warmup)
+    return summarise(f"Loom, {t * p} ranks (t={t}, p={p}, SP, selective recompute)",
+                     f"{max(1, os.cpu_count() // (t * p))} per rank", [r["step_time_s"] for r in train], warmup)
 
 
 def bench_hf(samples, steps, warmup, attn):
@@ -354,13 +368,17 @@ def machine():
             f"torch {torch.__version__}; load average before the runs {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
 
 
-def table(rows, base):
-    ref = next(r for r in rows if r["name"] == base)["tokens_per_s"]
-    lines = ["| implementation | threads | tokens/s | ms/step (median) | ms/step (mean) | relative to Loom |",
+def table(rows):
+    """Markdown rows; 'relative' is tokens/s over Loom single-process's at the same thread count
+    (the multi-rank row: over Loom single-process on every core)."""
+    loom = {r["threads"]: r["tokens_per_s"] for r in rows if r["name"] == "Loom, 1 process"}
+    lines = ["| implementation | threads | tokens/s | ms/step (median) | ms/step (mean) | relative to Loom 1 process |",
              "|---|---|---|---|---|---|"]
     for r in rows:
+        ref = loom.get(r["threads"], loom.get(os.cpu_count()))
+        rel = f"{r['tokens_per_s'] / ref:.2f}x" if ref else "-"
         lines.append(f"| {r['name']} | {r['threads']} | {r['tokens_per_s']:.0f} | {r['median_s'] * 1e3:.0f} | "
-                     f"{r['mean_s'] * 1e3:.0f} | {r['tokens_per_s'] / ref:.2f}x |")
+                     f"{r['mean_s'] * 1e3:.0f} | {rel} |")
     return "\n".join(lines)
 
 
@@ -372,6 +390,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--threads", default="all",
+                    help="comma-separated intra-op thread counts to compare at, e.g. 1,all (default all: Loom's own choice)")
     ap.add_argument("--with-main-job", action="store_true", help="add Loom's 4-rank default layout")
     ap.add_argument("--skip-crosscheck", action="store_true")
     ap.add_argument("--out", help="also write the Markdown table here")
@@ -382,8 +402,12 @@ def main():
     if args.steps <= args.warmup:
         sys.exit("--steps must exceed --warmup")
     header = machine()
-    threads = os.cpu_count()  # Loom single-process: at::set_num_threads(cores / 1 local rank)
-    torch.set_num_threads(threads)
+    # Loom single-process: at::set_num_threads(cores / 1 local rank), i.e. every core.
+    cores = os.cpu_count()
+    thread_counts = [cores if t == "all" else int(t) for t in args.threads.split(",")]
+    if any(not 1 <= n <= cores for n in thread_counts):
+        sys.exit(f"--threads {args.threads}: each count must be between 1 and {cores} cores")
+    torch.set_num_threads(cores)
 
     with tempfile.TemporaryDirectory(prefix="loom_bench_train_") as tmp:
         work = pathlib.Path(tmp)
@@ -404,25 +428,30 @@ def main():
         best = {}
 
         def keep(row):
-            if row["name"] not in best or row["median_s"] < best[row["name"]]["median_s"]:
-                best[row["name"]] = row
-            print(f"  {row['name']}: {row['median_s'] * 1e3:.0f} ms/step (median of {row['steps']})", file=sys.stderr)
+            key = (row["name"], str(row["threads"]))
+            if key not in best or row["median_s"] < best[key]["median_s"]:
+                best[key] = row
+            print(f"  {row['name']}, {row['threads']} thread(s): {row['median_s'] * 1e3:.0f} ms/step "
+                  f"(median of {row['steps']})", file=sys.stderr)
 
         samples = None
         for rnd in range(args.rounds):
             print(f"round {rnd + 1}/{args.rounds}: {args.steps} steps each, {args.warmup} warm-up", file=sys.stderr)
-            keep(bench_loom(loom, corpus, work, args.steps, args.warmup, (1, 1), rnd))
-            if samples is None:
-                samples = LoomSamples(work / "loom_1x1_0", corpus, "train")  # the same batches as Loom
-            keep(bench_hf(samples, args.steps, args.warmup, "sdpa"))
-            keep(bench_hf(samples, args.steps, args.warmup, "eager"))
+            for n in thread_counts:
+                keep(bench_loom(loom, corpus, work / f"loom_{n}_{rnd}", args.steps, args.warmup, (1, 1),
+                                None if n == cores else n))
+                if samples is None:  # the same batches as Loom's
+                    samples = LoomSamples(work / f"loom_{n}_{rnd}", corpus, "train")
+                torch.set_num_threads(n)
+                keep(bench_hf(samples, args.steps, args.warmup, "sdpa"))
+                keep(bench_hf(samples, args.steps, args.warmup, "eager"))
             if args.with_main_job:
-                keep(bench_loom(loom, corpus, work, args.steps, args.warmup, (2, 2), rnd))
-    rows = list(best.values())
+                keep(bench_loom(loom, corpus, work / f"loom_main_{rnd}", args.steps, args.warmup, (2, 2)))
+    rows = sorted(best.values(), key=lambda r: (isinstance(r["threads"], str), -int(str(r["threads"]).split()[0])))
     text = (f"Machine: {header}\nModel: {LAYERS} layers, hidden {HIDDEN}, {HEADS} heads, sequence {SEQ}, "
             f"micro-batch {MICRO}, global batch {GLOBAL} ({GLOBAL * SEQ} tokens/step), fp32, dropout {DROPOUT}; "
             f"{args.steps} steps, first {args.warmup} excluded, best of {args.rounds} round(s)\n\n"
-            + table(rows, "Loom, 1 process"))
+            + table(rows))
     print(text)
     if args.out:
         pathlib.Path(args.out).write_text(text + "\n")
