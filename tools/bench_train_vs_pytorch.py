@@ -3,7 +3,8 @@
 driven from Python through `transformers`' GPT2LMHeadModel, on the same threads and batches.
 
     .venv/bin/python tools/bench_train_vs_pytorch.py [--loom build/bin/loom] [--steps 30]
-        [--warmup 5] [--rounds 1] [--with-main-job] [--skip-crosscheck] [--out FILE]
+        [--warmup 5] [--rounds 1] [--threads all|1,all] [--with-main-job] [--skip-crosscheck]
+        [--out FILE]
 
 Model and batch are the tiny recipe's (recipes/gpt3_tiny_cpu.yaml): 4 layers, hidden 128,
 4 heads, sequence 128, micro-batch 2, global batch 8 (4 micro-batches with gradient
@@ -37,6 +38,13 @@ HF's default attention (scaled_dot_product_attention) and its plain matmul-softm
 ("eager"); torch.optim.AdamW with its default (for-each) implementation. --with-main-job adds
 Loom's default 4-rank layout (t = 2, p = 2, sequence parallelism, selective recompute) for
 context: same model and batch, max(1, cores / 4) intra-op threads per rank.
+
+--threads 1,all also compares both at one intra-op thread (Loom is given it as a torchrun-style
+launch of rank 0 of 1 with LOCAL_WORLD_SIZE = cores, since it takes cores / local ranks). On a
+machine shared with other work, multi-threaded steps (OpenMP) slow down erratically whenever a
+core is taken away (idle OpenMP threads spin, and Loom's step suffers more from it than
+PyTorch's); single-threaded figures stay comparable there, and --omp-passive
+(OMP_WAIT_POLICY=PASSIVE for both) steadies the multi-threaded ones.
 """
 import argparse
 import json
@@ -364,8 +372,10 @@ def machine():
     except OSError:
         pass
     load = os.getloadavg()
+    omp = os.environ.get("OMP_WAIT_POLICY")
     return (f"{model}, {os.cpu_count()} logical cores, {platform.system()} {platform.release()}; "
-            f"torch {torch.__version__}; load average before the runs {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
+            f"torch {torch.__version__}; load average before the runs {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
+            + (f"; OMP_WAIT_POLICY={omp}" if omp else ""))
 
 
 def table(rows):
@@ -394,8 +404,15 @@ def main():
                     help="comma-separated intra-op thread counts to compare at, e.g. 1,all (default all: Loom's own choice)")
     ap.add_argument("--with-main-job", action="store_true", help="add Loom's 4-rank default layout")
     ap.add_argument("--skip-crosscheck", action="store_true")
+    ap.add_argument("--omp-passive", action="store_true",
+                    help="OMP_WAIT_POLICY=PASSIVE for Loom and PyTorch alike (idle OpenMP threads sleep "
+                         "instead of spinning: steadier on a shared machine)")
     ap.add_argument("--out", help="also write the Markdown table here")
     args = ap.parse_args()
+    if args.omp_passive and os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
+        # libgomp reads it when loaded (with torch, at import): start again with it set.
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     loom = pathlib.Path(args.loom)
     if not loom.is_file():
         sys.exit(f"loom executable not found at {loom}: build it (tools/build.sh) or pass --loom")
