@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "runtime/process_groups.h"
 #include "train/optim/distributed_optimizer.h"
@@ -23,10 +24,7 @@ using train::TrainableParams;
 namespace {
 
 std::shared_ptr<runtime::ProcessGroups> make_groups() {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.timeout = std::chrono::milliseconds(60000);
-  return runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  return loom::test::worker_groups(1);
 }
 
 // A fake model: a list of random tensors (odd sizes so shards cut through parameters).

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
 #include "launch/env_rendezvous.h"
 #include "runtime/process_groups.h"
 #include "train/optim/grad_norm.h"
@@ -23,12 +24,7 @@ using train::TrainableParams;
 namespace {
 
 std::shared_ptr<runtime::ProcessGroups> make_groups() {
-  at::set_num_threads(1);
-  runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = test::env_int("T");
-  opt.pipeline_parallel = test::env_int("P");
-  opt.timeout = std::chrono::milliseconds(60000);
-  return runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
+  return loom::test::worker_groups(test::env_int("T"), test::env_int("P"));
 }
 
 // Parameter kinds of the fake stage: 0 tensor-parallel weight, 1 sequence-parallel LayerNorm,
