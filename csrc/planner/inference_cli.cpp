@@ -1,0 +1,199 @@
+#include "planner/inference_cli.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+namespace loom::planner {
+namespace {
+
+constexpr double kGiB = double(1ull << 30);
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(fmt::format("{}: cannot open file", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes text to a path ("-" = stdout). Throws std::runtime_error when the file cannot be written.
+void write_text(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  std::ofstream out(path);
+  if (!out || !(out << text)) throw std::runtime_error(fmt::format("{}: cannot write file", path));
+}
+
+const char* objective_name(InferenceObjective o) {
+  return o == InferenceObjective::request_latency ? "request latency (ascending)"
+                                                  : "tokens/s per GPU (descending)";
+}
+
+}  // namespace
+
+std::string format_inference_table(const std::vector<InferenceCandidate>& cands, std::size_t rows) {
+  std::string s = fmt::format("{:>4} {:>3} {:>3} {:>5} {:>8} {:>7} {:>9} {:>9} {:>10} {:>10} {:>12}\n", "rank",
+                              "TP", "PP", "batch", "replicas", "mem GiB", "TTFT ms", "token ms", "request ms",
+                              "tokens/s", "tokens/s/GPU");
+  for (std::size_t i = 0; i < cands.size() && i < rows; ++i) {
+    const InferenceCandidate& c = cands[i];
+    const InferenceLayout& L = c.layout;
+    s += fmt::format("{:>4} {:>3} {:>3} {:>5} {:>8} {:>7.1f} {:>9.1f} {:>9.2f} {:>10.1f} {:>10.0f} {:>12.1f}\n", i + 1,
+                     L.tp, L.pp, L.batch, L.replicas, c.memory.terms.total() / kGiB, c.time.ttft * 1e3,
+                     c.time.per_token * 1e3, c.time.request * 1e3, c.time.tokens_per_s_cluster,
+                     c.time.tokens_per_s_per_gpu);
+  }
+  return s;
+}
+
+std::string format_inference_csv(const std::vector<InferenceCandidate>& cands) {
+  std::string s =
+      "rank,tp,pp,batch,replicas,fits,meets_limits,worst_stage,memory_gib,weights_gib,kv_cache_gib,"
+      "activations_gib,reserve_gib,binding_term,ttft_ms,token_ms,request_ms,tokens_per_s_replica,"
+      "tokens_per_s_cluster,tokens_per_s_per_gpu,prefill_gemm_s,prefill_attention_s,prefill_memory_bound_s,"
+      "prefill_tp_comm_s,prefill_pp_comm_s,decode_gemm_s,decode_attention_s,decode_memory_bound_s,"
+      "decode_tp_comm_s,decode_pp_comm_s\n";
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    const InferenceCandidate& c = cands[i];
+    const InferenceLayout& L = c.layout;
+    const InferenceMemory& m = c.memory.terms;
+    const InferenceTime& t = c.time;
+    s += fmt::format(
+        "{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{},{:.3f},{:.4f},{:.3f},{:.2f},{:.2f},{:.3f},"
+        "{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f}\n",
+        i + 1, L.tp, L.pp, L.batch, L.replicas, c.fits ? 1 : 0, c.meets_limits ? 1 : 0, c.memory.stage,
+        m.total() / kGiB, m.weights / kGiB, m.kv_cache / kGiB, m.activations / kGiB, m.reserve / kGiB,
+        m.largest_term(), t.ttft * 1e3, t.per_token * 1e3, t.request * 1e3, t.tokens_per_s_replica,
+        t.tokens_per_s_cluster, t.tokens_per_s_per_gpu, t.prefill.gemm, t.prefill.attention,
+        t.prefill.memory_bound, t.prefill.tp_comm, t.prefill.pp_comm, t.decode.gemm, t.decode.attention,
+        t.decode.memory_bound, t.decode.tp_comm, t.decode.pp_comm);
+  }
+  return s;
+}
+
+int run_plan_inference_command(int argc, char** argv) {
+  CLI::App app{
+      "Plan an inference (serving) layout: search tensor size, pipeline size and batch with an analytic "
+      "memory and latency model and rank the layouts that fit and meet the latency / throughput limits."};
+  app.name(argc > 0 ? argv[0] : "loom plan infer");
+
+  double size_b = 0;
+  ModelShape shape;
+  int nodes = 1, gpus_per_node = 0, top = 10;
+  std::string gpu_name = "A100-80GB", gpu_table, profile, csv_path, precision = "bf16";
+  double gpu_memory = 0;
+  InferenceWorkload work;
+  InferenceSearchSpace space;
+
+  app.add_option("--size", size_b, "GPT-3 model size in billions of parameters (shape from NeMo's bands)");
+  app.add_option("--num-layers", shape.num_layers, "Transformer layers L");
+  app.add_option("--hidden-size", shape.hidden_size, "Hidden size h");
+  app.add_option("--num-attention-heads", shape.num_attention_heads, "Attention heads a");
+  app.add_option("--ffn-hidden-size", shape.ffn_hidden_size, "MLP inner size (default 4h)");
+  app.add_option("--seq-length", shape.seq_length, "Learned positions (max prompt + output tokens)")
+      ->capture_default_str();
+  app.add_option("--vocab-size", shape.vocab_size, "Padded vocabulary size V")->capture_default_str();
+  app.add_option("--nodes", nodes, "Number of nodes")->capture_default_str();
+  app.add_option("--gpus-per-node", gpus_per_node, "GPUs per node (default: the GPU profile's)");
+  app.add_option("--gpu", gpu_name, "GPU type: A100-40GB, A100-80GB, H100, H200 or one from --gpu-table")
+      ->capture_default_str();
+  app.add_option("--gpu-table", gpu_table, "JSON file of extra GPU profiles (format of csrc/planner/data/gpus.json)");
+  app.add_option("--gpu-memory-gib", gpu_memory, "Override the GPU's memory (GiB); any size is accepted");
+  app.add_option("--profile", profile,
+                 "Measured profile JSON (gemm samples, memory_bandwidth_gbs, allreduce_busbw_gbs) that "
+                 "replaces the built-in efficiencies");
+  app.add_option("--prompt-tokens", work.prompt_tokens, "Input tokens per request")->required();
+  app.add_option("--output-tokens", work.output_tokens, "Generated tokens per request")->required();
+  app.add_option("--precision", precision, "bf16 or 16 (fp16): 2-byte weights and KV cache")->capture_default_str();
+  app.add_option("--reserve-gib", work.reserve_gib, "Memory reserved per GPU (context, NCCL, cuBLAS)")
+      ->capture_default_str();
+  app.add_option("--collective-base-us", work.collective_base_us,
+                 "Fixed latency of one serving-size TP collective (us); measure it for your machine")
+      ->capture_default_str();
+  app.add_option("--collective-step-us", work.collective_step_us, "Latency per ring step of a serving-size TP collective (us)")
+      ->capture_default_str();
+  app.add_option("--tp", space.tp, "Allowed tensor-parallel sizes (list)")->delimiter(',');
+  app.add_option("--pp", space.pp, "Allowed pipeline sizes (list)")->delimiter(',');
+  app.add_option("--batch", space.batch, "Allowed batch sizes per replica (list; default 1,2,4,...,1024)")
+      ->delimiter(',');
+  app.add_option("--max-latency-ms", space.max_latency_ms,
+                 "Limit on the whole request: time to first token + (output - 1) per-token latencies");
+  app.add_option("--max-token-latency-ms", space.max_token_latency_ms, "Limit on the interval between generated tokens");
+  app.add_option("--min-throughput", space.min_throughput, "Floor on generated tokens/s of the whole cluster");
+  app.add_option("--top", top, "Rows of the terminal table")->capture_default_str();
+  app.add_option("--csv", csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    std::vector<GpuSpec> extra;
+    if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
+    GpuSpec gpu = find_gpu(gpu_name, extra);
+    if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile), profile);
+    if (gpu_memory < 0) throw std::invalid_argument(fmt::format("--gpu-memory-gib must be > 0, found {}", gpu_memory));
+    if (gpu_memory > 0) gpu.memory_gib = gpu_memory;
+
+    const bool explicit_shape = shape.num_layers || shape.hidden_size || shape.num_attention_heads;
+    if (size_b > 0 && explicit_shape)
+      throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");
+    if (size_b < 0) throw std::invalid_argument(fmt::format("--size must be > 0, found {}", size_b));
+    if (size_b > 0) {
+      const int ffn = shape.ffn_hidden_size;
+      shape = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);
+      shape.ffn_hidden_size = ffn;
+    } else if (!explicit_shape) {
+      throw std::invalid_argument(
+          "the model is missing: give --size or --num-layers, --hidden-size and --num-attention-heads");
+    }
+    shape.validate();
+    if (precision != "bf16" && precision != "16" && precision != "fp16")
+      throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", precision));
+    if (nodes < 1) throw std::invalid_argument(fmt::format("--nodes must be >= 1, found {}", nodes));
+    if (gpus_per_node < 0) throw std::invalid_argument(fmt::format("--gpus-per-node must be >= 1, found {}", gpus_per_node));
+    if (work.collective_base_us < 0 || work.collective_step_us < 0)
+      throw std::invalid_argument("--collective-base-us and --collective-step-us must be >= 0");
+    if (top < 0) throw std::invalid_argument(fmt::format("--top must be >= 0, found {}", top));
+
+    Cluster cluster;
+    cluster.gpu = gpu;
+    cluster.num_nodes = nodes;
+    cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : gpu.gpus_per_node;
+
+    const InferenceSearchResult result = search_inference(shape, cluster, work, space);
+    std::fprintf(stderr, "loom plan infer: %s on %d x %d %s (%d GPUs, %.0f GiB), %d prompt + %d output tokens\n",
+                 shape.summary().c_str(), cluster.num_nodes, cluster.gpus_per_node, gpu.name.c_str(),
+                 cluster.world(), gpu.memory_gib, work.prompt_tokens, work.output_tokens);
+    std::fprintf(stderr, "evaluated %zu layouts; %zu fit in memory; %zu meet the limits; ranked by %s\n",
+                 result.enumerated, result.fitting.size(), result.ranked.size(), objective_name(result.objective));
+    if (result.ranked.empty()) {
+      std::fprintf(stderr, "loom plan infer: %s\n", explain_no_layout(result, space, cluster).c_str());
+      if (!csv_path.empty()) write_text(csv_path, format_inference_csv(result.ranked));
+      return 1;
+    }
+    std::fprintf(stderr, "%s", format_inference_table(result.ranked, std::size_t(top)).c_str());
+    if (!csv_path.empty()) write_text(csv_path, format_inference_csv(result.ranked));
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "loom plan infer: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom plan infer: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace loom::planner
