@@ -5,26 +5,18 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/coalesced.h"
+
 namespace loom::train::optim {
 namespace {
 
-// Packs the grads of the selected parameters into one tensor, SUM all-reduces it over `group`,
-// and copies the result back.
+// SUM all-reduces, over `group`, the main grads of the selected parameters (one packed call).
 template <typename Pred>
 void all_reduce_selected(GradBuffer& grads, runtime::Communicator& group, Pred selected) {
-  if (group.size() == 1) return;
   std::vector<at::Tensor> views;
-  for (size_t i = 0; i < grads.params().size(); ++i) {
+  for (size_t i = 0; i < grads.params().size(); ++i)
     if (selected(grads.params()[i])) views.push_back(grads.main_grad(i).view(-1));
-  }
-  if (views.empty()) return;
-  at::Tensor packed = at::cat(views);
-  group.all_reduce(packed);
-  int64_t pos = 0;
-  for (auto& v : views) {
-    v.copy_(packed.narrow(0, pos, v.numel()));
-    pos += v.numel();
-  }
+  runtime::all_reduce_coalesced(views, group);
 }
 
 }  // namespace
