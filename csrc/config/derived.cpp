@@ -1,5 +1,7 @@
 #include "config/derived.h"
 
+#include <numeric>
+
 #include <stdexcept>
 #include <string>
 
@@ -33,7 +35,7 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tens
                                 std::to_string(vocab_size) + ", divisible_by=" + std::to_string(divisible_by) +
                                 ", tensor_parallel_size=" + std::to_string(tensor_parallel_size));
   }
-  const int64_t multiple = divisible_by * tensor_parallel_size;
+  const int64_t multiple = std::lcm(divisible_by, tensor_parallel_size);
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 

@@ -23,10 +23,12 @@ int64_t virtual_pipeline_size(const Recipe& r);
 /// Layers held by one model chunk: num_layers / (p * v).
 int64_t layers_per_chunk(const Recipe& r);
 
-/// Megatron's vocabulary padding (`_vocab_size_with_padding`): rounds `vocab_size` up to a
-/// multiple of divisible_by * t, e.g. 50257 -> 50304 (t=1), 50432 (t=2), 51200 (t=8, 128).
-/// The padded size therefore depends on t; the model masks the pad columns of the logits so
-/// that the function it computes does not (parallel_layout.md, "Vocab padding").
+/// Loom's vocabulary padding: rounds `vocab_size` up to a multiple of lcm(divisible_by, t), so
+/// that every TP rank holds an equal shard. Megatron (`_vocab_size_with_padding`) pads to
+/// divisible_by·t instead (50257 → 51200 at t=8); with lcm the padded size, and so checkpoints
+/// and parameter counts, do not change with t for power-of-two t ≤ divisible_by (50257 → 50304
+/// for t = 1..128). The model masks the pad logits (parallel_layout.md, "Vocab padding"), so the
+/// function it computes is the same under either rule; model::GptConfig pads the same way.
 /// Throws std::invalid_argument if any argument is < 1.
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel_size);
 /// padded_vocab_size with the recipe's make_vocab_size_divisible_by and t.

@@ -8,12 +8,13 @@
 using namespace loom::config;
 using loom::config::test::kMinimalRecipe;
 
-TEST_CASE("padded_vocab_size follows Megatron - pad to divisible_by times t", "[config]") {
-  // parallel_layout.md: 50257 -> 50304 at t=1, 51200 at t=8.
-  CHECK(padded_vocab_size(50257, 128, 1) == 50304);
-  CHECK(padded_vocab_size(50257, 128, 2) == 50432);
-  CHECK(padded_vocab_size(50257, 128, 4) == 50688);
-  CHECK(padded_vocab_size(50257, 128, 8) == 51200);
+TEST_CASE("padded_vocab_size pads to lcm(divisible_by, t), the model's rule", "[config]") {
+  // Equal shards on every TP rank; unlike Megatron's divisible_by·t the size does not grow
+  // with power-of-two t.
+  for (int64_t t : {1, 2, 4, 8, 16, 128}) CHECK(padded_vocab_size(50257, 128, t) == 50304);
+  CHECK(padded_vocab_size(50257, 128, 3) == 50304);  // lcm 384; 50304 = 131·384
+  CHECK(padded_vocab_size(50257, 128, 5) == 50560);  // lcm 640
+  CHECK(padded_vocab_size(50257, 128, 256) == 50432);
   CHECK(padded_vocab_size(50304, 128, 1) == 50304);  // already a multiple
   CHECK(padded_vocab_size(1, 1, 1) == 1);
   CHECK_THROWS_AS(padded_vocab_size(0, 128, 1), std::invalid_argument);
