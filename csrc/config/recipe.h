@@ -76,6 +76,9 @@ struct ExpManagerConfig {
   std::optional<std::string> exp_dir;           ///< [default null] else <exp_dir or runs>/<name>
   std::string name = "megatron_gpt";            ///< [default megatron_gpt]
   bool resume_if_exists = true;                 ///< [default true]
+  /// [default true] false: no checkpoint is ever written (NeMo's switch; `loom plan --measure`
+  /// uses it for its short timing runs).
+  bool create_checkpoint_callback = true;
   CheckpointCallbackParams checkpoint_callback_params;
 };
 

@@ -42,6 +42,7 @@ void visit_recipe(Recipe& r, V& v) {
   v("exp_manager.exp_dir", e.exp_dir, Need::kDefault);
   v("exp_manager.name", e.name, Need::kDefault);
   v("exp_manager.resume_if_exists", e.resume_if_exists, Need::kDefault);
+  v("exp_manager.create_checkpoint_callback", e.create_checkpoint_callback, Need::kDefault);
   v("exp_manager.checkpoint_callback_params.every_n_steps", e.checkpoint_callback_params.every_n_steps,
     Need::kDerived);
   v("exp_manager.checkpoint_callback_params.save_last", e.checkpoint_callback_params.save_last, Need::kDefault);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -309,8 +310,10 @@ LaunchResult launch_local(const LaunchOptions& opt) {
     for (auto& c : children) {
       if (c.exited) continue;
       int status = 0;
-      pid_t got = waitpid(c.pid, &status, WNOHANG);
+      struct rusage usage {};
+      pid_t got = wait4(c.pid, &status, WNOHANG, &usage);
       if (got != c.pid) continue;
+      c.exit.max_rss_mib = double(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
       while (c.out.fd >= 0 && drain(c, c.out, opt)) {
       }
       while (c.err.fd >= 0 && drain(c, c.err, opt)) {

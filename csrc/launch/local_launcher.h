@@ -32,6 +32,7 @@ struct RankExit {
   bool signaled = false;
   std::string output;    ///< stdout+stderr of the rank (when capture_output)
   double seconds = 0;    ///< from launch to exit
+  double max_rss_mib = 0;  ///< peak resident memory of the rank process (wait4), MiB
 };
 
 struct LaunchResult {

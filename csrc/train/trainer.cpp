@@ -19,6 +19,7 @@
 #include "data/pretraining_sampler.h"
 #include "launch/env_rendezvous.h"
 #include "model/dropout_context.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/device_info.h"
@@ -134,8 +135,7 @@ void TrainingRun::setup() {
   global_batch_ = r_.model.global_batch_size;
   seq_ = r_.model.data.seq_length;
 
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  at::set_num_threads(std::max(1, int(cores) / std::max(1, info.local_world_size)));
+  runtime::use_fair_share_of_cores(info.local_world_size);
 
   runtime::ProcessGroupOptions pg;
   pg.tensor_parallel = t_;
@@ -230,6 +230,7 @@ CheckpointLayout TrainingRun::checkpoint_layout() const {
 }
 
 void TrainingRun::save(int64_t iteration) {
+  if (!r_.exp_manager.create_checkpoint_callback) return;  // timing runs (loom plan --measure)
   const auto start = Clock::now();
   RankCheckpoint state;
   const int tp_rank = groups_->coords().tp;

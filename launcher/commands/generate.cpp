@@ -19,6 +19,7 @@
 #include "generate/generate_run.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/process_groups.h"
 #include "train/checkpoint.h"
 
@@ -50,8 +51,7 @@ int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo&
     if (info.world_size != plan.tensor_parallel)
       return fail(2, fmt::format("{} ranks were started for --tensor-parallel {}",
                                  info.world_size, plan.tensor_parallel));
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(std::max(1, cores / std::max(1, info.local_world_size)));
+    loom::runtime::use_fair_share_of_cores(info.local_world_size);
     std::shared_ptr<loom::runtime::ProcessGroups> groups;
     if (info.world_size == 1) {
       groups = loom::runtime::ProcessGroups::single_process();
