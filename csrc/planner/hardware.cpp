@@ -183,6 +183,14 @@ GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const 
     throw std::invalid_argument(fmt::format("{}: invalid JSON: {}", source, e.what()));
   }
   if (!doc.is_object()) throw std::invalid_argument(fmt::format("{}: expected a JSON object", source));
+  if (doc.contains("device")) gpu = parse_gpu(doc["device"], json::object(), source + ": device");
+  for (const char* key : {"collective_latency_us", "kernel_launch_us"}) {
+    if (!doc.contains(key)) continue;
+    if (!doc[key].is_number() || doc[key].get<double>() < 0)
+      throw std::invalid_argument(fmt::format("{}: '{}' must be a number >= 0, found {}", source, key, doc[key].dump()));
+    (std::string(key) == "kernel_launch_us" ? gpu.efficiency.kernel_launch_us
+                                            : gpu.efficiency.collective_latency_us) = doc[key].get<double>();
+  }
   if (doc.contains("gemm")) {
     std::vector<GemmSample> samples;
     const auto& arr = doc["gemm"];

@@ -62,9 +62,13 @@ struct GemmSample {
 /// profile from the real machine overrides the built-in efficiencies. Returns the fitted GPU.
 GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples);
 
-/// Applies a measured profile JSON to a GPU: {"gemm": [{"m","n","k","tflops"}...],
-/// "memory_bandwidth_gbs": achieved, "allreduce_busbw_gbs": {"intra_node": x, "inter_node": y}}
-/// (all keys optional). Measured bandwidths set the matching *_fraction as measured/peak.
+/// Applies a measured profile JSON (written by `loom plan calibrate`) to a GPU:
+/// {"device": {GPU-table entry}, "gemm": [{"m","n","k","tflops"}...], "memory_bandwidth_gbs":
+/// achieved, "allreduce_busbw_gbs": {"intra_node": x, "inter_node": y}, "collective_latency_us",
+/// "kernel_launch_us"} (all keys optional). A "device" entry replaces `gpu` as the base (CPU
+/// ranks, or a GPU not in the table); measured bandwidths set the matching *_fraction as
+/// measured/peak; the latencies replace the efficiency's. Throws std::invalid_argument naming
+/// `source` and the key.
 GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const std::string& source);
 
 /// The cluster: nodes × GPUs per node of one GPU type.

@@ -15,7 +15,16 @@ const char* to_string(Recompute r) {
 
 const char* to_string(RecomputeMethod m) { return m == RecomputeMethod::uniform ? "uniform" : "block"; }
 
-const char* to_string(Precision p) { return p == Precision::bf16 ? "bf16" : "16"; }
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "16";
+    case Precision::fp32: return "32";
+  }
+  return "?";
+}
+
+double element_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }
 
 std::string Layout::recompute_name() const {
   if (recompute != Recompute::full) return to_string(recompute);

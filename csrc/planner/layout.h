@@ -12,9 +12,13 @@ enum class Recompute { none, selective, full };
 /// recomputed) or block (the first k layers of each model chunk recomputed, the rest stored).
 enum class RecomputeMethod { uniform, block };
 
-/// Mixed-precision scheme; sets the bytes per parameter of parallel_layout.md
-/// (bf16 params + fp32 grads: 18 → 6 + 12/d; fp16: 20 → 4 + 16/d).
-enum class Precision { bf16, fp16 };
+/// Precision scheme; sets the bytes per parameter of parallel_layout.md (bf16 params + fp32
+/// grads: 18 → 6 + 12/d; fp16: 20 → 4 + 16/d; fp32, as CPU ranks train: 16 → 8 + 8/d) and the
+/// bytes of an activation element (2, or 4 for fp32).
+enum class Precision { bf16, fp16, fp32 };
+
+/// Bytes of one activation element: 2 for bf16/fp16, 4 for fp32.
+double element_bytes(Precision p);
 
 struct Layout {
   int tp = 1;            ///< tensor_model_parallel_size t

@@ -27,8 +27,12 @@ double layer_params_per_rank(const ModelShape& m, int t) {
 }
 
 double bytes_per_param(Precision p, bool dist, int d) {
-  if (p == Precision::bf16) return dist ? 6.0 + 12.0 / d : 18.0;
-  return dist ? 4.0 + 16.0 / d : 20.0;
+  switch (p) {
+    case Precision::bf16: return dist ? 6.0 + 12.0 / d : 18.0;
+    case Precision::fp16: return dist ? 4.0 + 16.0 / d : 20.0;
+    case Precision::fp32: return dist ? 8.0 + 8.0 / d : 16.0;  // fp32 params and grads; Adam m, v sharded
+  }
+  return 18.0;
 }
 
 double stage_params(const ModelShape& m, const Layout& L, int stage) {
@@ -89,6 +93,11 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   out.activations = chunks * per_chunk;
   if (L.recompute == Recompute::selective)
     out.transient = 5.0 * m.num_attention_heads * s * s * b / t;
+  // The formulas count 2-byte activations; fp32 doubles them (the 1-byte masks are then
+  // over-counted, by under 6% of the total: Loom regenerates its masks anyway).
+  const double scale = element_bytes(setup.precision) / 2.0;
+  out.activations *= scale;
+  out.transient *= scale;
 
   // Outside the layers (sp_sar.md): embedding dropout mask on the first stage for each
   // in-flight micro-batch of chunk 0; final LN input, logits-GEMM input and fp32 logits on the
@@ -97,6 +106,7 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   const double sbh = s * b * h;
   if (first) out.embedding_logits += sbh / shard * std::ceil(double(chunks) / v);
   if (last) out.embedding_logits += 4 * sbh / shard + 4.0 * s * b * vocab_shard;
+  out.embedding_logits *= scale;
 
   out.reserve = setup.reserve_gib * 1073741824.0 + setup.fragmentation_fraction * capacity;
   return out;

@@ -28,7 +28,7 @@ int in_flight_chunks(int pp, int vp, int num_micro_batches, int stage);
 double layer_params_per_rank(const ModelShape& m, int tp);
 
 /// Bytes per parameter for weights + grads + optimizer (parallel_layout.md, "Distributed
-/// optimizer"): bf16 18 or 6 + 12/d; fp16 20 or 4 + 16/d.
+/// optimizer"): bf16 18 or 6 + 12/d; fp16 20 or 4 + 16/d; fp32 16 or 8 + 8/d.
 double bytes_per_param(Precision p, bool distributed_optimizer, int dp);
 
 /// One GPU's memory on one stage, by term (bytes).

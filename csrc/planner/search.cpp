@@ -131,8 +131,9 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
         for (int b : divisors(setup.global_batch / d)) {
           if (!allowed(space.micro_batch, b)) continue;
           const int micro_batches = setup.global_batch / (d * b);
-          const LayerCost layer = layer_cost(m, c, t, sp, b);
-          const EndCost ends = end_cost(m, c, t, sp, b);
+          const double eb = element_bytes(setup.precision);
+          const LayerCost layer = layer_cost(m, c, t, sp, b, eb);
+          const EndCost ends = end_cost(m, c, t, sp, b, eb);
           for (int v : divisors(m.num_layers / p)) {
             if (!allowed(space.vp, v)) continue;
             if (v > 1 && (p < 2 || micro_batches % p)) continue;

@@ -9,8 +9,6 @@
 namespace loom::planner {
 namespace {
 
-constexpr double kActBytes = 2;  // bf16/fp16 activations
-
 // Exposed part of a collective of `comm` seconds overlapped with `compute` seconds of GEMM.
 double exposed(const Efficiency& e, double comm, double compute) {
   return comm - e.comm_overlap_fraction * std::min(comm, compute);
@@ -70,7 +68,7 @@ double collective_seconds(const Cluster& c, Collective kind, double bytes, int n
   return steps / n * bytes / bw + steps * alpha;
 }
 
-LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b) {
+LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b, double eb) {
   const GpuSpec& g = c.gpu;
   const double s = md.seq_length, h = md.hidden_size, f = md.ffn(), a = md.num_attention_heads;
   const double n = double(b) * s, dh = h / a;
@@ -110,15 +108,17 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
                            + 6 * e_ffn       // GeLU backward
                            + 6 * scores + 5 * scores  // softmax and dropout backward
                            + 4 * e_tp;
-  out.fwd.memory = memory_seconds(g, fwd_bytes, 8);
-  out.bwd.memory = memory_seconds(g, bwd_bytes, 10);
+  // The byte counts above are for 2-byte activations (masks 1 B); fp32 doubles them.
+  const double scale = eb / 2;
+  out.fwd.memory = memory_seconds(g, scale * fwd_bytes, 8);
+  out.bwd.memory = memory_seconds(g, scale * bwd_bytes, 10);
 
   out.attention_core.attention = out.fwd.attention;
-  out.attention_core.memory = memory_seconds(g, core_fwd_bytes, 2);
+  out.attention_core.memory = memory_seconds(g, scale * core_fwd_bytes, 2);
 
   // Tensor-parallel collectives on the full activation [s, b, h].
   if (t > 1) {
-    const double bytes = kActBytes * n * h;
+    const double bytes = eb * n * h;
     const double ar = collective_seconds(c, Collective::all_reduce, bytes, t, 1);
     const double ag = collective_seconds(c, Collective::all_gather, bytes, t, 1);
     const double rs = collective_seconds(c, Collective::reduce_scatter, bytes, t, 1);
@@ -138,18 +138,19 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
   return out;
 }
 
-EndCost end_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b) {
+EndCost end_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b, double eb) {
   const GpuSpec& g = c.gpu;
   const double s = md.seq_length, h = md.hidden_size;
   const double n = double(b) * s, v_shard = std::ceil(double(md.vocab_size) / t);
   const double e_sp = n * h / (sp ? t : 1);
-  const double act = kActBytes * n * h;
+  const double act = eb * n * h;
+  const double scale = eb / 2;  // byte counts below are for 2-byte activations
   EndCost out;
 
   // Vocab-parallel embedding: each rank writes [n, h] with zeros for foreign ids, then the
   // ranks all-reduce (reduce-scatter under SP); position add and dropout.
-  out.embedding_fwd.memory = memory_seconds(g, 4 * n * h + 7 * e_sp, 3);
-  out.embedding_bwd.memory = memory_seconds(g, 5 * e_sp + 10 * n * h, 2);
+  out.embedding_fwd.memory = memory_seconds(g, scale * (4 * n * h + 7 * e_sp), 3);
+  out.embedding_bwd.memory = memory_seconds(g, scale * (5 * e_sp + 10 * n * h), 2);
   if (t > 1) {
     out.embedding_fwd.comm = collective_seconds(c, sp ? Collective::reduce_scatter : Collective::all_reduce, act, t, 1);
     if (sp) out.embedding_bwd.comm = collective_seconds(c, Collective::all_gather, act, t, 1);
@@ -160,8 +161,8 @@ EndCost end_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b) 
   out.logits_fwd.gemm = gemm_seconds(g, n, v_shard, h);
   const double wgrad = gemm_seconds(g, h, v_shard, n);
   out.logits_bwd.gemm = gemm_seconds(g, n, h, v_shard) + wgrad;
-  out.logits_fwd.memory = memory_seconds(g, 4 * e_sp + 18 * n * v_shard, 5);
-  out.logits_bwd.memory = memory_seconds(g, 6 * e_sp + 14 * n * v_shard, 4);
+  out.logits_fwd.memory = memory_seconds(g, scale * 4 * e_sp + 18 * n * v_shard, 5);
+  out.logits_bwd.memory = memory_seconds(g, scale * 6 * e_sp + 14 * n * v_shard, 4);
   if (t > 1) {
     // Three all-reduces of per-token scalars (max, target logit, sum of exp).
     out.logits_fwd.comm = 3 * collective_seconds(c, Collective::all_reduce, 4 * n, t, 1);
@@ -198,7 +199,7 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
     // Per model chunk one forward and one backward exchange with the neighbours. Messages are
     // [s/t, b, h] shards (SP, or Megatron's scatter-gather without SP, which then all-gathers
     // inside the TP group). Neighbouring stages are t·d ranks apart.
-    const double bytes = kActBytes * double(b) * md.seq_length * md.hidden_size / t;
+    const double bytes = element_bytes(setup.precision) * double(b) * md.seq_length * md.hidden_size / t;
     const bool cross_node = long(t) * d >= c.gpus_per_node;
     const Efficiency& e = g.efficiency;
     const double bw = cross_node ? g.inter_node_gbs * e.inter_node_comm_fraction
@@ -265,8 +266,10 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
 TimeBreakdown step_time(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
                         const Layout& layout) {
   return step_time(m, c, setup, layout,
-                   layer_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch),
-                   end_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch));
+                   layer_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch,
+                              element_bytes(setup.precision)),
+                   end_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch,
+                            element_bytes(setup.precision)));
 }
 
 }  // namespace loom::planner

@@ -65,18 +65,21 @@ double group_bus_gbs(const Cluster& c, int size, int stride);
 /// Seconds of a ring collective whose full (gathered / reduced) tensor has `bytes`.
 double collective_seconds(const Cluster& c, Collective kind, double bytes, int size, int stride);
 
-/// Costs of one transformer layer for one micro-batch (b samples) under TP t (stride 1).
+/// Costs of one transformer layer for one micro-batch (b samples) under TP t (stride 1), with
+/// activations of `element_bytes` bytes (2: bf16/fp16, 4: fp32).
 struct LayerCost {
   PassCost fwd, bwd;
   PassCost attention_core;  ///< the forward part selective recompute repeats
 };
-LayerCost layer_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch);
+LayerCost layer_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch,
+                     double element_bytes = 2);
 
 /// Costs of the embedding (first stage) and final LayerNorm + logits + cross entropy (last).
 struct EndCost {
   PassCost embedding_fwd, embedding_bwd, logits_fwd, logits_bwd;
 };
-EndCost end_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch);
+EndCost end_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch,
+                 double element_bytes = 2);
 
 /// Step time of a valid layout (divisibility checked by the caller). `layer` and `ends` must be
 /// layer_cost / end_cost for the layout's (tp, sp, micro_batch); the search caches them.
