@@ -12,6 +12,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "config/recipe.h"
+#include "launch/local_launcher.h"
+#include "planner/measure.h"
+#include "planner/measure_report.h"
+#include "planner/recipe_input.h"
 #include "planner/report.h"
 #include "planner/search.h"
 #include "planner/validation.h"
@@ -96,7 +101,17 @@ int run_plan_command(int argc, char** argv) {
   setup.global_batch = 0;
   std::vector<int> tp, pp, vp, mbs, layers;
   std::vector<std::string> sp, recompute, method, dopt;
+  std::string base_recipe;
+  std::vector<std::string> recipe_overrides;
+  int measure = 0;
+  MeasureOptions mopt;
+  mopt.work_dir = "runs/plan-measure";
+  std::string measure_pick = "top", measure_csv;
 
+  app.add_option("--recipe", base_recipe,
+                 "Plan for a recipe's model, batch, precision and cluster (explicit flags win); its own "
+                 "layout is ranked too, and --write-recipe/--measure apply layouts to it");
+  app.add_option("overrides", recipe_overrides, "Dotted overrides of --recipe, e.g. model.global_batch_size=16");
   app.add_option("--size", size_b, "GPT-3 model size in billions of parameters (shape from NeMo's bands)");
   app.add_option("--num-layers", shape.num_layers, "Transformer layers L");
   app.add_option("--hidden-size", shape.hidden_size, "Hidden size h");
@@ -113,10 +128,10 @@ int run_plan_command(int argc, char** argv) {
   app.add_option("--profile", profile,
                  "Measured profile JSON (gemm samples, memory_bandwidth_gbs, allreduce_busbw_gbs) that "
                  "replaces the built-in efficiencies");
-  app.add_option("--global-batch-size", setup.global_batch, "Global batch (samples per step)")->required();
+  app.add_option("--global-batch-size", setup.global_batch, "Global batch (samples per step)");
   app.add_option("--tokens", tokens, "Token budget, e.g. 300e9 (adds a days column)");
   app.add_option("--price", price, "Price per GPU-hour (adds a cost column; needs --tokens)");
-  app.add_option("--precision", precision, "bf16 or 16 (fp16)")->capture_default_str();
+  app.add_option("--precision", precision, "bf16, 16 (fp16) or 32 (fp32, CPU ranks)")->capture_default_str();
   app.add_option("--reserve-gib", setup.reserve_gib, "Memory reserved per GPU (context, NCCL, cuBLAS)")
       ->capture_default_str();
   app.add_option("--fragmentation", setup.fragmentation_fraction, "Fraction of memory kept for fragmentation")
@@ -137,6 +152,19 @@ int run_plan_command(int argc, char** argv) {
   app.add_option("--csv", csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
   app.add_option("--write-recipe", recipe_path, "Write the best layout as a recipe YAML to FILE ('-' = stdout)");
   app.add_flag("--explain", explain_flag, "Explain why the winner wins and which memory term binds");
+  app.add_option("--measure", measure,
+                 "Train K layouts for a few steps through the launcher on this machine (needs --recipe) "
+                 "and re-rank them by measured step time");
+  app.add_option("--measure-pick", measure_pick,
+                 "Which K: 'top' (the K fastest predicted) or 'spread' (evenly over the whole ranking, "
+                 "best and worst included: a check of the model's ordering)")
+      ->capture_default_str();
+  app.add_option("--measure-steps", mopt.steps, "Optimizer steps per measured run")->capture_default_str();
+  app.add_option("--measure-skip", mopt.skip_steps, "First steps left out of the mean")->capture_default_str();
+  app.add_option("--measure-timeout", mopt.timeout_s, "Seconds before a run is stopped (classified timeout)")
+      ->capture_default_str();
+  app.add_option("--measure-dir", mopt.work_dir, "Directory of the measured runs")->capture_default_str();
+  app.add_option("--measure-csv", measure_csv, "Write the measured table as CSV to FILE ('-' = stdout)");
   app.add_flag("--validate", validate,
                "Reproduce the published A100 results (Korthikanti 2022, Narayanan 2021) and exit");
 
@@ -147,10 +175,42 @@ int run_plan_command(int argc, char** argv) {
   }
 
   try {
+    config::Recipe recipe;
+    RecipePlanInput from_recipe;
+    if (!base_recipe.empty()) {
+      try {
+        recipe = config::load_recipe(base_recipe, recipe_overrides);
+      } catch (const config::RecipeError& e) {
+        throw std::invalid_argument(fmt::format("--recipe {}: invalid recipe:\n{}", base_recipe, e.what()));
+      }
+      from_recipe = plan_input_from_recipe(recipe);
+      if (!app.count("--gpu") && !from_recipe.gpu.empty()) gpu_name = from_recipe.gpu;
+      if (from_recipe.cpu && profile.empty())
+        throw std::invalid_argument(fmt::format(
+            "--recipe {} trains on CPU ranks, which have no built-in profile: measure them with "
+            "`loom plan calibrate --devices {} --out cpu.json` and pass --profile cpu.json",
+            base_recipe, from_recipe.devices));
+    } else if (!recipe_overrides.empty()) {
+      throw std::invalid_argument(fmt::format("unexpected argument '{}' (overrides need --recipe FILE)",
+                                              recipe_overrides.front()));
+    }
+    if (measure < 0) throw std::invalid_argument(fmt::format("--measure must be >= 0, found {}", measure));
+    if (measure > 0 && base_recipe.empty())
+      throw std::invalid_argument("--measure needs --recipe FILE: the runs train its model on its data");
+    if (measure_pick != "top" && measure_pick != "spread")
+      throw std::invalid_argument(fmt::format("--measure-pick: expected top or spread, found '{}'", measure_pick));
+    if (mopt.steps < 1 || mopt.skip_steps < 0 || mopt.skip_steps >= mopt.steps)
+      throw std::invalid_argument(fmt::format(
+          "--measure-steps {} and --measure-skip {}: need steps >= 1 and 0 <= skip < steps", mopt.steps,
+          mopt.skip_steps));
+    if (!(mopt.timeout_s > 0)) throw std::invalid_argument("--measure-timeout must be > 0");
+
     std::vector<GpuSpec> extra;
     if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
-    GpuSpec gpu = find_gpu(gpu_name, extra);
+    GpuSpec gpu = from_recipe.cpu ? GpuSpec{} : find_gpu(gpu_name, extra);
     if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile), profile);
+    if (gpu.peak_tflops <= 0)
+      throw std::invalid_argument(fmt::format("--profile {}: has no 'device' entry to plan CPU ranks with", profile));
     if (gpu_memory < 0) throw std::invalid_argument("--gpu-memory-gib must be > 0");
     if (gpu_memory > 0) gpu.memory_gib = gpu_memory;
 
@@ -161,19 +221,35 @@ int run_plan_command(int argc, char** argv) {
     }
 
     const bool explicit_shape = shape.num_layers || shape.hidden_size || shape.num_attention_heads;
-    if (size_b > 0 && explicit_shape)
+    if (!base_recipe.empty()) {
+      if (size_b > 0 || explicit_shape)
+        throw std::invalid_argument("give the model either by --recipe or by --size/--num-layers..., not both");
+      const ModelShape given = shape;
+      shape = from_recipe.shape;
+      if (app.count("--seq-length")) shape.seq_length = given.seq_length;
+      if (app.count("--vocab-size")) shape.vocab_size = given.vocab_size;
+      if (!app.count("--global-batch-size")) setup.global_batch = from_recipe.setup.global_batch;
+      if (!app.count("--precision")) setup.precision = from_recipe.setup.precision;
+      if (!app.count("--nodes")) nodes = from_recipe.num_nodes;
+      if (!app.count("--gpus-per-node")) gpus_per_node = from_recipe.devices;
+    } else if (size_b > 0 && explicit_shape)
       throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");
     if (size_b > 0) {
       const int ffn = shape.ffn_hidden_size;
       shape = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);
       shape.ffn_hidden_size = ffn;
-    } else if (!explicit_shape) {
+    } else if (!explicit_shape && base_recipe.empty()) {
       throw std::invalid_argument("the model is missing: give --size or --num-layers, --hidden-size and --num-attention-heads");
     }
     shape.validate();
-    if (precision == "bf16") setup.precision = Precision::bf16;
-    else if (precision == "16" || precision == "fp16") setup.precision = Precision::fp16;
-    else throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", precision));
+    if (base_recipe.empty() || app.count("--precision")) {
+      if (precision == "bf16") setup.precision = Precision::bf16;
+      else if (precision == "16" || precision == "fp16") setup.precision = Precision::fp16;
+      else if (precision == "32" || precision == "fp32") setup.precision = Precision::fp32;
+      else throw std::invalid_argument(fmt::format("--precision: expected bf16, 16 or 32, found '{}'", precision));
+    }
+    if (setup.global_batch <= 0)
+      throw std::invalid_argument("--global-batch-size is required (or --recipe with model.global_batch_size)");
     if (nodes < 1) throw std::invalid_argument(fmt::format("--nodes must be >= 1, found {}", nodes));
     if (gpus_per_node < 0) throw std::invalid_argument("--gpus-per-node must be >= 1");
     if (price > 0 && tokens <= 0) throw std::invalid_argument("--price needs --tokens (the token budget)");
@@ -195,6 +271,8 @@ int run_plan_command(int argc, char** argv) {
     space.recompute_layers = layers;
     space.distributed_optimizer = parse_switches(dopt, "--dist-opt");
 
+    // Spreading the measured runs over the whole ranking needs the whole ranking.
+    if (measure > 0 && measure_pick == "spread") keep = std::max<std::size_t>(keep, 1000000);
     SearchResult result = search(ctx.shape, ctx.cluster, ctx.setup, space, keep);
     std::fprintf(stderr, "loom plan: %s on %d x %d %s (%d GPUs, %.0f GiB), global batch %d\n",
                  shape.summary().c_str(), ctx.cluster.num_nodes, ctx.cluster.gpus_per_node,
@@ -208,8 +286,42 @@ int run_plan_command(int argc, char** argv) {
       return 1;
     }
     std::fprintf(stderr, "%s", format_table(ctx, result.best, std::size_t(std::max(top, 0))).c_str());
+    if (!base_recipe.empty()) std::fprintf(stderr, "%s", describe_recipe_layout(ctx, result, from_recipe.layout).c_str());
     if (explain_flag) std::fprintf(stderr, "\n%s", explain(ctx, result).c_str());
     if (!csv_path.empty()) write_text(csv_path, format_csv(ctx, result.best));
+
+    Layout winner = result.best.front().layout;
+    if (measure > 0) {
+      mopt.loom_exe = launch::self_executable();
+      mopt.recipe_path = base_recipe;
+      mopt.overrides = recipe_overrides;
+      std::vector<double> predicted;
+      for (const auto& c : result.best) predicted.push_back(c.step_seconds());
+      const auto picks = pick_for_measurement(predicted, std::size_t(measure), measure_pick == "spread");
+      std::vector<MeasuredLayout> rows;
+      for (std::size_t i = 0; i < picks.size(); ++i) {
+        MeasuredLayout row{picks[i] + 1, result.best[picks[i]], {}};
+        std::fprintf(stderr, "[measure %zu/%zu] %s (predicted %.3f s/step) ...", i + 1, picks.size(),
+                     row.candidate.layout.describe().c_str(), row.candidate.step_seconds());
+        std::fflush(stderr);
+        row.measured = measure_layout(mopt, recipe, row.candidate.layout, int(picks[i] + 1));
+        std::fprintf(stderr, " %s\n", describe_measurement(row.measured).c_str());
+        rows.push_back(std::move(row));
+      }
+      rank_by_measurement(rows);
+      std::fprintf(stderr, "\n%s", format_measured_table(rows, mopt).c_str());
+      if (!measure_csv.empty()) write_text(measure_csv, format_measured_csv(rows));
+      if (rows.front().measured.status == RunStatus::ok) winner = rows.front().candidate.layout;
+    }
+    if (!base_recipe.empty()) {
+      auto overrides = recipe_overrides;
+      for (const auto& o : layout_overrides(winner, recipe)) overrides.push_back(o);
+      const std::string yaml = "# Layout chosen by `loom plan`" +
+                               std::string(measure > 0 ? " (fastest measured run)" : "") + ": " +
+                               winner.describe() + "\n" + config::to_yaml(config::load_recipe(base_recipe, overrides));
+      if (!recipe_path.empty()) write_text(recipe_path, yaml);
+      return 0;
+    }
     const std::string yaml = recipe_yaml(ctx, result.best.front());
     if (!recipe_path.empty()) write_text(recipe_path, yaml);
     else std::fprintf(stderr, "\n%s", yaml.c_str());

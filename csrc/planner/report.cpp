@@ -179,4 +179,21 @@ std::string explain(const PlanContext& ctx, const SearchResult& result, std::siz
   return s;
 }
 
+std::string describe_recipe_layout(const PlanContext& ctx, const SearchResult& result, const Layout& layout) {
+  const std::string why = check_layout(ctx.shape, ctx.cluster, ctx.setup, layout);
+  if (!why.empty()) return fmt::format("\nThe recipe's layout {} is not valid here: {}\n", layout.describe(), why);
+  const Candidate own = evaluate(ctx.shape, ctx.cluster, ctx.setup, layout);
+  std::string s = fmt::format("\nThe recipe's layout {}: {:.3f} s/step predicted, {:.2f} GiB on the worst stage",
+                              layout.describe(), own.step_seconds(), own.memory.terms.total() / kGiB);
+  if (!own.fits) return s + fmt::format(" -> does not fit; binding term: {}\n", own.memory.terms.largest_term());
+  std::size_t rank = 1;
+  for (const auto& c : result.best)
+    if (c.step_seconds() < own.step_seconds()) ++rank;
+  const double best = result.best.front().step_seconds();
+  s += rank > result.best.size() ? fmt::format(", below the {} layouts kept", result.best.size())
+                                 : fmt::format(", rank {} of {}", rank, result.fitting);
+  if (best < own.step_seconds()) s += fmt::format("; the best layout is {:.1f}% faster", 100 * (own.step_seconds() / best - 1));
+  return s + "\n";
+}
+
 }  // namespace loom::planner

@@ -34,6 +34,10 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best);
 /// knobs), and its memory: every term of the worst stage, headroom and the binding term.
 std::string explain(const PlanContext& ctx, const SearchResult& result, std::size_t compare = 3);
 
+/// How a recipe's own layout compares: its predicted step time and memory, its rank among the
+/// ranked layouts (or why it is invalid / does not fit) and the gain of the best layout.
+std::string describe_recipe_layout(const PlanContext& ctx, const SearchResult& result, const Layout& layout);
+
 /// Memory breakdown of one candidate (all terms in GiB, capacity, verdict).
 std::string describe_memory(const PlanContext& ctx, const Candidate& cand);
 

@@ -1,0 +1,149 @@
+#include "planner/measure.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "launch/file_util.h"
+#include "launch/local_launcher.h"
+#include "planner/recipe_input.h"
+
+namespace loom::planner {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+bool contains_any(const std::string& text, std::initializer_list<const char*> needles) {
+  for (const char* n : needles)
+    if (text.find(n) != std::string::npos) return true;
+  return false;
+}
+
+// The last non-empty line: ranks print their error message last.
+std::string last_line(const std::string& s) {
+  std::istringstream in(s);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  return last;
+}
+
+}  // namespace
+
+const char* to_string(RunStatus s) {
+  switch (s) {
+    case RunStatus::ok: return "ok";
+    case RunStatus::out_of_memory: return "out of memory";
+    case RunStatus::comm_error: return "communication error";
+    case RunStatus::timeout: return "timeout";
+    case RunStatus::nan: return "NaN";
+    case RunStatus::error: return "error";
+  }
+  return "error";
+}
+
+RunStatus classify_failure(const std::string& output, bool deadline_hit, int exit_code) {
+  if (deadline_hit) return RunStatus::timeout;
+  const std::string text = lower(output);
+  // Order matters: a rank that runs out of memory makes its peers see closed connections, and
+  // a stuck collective reports a timeout through the communication library.
+  if (contains_any(text, {"out of memory", "std::bad_alloc", "cannot allocate memory", "outofmemoryerror"}) ||
+      exit_code == 137)
+    return RunStatus::out_of_memory;
+  if (contains_any(text, {"loss became nan", "loss became inf", "loss became -inf", "non-finite"}))
+    return RunStatus::nan;
+  if (contains_any(text, {"timed out", "timeout", "watchdog"})) return RunStatus::timeout;
+  if (contains_any(text, {"gloo", "nccl", "connection", "socket", "peer", "rendezvous", "collective"}))
+    return RunStatus::comm_error;
+  return RunStatus::error;
+}
+
+double mean_step_seconds(const std::string& metrics, int skip, int* count) {
+  std::vector<double> times;
+  std::istringstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto rec = nlohmann::json::parse(line, nullptr, false);
+    if (rec.is_discarded() || rec.value("kind", "") != "train" || !rec.contains("step_time_s")) continue;
+    times.push_back(rec["step_time_s"].get<double>());
+  }
+  const std::size_t from = times.size() > std::size_t(std::max(0, skip)) ? std::size_t(std::max(0, skip)) : 0;
+  double sum = 0;
+  for (std::size_t i = from; i < times.size(); ++i) sum += times[i];
+  const int n = int(times.size() - from);
+  if (count) *count = n;
+  return n > 0 ? sum / n : 0.0;
+}
+
+Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base, const Layout& layout,
+                           int index) {
+  if (base.trainer.num_nodes != 1)
+    throw std::invalid_argument(fmt::format(
+        "--measure runs the layouts on this machine: the recipe's trainer.num_nodes must be 1, found {}",
+        base.trainer.num_nodes));
+  const std::string run_dir = fmt::format("{}/layout-{}", opt.work_dir, index);
+  launch::remove_tree(run_dir);
+
+  launch::LaunchOptions lo;
+  lo.argv = {opt.loom_exe, "train", opt.recipe_path};
+  for (const auto& o : opt.overrides) lo.argv.push_back(o);
+  for (const auto& o : layout_overrides(layout, base)) lo.argv.push_back(o);
+  const double collective_timeout = std::min(base.model.collective_timeout_s, std::max(10.0, opt.timeout_s / 2));
+  for (const std::string& o :
+       {fmt::format("trainer.max_steps={}", opt.steps), std::string("trainer.limit_val_batches=0"),
+        std::string("trainer.log_every_n_steps=1"), "exp_manager.explicit_log_dir=" + run_dir,
+        std::string("exp_manager.resume_if_exists=false"),
+        std::string("exp_manager.create_checkpoint_callback=false"),
+        fmt::format("model.collective_timeout_s={}", collective_timeout)})
+    lo.argv.push_back(o);
+  lo.nproc = int(base.trainer.devices);
+  lo.timeout_s = opt.timeout_s;
+  lo.grace_s = 5;
+  lo.capture_output = true;
+  lo.echo_output = false;
+
+  Measurement out;
+  launch::LaunchResult result;
+  try {
+    result = launch::launch_local(lo);
+  } catch (const std::exception& e) {
+    out.status = RunStatus::error;
+    out.detail = e.what();
+    return out;
+  }
+  std::string all_output;
+  for (const auto& r : result.ranks) {
+    out.peak_mib = std::max(out.peak_mib, r.max_rss_mib);
+    out.wall_seconds = std::max(out.wall_seconds, r.seconds);
+    all_output += r.output;
+  }
+  if (!result.timed_out && result.exit_code() == 0) {
+    std::ifstream in(run_dir + "/metrics.jsonl");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    out.step_seconds = mean_step_seconds(ss.str(), opt.skip_steps, &out.steps_timed);
+    if (out.steps_timed > 0) {
+      out.status = RunStatus::ok;
+    } else {
+      out.status = RunStatus::error;
+      out.detail = fmt::format("the run succeeded but {}/metrics.jsonl has no training step", run_dir);
+    }
+    return out;
+  }
+  int code = result.exit_code();
+  out.status = classify_failure(all_output + "\n" + result.first_error, result.timed_out, code);
+  out.detail = result.timed_out ? fmt::format("stopped after {:.0f} s", opt.timeout_s)
+                                : last_line(result.first_error.empty() ? result.summary() : result.first_error);
+  return out;
+}
+
+}  // namespace loom::planner

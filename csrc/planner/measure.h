@@ -1,0 +1,52 @@
+// Confirming the planner with real runs (`loom plan --measure K`): each chosen layout trains
+// for a few steps through the local launcher on this machine (the recipe's data, model and
+// ranks, no validation, no checkpoints), and its measured step time and peak memory are set
+// beside the prediction. A failed run is classified (out of memory, communication error,
+// timeout, NaN, other error) and the search goes on; every run has a deadline, so none stalls.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/recipe.h"
+#include "planner/layout.h"
+
+namespace loom::planner {
+
+enum class RunStatus { ok, out_of_memory, comm_error, timeout, nan, error };
+/// "ok", "out of memory", "communication error", "timeout", "NaN", "error".
+const char* to_string(RunStatus s);
+
+struct MeasureOptions {
+  std::string loom_exe;                ///< the `loom` executable to start
+  std::string recipe_path;             ///< base recipe (data, tokenizer, model)
+  std::vector<std::string> overrides;  ///< the user's overrides of the base recipe
+  int steps = 6;                       ///< optimizer steps per run
+  int skip_steps = 2;                  ///< first steps left out of the mean (warm-up)
+  double timeout_s = 300;              ///< per run; the ranks are then stopped
+  std::string work_dir;                ///< run directories <work_dir>/layout-<i>
+};
+
+struct Measurement {
+  RunStatus status = RunStatus::error;
+  double step_seconds = 0;  ///< mean of the timed steps (ok runs)
+  int steps_timed = 0;
+  double peak_mib = 0;      ///< largest peak resident memory over the ranks (MiB)
+  double wall_seconds = 0;  ///< whole run, start-up included
+  std::string detail;       ///< first error line of the failing rank (failed runs)
+};
+
+/// Trains `layout` (world = recipe's trainer.devices ranks on this node) and measures it.
+/// `index` names the run directory. Never throws for a failed run: it is classified.
+/// Throws std::invalid_argument if the recipe spans more than one node.
+Measurement measure_layout(const MeasureOptions& options, const config::Recipe& base,
+                           const Layout& layout, int index);
+
+/// The class of a failed run from its ranks' output, whether the deadline stopped it and the
+/// first failing rank's exit status (137: killed by SIGKILL, e.g. the kernel's OOM killer).
+RunStatus classify_failure(const std::string& output, bool deadline_hit, int exit_code);
+
+/// Mean step_time_s of the "train" records of a metrics.jsonl text after the first `skip`
+/// steps (all of them when fewer remain); `count` receives the number averaged (0: none).
+double mean_step_seconds(const std::string& metrics_jsonl, int skip, int* count);
+
+}  // namespace loom::planner

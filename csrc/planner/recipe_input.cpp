@@ -1,0 +1,66 @@
+#include "planner/recipe_input.h"
+
+#include "config/derived.h"
+
+namespace loom::planner {
+
+RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
+  RecipePlanInput in;
+  const auto& m = r.model;
+  in.shape.num_layers = int(m.num_layers);
+  in.shape.hidden_size = int(m.hidden_size);
+  in.shape.num_attention_heads = int(m.num_attention_heads);
+  in.shape.ffn_hidden_size = int(m.ffn_hidden_size);
+  in.shape.seq_length = int(m.encoder_seq_length);
+  in.shape.vocab_size = int(config::padded_vocab_size(config::kGpt2VocabSize, m.make_vocab_size_divisible_by, 1));
+  in.setup.global_batch = int(m.global_batch_size);
+  switch (r.trainer.precision) {
+    case config::Precision::kFp32: in.setup.precision = Precision::fp32; break;
+    case config::Precision::kBf16: in.setup.precision = Precision::bf16; break;
+    case config::Precision::kFp16: in.setup.precision = Precision::fp16; break;
+  }
+  in.num_nodes = int(r.trainer.num_nodes);
+  in.devices = int(r.trainer.devices);
+  in.cpu = r.trainer.accelerator == config::Accelerator::kCpu;
+  in.gpu = r.cluster.gpu.value_or("");
+
+  Layout& L = in.layout;
+  L.tp = int(m.tensor_model_parallel_size);
+  L.pp = int(m.pipeline_model_parallel_size);
+  L.vp = int(config::virtual_pipeline_size(r));
+  L.dp = int(config::data_parallel_size(r));
+  L.micro_batch = int(m.micro_batch_size);
+  L.sequence_parallel = m.sequence_parallel && L.tp > 1;
+  switch (m.activations_checkpoint_granularity) {
+    case config::RecomputeGranularity::kNone: L.recompute = Recompute::none; break;
+    case config::RecomputeGranularity::kSelective: L.recompute = Recompute::selective; break;
+    case config::RecomputeGranularity::kFull: L.recompute = Recompute::full; break;
+  }
+  L.method = m.activations_checkpoint_method == config::RecomputeMethod::kBlock ? RecomputeMethod::block
+                                                                                : RecomputeMethod::uniform;
+  L.recompute_layers = int(m.activations_checkpoint_num_layers.value_or(0));
+  L.distributed_optimizer = config::uses_distributed_optimizer(r);
+  return in;
+}
+
+std::vector<std::string> layout_overrides(const Layout& L, const config::Recipe& base) {
+  const bool full = L.recompute == Recompute::full;
+  std::vector<std::string> o = {
+      "model.tensor_model_parallel_size=" + std::to_string(L.tp),
+      "model.pipeline_model_parallel_size=" + std::to_string(L.pp),
+      "model.virtual_pipeline_model_parallel_size=" + (L.vp > 1 ? std::to_string(L.vp) : std::string("null")),
+      "model.micro_batch_size=" + std::to_string(L.micro_batch),
+      std::string("model.sequence_parallel=") + (L.sequence_parallel ? "true" : "false"),
+      std::string("model.activations_checkpoint_granularity=") +
+          (L.recompute == Recompute::none ? "null" : to_string(L.recompute)),
+      std::string("model.activations_checkpoint_method=") + (full ? to_string(L.method) : "null"),
+      "model.activations_checkpoint_num_layers=" + (full ? std::to_string(L.recompute_layers) : std::string("null")),
+      std::string("model.use_distributed_optimizer=") + (L.distributed_optimizer ? "true" : "false"),
+  };
+  const bool base_distributed = base.model.optim.name == config::OptimizerName::kDistributedFusedAdam;
+  // distributed_fused_adam implies sharding: without it, the same AdamW unsharded.
+  if (!L.distributed_optimizer && base_distributed) o.push_back("model.optim.name=fused_adam");
+  return o;
+}
+
+}  // namespace loom::planner

@@ -1,0 +1,191 @@
+// `loom plan --measure` building blocks and the recipe bridge: failure classification, metrics
+// parsing, which layouts are run, measured ranking, recipe → plan inputs → runnable overrides,
+// and measured profiles that define their own device (CPU ranks).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "config/recipe.h"
+#include "planner/hardware.h"
+#include "planner/measure.h"
+#include "planner/measure_report.h"
+#include "planner/memory_model.h"
+#include "planner/recipe_input.h"
+
+using namespace loom::planner;
+
+namespace {
+const std::string kRecipe = std::string(LOOM_SOURCE_DIR) + "/recipes/gpt3_tiny_cpu.yaml";
+
+MeasuredLayout row(std::size_t predicted_rank, double predicted_s, RunStatus status, double measured_s) {
+  MeasuredLayout r;
+  r.predicted_rank = predicted_rank;
+  r.candidate.time.gemm = predicted_s;
+  r.candidate.layout.micro_batch = int(predicted_rank);
+  r.measured.status = status;
+  r.measured.step_seconds = measured_s;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("failed runs are classified from the ranks' output", "[planner][measure]") {
+  CHECK(classify_failure("anything", true, 1) == RunStatus::timeout);
+  CHECK(classify_failure("[rank 1] terminate called after throwing an instance of 'std::bad_alloc'", false, 134) ==
+        RunStatus::out_of_memory);
+  CHECK(classify_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", false, 1) ==
+        RunStatus::out_of_memory);
+  CHECK(classify_failure("", false, 137) == RunStatus::out_of_memory);  // SIGKILL: the OOM killer
+  CHECK(classify_failure("loom train: error: loss became nan at step 3", false, 1) == RunStatus::nan);
+  CHECK(classify_failure("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer", false, 1) ==
+        RunStatus::comm_error);
+  CHECK(classify_failure("Gloo recv: Timed out waiting 10000ms", false, 1) == RunStatus::timeout);
+  CHECK(classify_failure("loom train: error: model.data.data_prefix: no such file", false, 2) == RunStatus::error);
+}
+
+TEST_CASE("measured step time is the mean after the warm-up steps", "[planner][measure]") {
+  const std::string jsonl =
+      R"({"kind":"validation","step":0,"val_loss":10.9})" "\n"
+      R"({"kind":"train","step":1,"step_time_s":2.0})" "\n"
+      R"({"kind":"train","step":2,"step_time_s":0.5})" "\n"
+      "not json\n"
+      R"({"kind":"train","step":3,"step_time_s":0.25})" "\n"
+      R"({"kind":"train","step":4,"step_time_s":0.75})" "\n";
+  int n = 0;
+  CHECK(mean_step_seconds(jsonl, 1, &n) == Approx(0.5));
+  CHECK(n == 3);
+  CHECK(mean_step_seconds(jsonl, 0, &n) == Approx(0.875));
+  CHECK(n == 4);
+  CHECK(mean_step_seconds(jsonl, 9, &n) == Approx(0.875));  // fewer steps than skipped: all
+  CHECK(mean_step_seconds("", 1, &n) == 0);
+  CHECK(n == 0);
+}
+
+TEST_CASE("measured layouts: top, or spread evenly over the predicted times", "[planner][measure]") {
+  const std::vector<double> t = {1.0, 1.01, 1.02, 1.03, 1.2, 1.45, 1.5, 1.9, 2.0};
+  CHECK(pick_for_measurement(t, 3, false) == std::vector<std::size_t>{0, 1, 2});
+  // Targets 1.25, 1.5, 1.75 between 1.0 and 2.0: nearest 1.2, 1.5, 1.9 (near-ties skipped).
+  CHECK(pick_for_measurement(t, 5, true) == std::vector<std::size_t>{0, 4, 6, 7, 8});
+  // A target whose nearest layout is taken gets the next nearest.
+  CHECK(pick_for_measurement({1.0, 1.1, 3.0}, 3, true) == std::vector<std::size_t>{0, 1, 2});
+  CHECK(pick_for_measurement({1.0, 1.5, 2.0}, 6, true) == std::vector<std::size_t>{0, 1, 2});
+  CHECK(pick_for_measurement({}, 6, true).empty());
+  CHECK(pick_for_measurement({1.0}, 6, true) == std::vector<std::size_t>{0});
+}
+
+TEST_CASE("re-ranking by measurement puts failures last and reports agreement", "[planner][measure]") {
+  std::vector<MeasuredLayout> rows = {row(1, 1.0, RunStatus::ok, 1.30), row(2, 1.1, RunStatus::ok, 1.20),
+                                      row(3, 1.5, RunStatus::out_of_memory, 0), row(4, 2.0, RunStatus::ok, 2.5)};
+  rank_by_measurement(rows);
+  CHECK(rows[0].predicted_rank == 2);
+  CHECK(rows[1].predicted_rank == 1);
+  CHECK(rows[2].predicted_rank == 4);
+  CHECK(rows[3].predicted_rank == 3);
+  // Predicted order 1,2,4 vs measured order 2,1,4: one swap of three → ρ = 1 − 6·2/(3·8) = 0.5.
+  CHECK(spearman_rank_correlation(rows) == Approx(0.5));
+  MeasureOptions opt;
+  const std::string table = format_measured_table(rows, opt);
+  CHECK_THAT(table, Catch::Contains("predicted best is measured best: no; predicted worst is measured worst: yes"));
+  CHECK_THAT(table, Catch::Contains("out of memory"));
+  const std::string csv = format_measured_csv(rows);
+  CHECK(csv.rfind("measured_rank,predicted_rank,tp,pp,vp,dp,mbs,sp,recompute,dist_opt,predicted_s,measured_s,", 0) == 0);
+  CHECK_THAT(csv, Catch::Contains("\n1,2,1,1,1,1,2,0,none,0,1.100000,1.200000,"));
+  CHECK_THAT(csv, Catch::Contains("\n,3,"));  // the failed run has no measured rank
+}
+
+TEST_CASE("a recipe gives the plan's model, batch, precision and its own layout", "[planner][recipe]") {
+  const auto recipe = loom::config::load_recipe(kRecipe);
+  const RecipePlanInput in = plan_input_from_recipe(recipe);
+  CHECK(in.shape.num_layers == 4);
+  CHECK(in.shape.hidden_size == 128);
+  CHECK(in.shape.num_attention_heads == 4);
+  CHECK(in.shape.ffn() == 512);
+  CHECK(in.shape.seq_length == 128);
+  CHECK(in.shape.vocab_size == 50304);  // 50257 rounded up to make_vocab_size_divisible_by 128
+  CHECK(in.setup.global_batch == 8);
+  CHECK(in.setup.precision == Precision::fp32);
+  CHECK(in.cpu);
+  CHECK(in.devices == 4);
+  CHECK(in.layout.tp == 2);
+  CHECK(in.layout.pp == 2);
+  CHECK(in.layout.dp == 1);
+  CHECK(in.layout.micro_batch == 2);
+  CHECK(in.layout.sequence_parallel);
+  CHECK(in.layout.recompute == Recompute::selective);
+  CHECK_FALSE(in.layout.distributed_optimizer);
+}
+
+TEST_CASE("a planned layout applied to a recipe as overrides round-trips", "[planner][recipe]") {
+  const auto base = loom::config::load_recipe(kRecipe);
+  Layout L;
+  L.tp = 1; L.pp = 2; L.vp = 2; L.dp = 2; L.micro_batch = 1;
+  L.recompute = Recompute::full; L.method = RecomputeMethod::block; L.recompute_layers = 1;
+  L.distributed_optimizer = true;
+  const auto applied = loom::config::load_recipe(kRecipe, layout_overrides(L, base));
+  const RecipePlanInput back = plan_input_from_recipe(applied);
+  CHECK(back.layout.tp == 1);
+  CHECK(back.layout.pp == 2);
+  CHECK(back.layout.vp == 2);
+  CHECK(back.layout.dp == 2);
+  CHECK(back.layout.micro_batch == 1);
+  CHECK_FALSE(back.layout.sequence_parallel);
+  CHECK(back.layout.recompute == Recompute::full);
+  CHECK(back.layout.method == RecomputeMethod::block);
+  CHECK(back.layout.recompute_layers == 1);
+  CHECK(back.layout.distributed_optimizer);
+  CHECK(applied.model.data.data_prefix == base.model.data.data_prefix);  // the rest is kept
+
+  // A base recipe with distributed_fused_adam loses the sharding when the layout has none.
+  const auto dist = loom::config::load_recipe(kRecipe, {"model.optim.name=distributed_fused_adam",
+                                                        "model.tensor_model_parallel_size=1", "trainer.devices=2"});
+  Layout plain;
+  plain.tp = 2; plain.pp = 1; plain.dp = 1; plain.micro_batch = 2; plain.sequence_parallel = true;
+  auto o = layout_overrides(plain, dist);
+  o.insert(o.begin(), {"model.optim.name=distributed_fused_adam", "trainer.devices=2"});
+  CHECK_FALSE(plan_input_from_recipe(loom::config::load_recipe(kRecipe, o)).layout.distributed_optimizer);
+}
+
+TEST_CASE("a measured profile may define its own device and latencies", "[planner][profile]") {
+  const std::string profile = R"({
+    "device": {"name": "cpu-2x1t", "peak_tflops": 0.06, "memory_gib": 11.5, "memory_bandwidth_gbs": 9.0,
+               "intra_node_gbs": 1.5, "inter_node_gbs": 1.5, "gpus_per_node": 2,
+               "efficiency": {"memory_fraction": 1, "intra_node_comm_fraction": 1, "inter_node_comm_fraction": 1,
+                              "comm_overlap_fraction": 0}},
+    "gemm": [{"m": 128, "n": 128, "k": 128, "tflops": 0.02}, {"m": 1024, "n": 1024, "k": 1024, "tflops": 0.045}],
+    "memory_bandwidth_gbs": 9.0, "kernel_launch_us": 7.5, "collective_latency_us": 60,
+    "allreduce_busbw_gbs": {"intra_node": 1.5}})";
+  const GpuSpec g = apply_measured_profile(find_gpu("H100"), profile, "cpu.json");
+  CHECK(g.name == "cpu-2x1t");
+  CHECK(g.peak_tflops == 0.06);
+  CHECK(g.memory_gib == 11.5);
+  CHECK(g.gpus_per_node == 2);
+  CHECK(g.efficiency.kernel_launch_us == 7.5);
+  CHECK(g.efficiency.collective_latency_us == 60);
+  CHECK(g.efficiency.comm_overlap_fraction == 0);
+  CHECK(g.efficiency.memory_fraction == Approx(1.0));
+  CHECK(g.efficiency.intra_node_comm_fraction == Approx(1.0));
+  // The fitted curve reproduces both samples (two points, two parameters; fraction 0.86 < 1).
+  for (auto [n, tf] : {std::pair{128.0, 0.02}, std::pair{1024.0, 0.045}}) {
+    const double shape = std::pow(n / (n + g.efficiency.gemm_half_dim), 3);
+    CHECK(g.peak_tflops * g.efficiency.gemm_max_fraction * shape == Approx(tf).epsilon(0.02));
+  }
+  CHECK_THROWS_WITH(apply_measured_profile(find_gpu("H100"), R"({"kernel_launch_us": "fast"})", "p.json"),
+                    Catch::Contains("p.json: 'kernel_launch_us' must be a number"));
+  CHECK_THROWS_WITH(apply_measured_profile(find_gpu("H100"), R"({"device": {"name": "x"}})", "p.json"),
+                    Catch::Contains("missing field 'peak_tflops'"));
+}
+
+TEST_CASE("fp32 training (CPU ranks) counts 16 bytes per parameter and 4-byte activations", "[planner][memory]") {
+  CHECK(bytes_per_param(Precision::fp32, false, 1) == 16);
+  CHECK(bytes_per_param(Precision::fp32, true, 4) == 10);
+  ModelShape m;
+  m.num_layers = 4; m.hidden_size = 128; m.num_attention_heads = 4; m.seq_length = 128; m.vocab_size = 50304;
+  TrainingSetup bf16, fp32;
+  bf16.global_batch = fp32.global_batch = 8;
+  fp32.precision = Precision::fp32;
+  Layout L;
+  L.micro_batch = 2;
+  const MemoryTerms a = stage_memory(m, bf16, L, 0, 1e12), b = stage_memory(m, fp32, L, 0, 1e12);
+  CHECK(b.activations == Approx(2 * a.activations));
+  CHECK(b.embedding_logits == Approx(2 * a.embedding_logits));
+  CHECK(b.weights_optimizer == Approx(a.weights_optimizer * 16.0 / 18.0));
+}

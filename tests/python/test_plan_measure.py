@@ -1,0 +1,101 @@
+"""`loom plan calibrate` and `loom plan --recipe ... --measure K` end to end on CPU ranks: the
+calibration writes a profile the planner accepts, and the planner's predicted ordering of six
+layouts of the tiny model, spread over its whole ranking, agrees with real runs at the ends
+(the issue's check: at least the best and the worst of 6 ranked correctly)."""
+import csv
+import json
+import subprocess
+
+import pytest
+
+from test_data_helpers import ROOT, loom_binary
+from train_helpers import RECIPE, make_corpus
+
+RANKS = 2
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibrate") / "cpu.json"
+    done = subprocess.run([str(loom_binary()), "plan", "calibrate", "--devices", str(RANKS), "--out", str(out),
+                           "--seconds", "0.1"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+def plan(*args, timeout=1800):
+    return subprocess.run([str(loom_binary()), "plan", *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_calibration_profile_has_measured_figures(profile):
+    doc = json.loads(profile.read_text())
+    dev = doc["device"]
+    assert dev["name"].startswith(f"cpu-{RANKS}x")
+    assert dev["gpus_per_node"] == RANKS
+    assert 0 < dev["memory_gib"] < 1e4
+    gemm = doc["gemm"]
+    assert len(gemm) >= 4
+    assert all(g["tflops"] > 0 for g in gemm)
+    assert dev["peak_tflops"] == pytest.approx(max(g["tflops"] for g in gemm))
+    assert doc["memory_bandwidth_gbs"] > 0.1
+    assert doc["kernel_launch_us"] > 0
+    assert doc["allreduce_busbw_gbs"]["intra_node"] > 0
+    assert doc["collective_latency_us"] > 0
+    assert doc["measured"]["ranks"] == RANKS
+
+
+def test_calibrate_rejects_bad_flags():
+    done = plan("calibrate", "--accelerator", "tpu")
+    assert done.returncode == 2
+    assert "--accelerator: expected cpu or gpu, found 'tpu'" in done.stderr
+
+
+def test_cpu_recipe_without_profile_names_the_fix():
+    done = plan("--recipe", RECIPE)
+    assert done.returncode == 2
+    assert "loom plan calibrate --devices 4" in done.stderr
+
+
+def test_plan_from_recipe_ranks_its_layout_and_writes_a_runnable_recipe(profile, tmp_path):
+    out = tmp_path / "best.yaml"
+    done = plan("--recipe", RECIPE, "--profile", profile, "--write-recipe", out, "trainer.devices=2",
+                "model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=1")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "The recipe's layout t2 p1" in done.stderr
+    text = out.read_text()
+    assert text.startswith("# Layout chosen by `loom plan`")
+    # The written recipe is the whole resolved recipe: planning it again finds its own layout best.
+    again = plan("--recipe", out, "--profile", profile)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "rank 1 of" in again.stderr
+
+
+# Six layouts spread evenly over the predicted times of every data- and pipeline-parallel layout
+# of the tiny model on 2 ranks (recompute, micro-batch, interleaving vary). Tensor parallelism
+# and the distributed optimizer are left out here: on 2 shared cores Gloo's per-call cost makes
+# their measured times swing by tens of percent between runs, too much for a stable order.
+MEASURE_KNOBS = ["--measure-pick", "spread", "--tp", "1", "--dist-opt", "off"]
+
+
+def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_path):
+    table = tmp_path / "measured.csv"
+    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", 6, *MEASURE_KNOBS,
+                "--measure-steps", 10, "--measure-skip", 4, "--measure-csv", table,
+                "--measure-dir", tmp_path / "runs", "--measure-timeout", 300,
+                "trainer.devices=2", "model.pipeline_model_parallel_size=1",
+                f"model.data.data_prefix=[1.0,{corpus}]")
+    assert done.returncode == 0, done.stderr[-6000:]
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 6, done.stderr[-4000:]
+    assert all(r["status"] == "ok" for r in rows), rows
+    by_pred = sorted(rows, key=lambda r: int(r["predicted_rank"]))
+    assert by_pred[0]["measured_rank"] == "1", done.stderr[-3000:]
+    assert by_pred[-1]["measured_rank"] == "6", done.stderr[-3000:]
+    for r in rows:
+        assert float(r["measured_s"]) > 0 and float(r["peak_mib"]) > 50
