@@ -32,7 +32,7 @@ double elapsed(Clock::time_point since) { return std::chrono::duration<double>(C
 // `fn` may itself be a collective: every rank calls it the same number of times.
 template <class F>
 double seconds_per_call(runtime::Communicator& world, const c10::Device& device, double target, F&& fn) {
-  fn();  // warm-up: allocations, code paths, connections
+  for (int i = 0; i < 3; ++i) fn();  // warm-up: allocations, code paths, connections
   sync(device);
   auto t0 = Clock::now();
   fn();

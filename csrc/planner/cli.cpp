@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "config/recipe.h"
 #include "launch/local_launcher.h"
@@ -19,15 +20,11 @@
 #include "planner/recipe_input.h"
 #include "planner/report.h"
 #include "planner/search.h"
+#include "planner/text_io.h"
 #include "planner/validation.h"
 
 namespace loom::planner {
 namespace {
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 std::vector<int> parse_switches(const std::vector<std::string>& values, const char* flag) {
   std::vector<int> out;
@@ -63,22 +60,12 @@ std::vector<RecomputeMethod> parse_methods(const std::vector<std::string>& value
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(fmt::format("{}: cannot open file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Writes text to a path ("-" = stdout). Throws std::runtime_error when the file cannot be written.
-void write_text(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return;
-  }
-  std::ofstream out(path);
-  if (!out || !(out << text)) throw std::runtime_error(fmt::format("{}: cannot write file", path));
+// "measured.ranks" of a profile written by `loom plan calibrate` (0 when absent).
+int measured_ranks(const std::string& profile_json) {
+  const auto doc = nlohmann::json::parse(profile_json, nullptr, false);
+  if (!doc.is_object() || !doc.contains("measured") || !doc["measured"].is_object()) return 0;
+  const auto& m = doc["measured"];
+  return m.contains("ranks") && m["ranks"].is_number_integer() ? m["ranks"].get<int>() : 0;
 }
 
 }  // namespace
@@ -107,6 +94,7 @@ int run_plan_command(int argc, char** argv) {
   MeasureOptions mopt;
   mopt.work_dir = "runs/plan-measure";
   std::string measure_pick = "top", measure_csv;
+  int profile_ranks = 0;
 
   app.add_option("--recipe", base_recipe,
                  "Plan for a recipe's model, batch, precision and cluster (explicit flags win); its own "
@@ -156,8 +144,8 @@ int run_plan_command(int argc, char** argv) {
                  "Train K layouts for a few steps through the launcher on this machine (needs --recipe) "
                  "and re-rank them by measured step time");
   app.add_option("--measure-pick", measure_pick,
-                 "Which K: 'top' (the K fastest predicted) or 'spread' (evenly over the whole ranking, "
-                 "best and worst included: a check of the model's ordering)")
+                 "Which K: 'top' (the K fastest predicted) or 'spread' (the best, the worst and layouts "
+                 "evenly spaced in predicted step time between them: a check of the model's ordering)")
       ->capture_default_str();
   app.add_option("--measure-steps", mopt.steps, "Optimizer steps per measured run")->capture_default_str();
   app.add_option("--measure-skip", mopt.skip_steps, "First steps left out of the mean")->capture_default_str();
@@ -208,7 +196,11 @@ int run_plan_command(int argc, char** argv) {
     std::vector<GpuSpec> extra;
     if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
     GpuSpec gpu = from_recipe.cpu ? GpuSpec{} : find_gpu(gpu_name, extra);
-    if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile), profile);
+    if (!profile.empty()) {
+      const std::string text = read_text(profile, "--profile");
+      gpu = apply_measured_profile(gpu, text, profile);
+      profile_ranks = measured_ranks(text);
+    }
     if (gpu.peak_tflops <= 0)
       throw std::invalid_argument(fmt::format("--profile {}: has no 'device' entry to plan CPU ranks with", profile));
     if (gpu_memory < 0) throw std::invalid_argument("--gpu-memory-gib must be > 0");
@@ -232,6 +224,14 @@ int run_plan_command(int argc, char** argv) {
       if (!app.count("--precision")) setup.precision = from_recipe.setup.precision;
       if (!app.count("--nodes")) nodes = from_recipe.num_nodes;
       if (!app.count("--gpus-per-node")) gpus_per_node = from_recipe.devices;
+      if (measure > 0 && (nodes != 1 || gpus_per_node != from_recipe.devices))
+        throw std::invalid_argument(fmt::format(
+            "--measure runs the layouts on this machine with the recipe's ranks: plan for 1 node of "
+            "trainer.devices = {} (found --nodes {} --gpus-per-node {}); change trainer.devices instead",
+            from_recipe.devices, nodes, gpus_per_node));
+      // CPU ranks have no CUDA context, NCCL or cuBLAS workspaces to reserve memory for.
+      if (from_recipe.cpu && !app.count("--reserve-gib")) setup.reserve_gib = 0.5;
+      if (from_recipe.cpu && !app.count("--fragmentation")) setup.fragmentation_fraction = 0;
     } else if (size_b > 0 && explicit_shape)
       throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");
     if (size_b > 0) {
@@ -260,6 +260,11 @@ int run_plan_command(int argc, char** argv) {
     ctx.cluster.num_nodes = nodes;
     ctx.cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : gpu.gpus_per_node;
     ctx.setup = setup;
+    if (profile_ranks > 0 && from_recipe.cpu && profile_ranks != ctx.cluster.gpus_per_node)
+      std::fprintf(stderr,
+                   "loom plan: warning: %s was measured with %d ranks sharing this node but %d ranks are "
+                   "planned; CPU ranks share cores and memory, so calibrate with --devices %d\n",
+                   profile.c_str(), profile_ranks, ctx.cluster.gpus_per_node, ctx.cluster.gpus_per_node);
     ctx.token_budget = tokens;
     ctx.price_per_gpu_hour = price;
 
@@ -291,6 +296,7 @@ int run_plan_command(int argc, char** argv) {
     if (!csv_path.empty()) write_text(csv_path, format_csv(ctx, result.best));
 
     Layout winner = result.best.front().layout;
+    bool measured_ok = false;
     if (measure > 0) {
       mopt.loom_exe = launch::self_executable();
       mopt.recipe_path = base_recipe;
@@ -311,16 +317,18 @@ int run_plan_command(int argc, char** argv) {
       rank_by_measurement(rows);
       std::fprintf(stderr, "\n%s", format_measured_table(rows, mopt).c_str());
       if (!measure_csv.empty()) write_text(measure_csv, format_measured_csv(rows));
-      if (rows.front().measured.status == RunStatus::ok) winner = rows.front().candidate.layout;
+      measured_ok = rows.front().measured.status == RunStatus::ok;
+      if (measured_ok) winner = rows.front().candidate.layout;
+      else std::fprintf(stderr, "loom plan: no measured run succeeded (see the status column)\n");
     }
     if (!base_recipe.empty()) {
       auto overrides = recipe_overrides;
       for (const auto& o : layout_overrides(winner, recipe)) overrides.push_back(o);
-      const std::string yaml = "# Layout chosen by `loom plan`" +
-                               std::string(measure > 0 ? " (fastest measured run)" : "") + ": " +
-                               winner.describe() + "\n" + config::to_yaml(config::load_recipe(base_recipe, overrides));
+      const char* how = measure == 0 ? "" : measured_ok ? " (fastest measured run)" : " (predicted best; no measured run succeeded)";
+      const std::string yaml = "# Layout chosen by `loom plan`" + std::string(how) + ": " + winner.describe() +
+                               "\n" + config::to_yaml(config::load_recipe(base_recipe, overrides));
       if (!recipe_path.empty()) write_text(recipe_path, yaml);
-      return 0;
+      return measure > 0 && !measured_ok ? 1 : 0;
     }
     const std::string yaml = recipe_yaml(ctx, result.best.front());
     if (!recipe_path.empty()) write_text(recipe_path, yaml);

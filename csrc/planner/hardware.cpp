@@ -1,5 +1,7 @@
 #include "planner/hardware.h"
 
+#include "planner/text_io.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -17,11 +19,6 @@ extern const char* const kBuiltinGpuTableJson;
 
 namespace {
 using nlohmann::json;
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 double number_field(const json& obj, const char* field, const std::string& where) {
   auto it = obj.find(field);

@@ -1,5 +1,7 @@
 #include "planner/inference_cli.h"
 
+#include "planner/text_io.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -15,24 +17,6 @@ namespace loom::planner {
 namespace {
 
 constexpr double kGiB = double(1ull << 30);
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument(fmt::format("{}: cannot open file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Writes text to a path ("-" = stdout). Throws std::runtime_error when the file cannot be written.
-void write_text(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return;
-  }
-  std::ofstream out(path);
-  if (!out || !(out << text)) throw std::runtime_error(fmt::format("{}: cannot write file", path));
-}
 
 const char* objective_name(InferenceObjective o) {
   return o == InferenceObjective::request_latency ? "request latency (ascending)"
@@ -143,7 +127,7 @@ int run_plan_inference_command(int argc, char** argv) {
     std::vector<GpuSpec> extra;
     if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
     GpuSpec gpu = find_gpu(gpu_name, extra);
-    if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile), profile);
+    if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile, "--profile"), profile);
     if (gpu_memory < 0) throw std::invalid_argument(fmt::format("--gpu-memory-gib must be > 0, found {}", gpu_memory));
     if (gpu_memory > 0) gpu.memory_gib = gpu_memory;
 

@@ -1,5 +1,7 @@
 #include "planner/measure.h"
 
+#include "planner/text_io.h"
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
@@ -15,11 +17,6 @@
 
 namespace loom::planner {
 namespace {
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 bool contains_any(const std::string& text, std::initializer_list<const char*> needles) {
   for (const char* n : needles)
@@ -50,18 +47,22 @@ const char* to_string(RunStatus s) {
   return "error";
 }
 
-RunStatus classify_failure(const std::string& output, bool deadline_hit, int exit_code) {
+RunStatus classify_failure(const std::string& first_error, const std::string& all_output, bool deadline_hit,
+                           bool killed_first) {
   if (deadline_hit) return RunStatus::timeout;
-  const std::string text = lower(output);
-  // Order matters: a rank that runs out of memory makes its peers see closed connections, and
-  // a stuck collective reports a timeout through the communication library.
-  if (contains_any(text, {"out of memory", "std::bad_alloc", "cannot allocate memory", "outofmemoryerror"}) ||
-      exit_code == 137)
+  // Memory first and from every rank: the rank that runs out of memory often dies silently
+  // (the OOM killer's SIGKILL) or after its peers have already reported closed connections.
+  const std::string everything = lower(first_error + "\n" + all_output);
+  if (killed_first ||
+      contains_any(everything, {"out of memory", "std::bad_alloc", "cannot allocate memory", "outofmemoryerror"}))
     return RunStatus::out_of_memory;
+  // The rest from the rank that failed first: its peers only report the consequences.
+  const std::string text = lower(first_error);
   if (contains_any(text, {"loss became nan", "loss became inf", "loss became -inf", "non-finite"}))
     return RunStatus::nan;
   if (contains_any(text, {"timed out", "timeout", "watchdog"})) return RunStatus::timeout;
-  if (contains_any(text, {"gloo", "nccl", "connection", "socket", "peer", "rendezvous", "collective"}))
+  if (contains_any(text, {"gloo", "nccl", "connection closed", "connection reset", "connection refused",
+                          "broken pipe", "rendezvous"}))
     return RunStatus::comm_error;
   return RunStatus::error;
 }
@@ -74,7 +75,7 @@ double mean_step_seconds(const std::string& metrics, int skip, int* count) {
     if (line.empty()) continue;
     const auto rec = nlohmann::json::parse(line, nullptr, false);
     if (rec.is_discarded() || rec.value("kind", "") != "train" || !rec.contains("step_time_s")) continue;
-    times.push_back(rec["step_time_s"].get<double>());
+    if (rec["step_time_s"].is_number()) times.push_back(rec["step_time_s"].get<double>());
   }
   const std::size_t from = times.size() > std::size_t(std::max(0, skip)) ? std::size_t(std::max(0, skip)) : 0;
   double sum = 0;
@@ -121,10 +122,12 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
     return out;
   }
   std::string all_output;
+  const launch::RankExit* first_failure = nullptr;  // the earliest rank to exit with an error
   for (const auto& r : result.ranks) {
     out.peak_mib = std::max(out.peak_mib, r.max_rss_mib);
     out.wall_seconds = std::max(out.wall_seconds, r.seconds);
     all_output += r.output;
+    if (r.exit_code != 0 && (!first_failure || r.seconds < first_failure->seconds)) first_failure = &r;
   }
   if (!result.timed_out && result.exit_code() == 0) {
     std::ifstream in(run_dir + "/metrics.jsonl");
@@ -139,8 +142,10 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
     }
     return out;
   }
-  int code = result.exit_code();
-  out.status = classify_failure(all_output + "\n" + result.first_error, result.timed_out, code);
+  // The launcher stops the other ranks with SIGTERM first, so a SIGKILL on the earliest
+  // failure came from outside: the kernel's OOM killer.
+  const bool killed_first = first_failure && first_failure->signaled && first_failure->exit_code == 128 + 9;
+  out.status = classify_failure(result.first_error, all_output, result.timed_out, killed_first);
   out.detail = result.timed_out ? fmt::format("stopped after {:.0f} s", opt.timeout_s)
                                 : last_line(result.first_error.empty() ? result.summary() : result.first_error);
   return out;

@@ -41,9 +41,13 @@ struct Measurement {
 Measurement measure_layout(const MeasureOptions& options, const config::Recipe& base,
                            const Layout& layout, int index);
 
-/// The class of a failed run from its ranks' output, whether the deadline stopped it and the
-/// first failing rank's exit status (137: killed by SIGKILL, e.g. the kernel's OOM killer).
-RunStatus classify_failure(const std::string& output, bool deadline_hit, int exit_code);
+/// The class of a failed run: timeout when the deadline stopped it; out of memory when the
+/// earliest failing rank was killed by SIGKILL (the kernel's OOM killer; the launcher itself
+/// sends SIGTERM first) or any rank reports an allocation failure; otherwise from the first
+/// failing rank's error (`first_error`): NaN, timeout (collective or watchdog), communication
+/// error (Gloo/NCCL, closed connections) or error.
+RunStatus classify_failure(const std::string& first_error, const std::string& all_output, bool deadline_hit,
+                           bool killed_first);
 
 /// Mean step_time_s of the "train" records of a metrics.jsonl text after the first `skip`
 /// steps (all of them when fewer remain); `count` receives the number averaged (0: none).

@@ -96,20 +96,21 @@ double spearman_rank_correlation(const std::vector<MeasuredLayout>& rows) {
 
 std::string format_measured_table(const std::vector<MeasuredLayout>& rows, const MeasureOptions& opt) {
   std::string s = fmt::format(
-      "Measured on this machine ({} steps per run, mean of steps {}..{}; peak = largest rank RSS):\n",
+      "Measured on this machine ({} steps per run, mean of steps {}..{}; pred MiB = the memory model's worst "
+      "stage incl. reserve, peak = largest rank RSS):\n",
       opt.steps, opt.skip_steps + 1, opt.steps);
-  s += fmt::format("{:>4} {:>4}  {:<28} {:>11} {:>10} {:>9} {:>9}  {}\n", "meas", "pred", "layout",
-                   "predicted s", "measured s", "meas/pred", "peak MiB", "status");
+  s += fmt::format("{:>4} {:>4}  {:<38} {:>11} {:>10} {:>9} {:>9} {:>9}  {}\n", "meas", "pred", "layout",
+                   "predicted s", "measured s", "meas/pred", "pred MiB", "peak MiB", "status");
   std::size_t rank = 0;
   for (const auto& r : rows) {
     const bool good = ok(r);
-    s += fmt::format("{:>4} {:>4}  {:<28} {:>11.3f} {:>10} {:>9} {:>9.0f}  {}\n",
+    s += fmt::format("{:>4} {:>4}  {:<38} {:>11.3f} {:>10} {:>9} {:>9.0f} {:>9.0f}  {}\n",
                      good ? std::to_string(++rank) : std::string("-"), r.predicted_rank,
                      r.candidate.layout.describe(), r.candidate.step_seconds(),
                      good ? fmt::format("{:.3f}", r.measured.step_seconds) : std::string("-"),
                      good ? fmt::format("{:.2f}", r.measured.step_seconds / r.candidate.step_seconds())
                           : std::string("-"),
-                     r.measured.peak_mib,
+                     r.candidate.memory.terms.total() / (1 << 20), r.measured.peak_mib,
                      good ? std::string("ok") : describe_measurement(r.measured));
   }
   std::vector<const MeasuredLayout*> good;

@@ -19,6 +19,7 @@ TEST_CASE("minimal recipe: NeMo defaults are filled in", "[config]") {
   CHECK_FALSE(r.trainer.max_time.has_value());
   CHECK(r.exp_manager.name == "megatron_gpt");
   CHECK(r.exp_manager.resume_if_exists);
+  CHECK(r.exp_manager.create_checkpoint_callback);
   CHECK(r.exp_manager.checkpoint_callback_params.save_last);
   CHECK(r.model.init_method_std == 0.02);
   CHECK(r.model.hidden_dropout == 0.1);

@@ -43,9 +43,9 @@ TEST_CASE("gpt3_tiny_cpu: 4 CPU ranks, t=2 p=2 d=1, SP and selective recompute",
   CHECK(run_directory(r) == "runs/gpt3_tiny_cpu");
   CHECK(r.exp_manager.checkpoint_callback_params.every_n_steps == 100);
   CHECK(r.trainer.val_check_interval == 50);
-  CHECK(padded_vocab_size(r) == 50432);
-  // V*h + s*h + L*(12h^2 + 13h) + 2h with V=50432, s=128, h=128, L=4.
-  CHECK(gpt_parameter_count(r) == 50432 * 128 + 128 * 128 + 4 * (12 * 128 * 128 + 13 * 128) + 2 * 128);
+  CHECK(padded_vocab_size(r) == 50304);  // lcm(128, t=2) = 128
+  // V*h + s*h + L*(12h^2 + 13h) + 2h with V=50304, s=128, h=128, L=4.
+  CHECK(gpt_parameter_count(r) == 50304 * 128 + 128 * 128 + 4 * (12 * 128 * 128 + 13 * 128) + 2 * 128);
 }
 
 namespace {
@@ -64,10 +64,10 @@ TEST_CASE("GPT-3 recipes have NeMo's shapes, layouts and sizes", "[config]") {
       {"gpt3_126m.yaml", 8, 4, 256, 1, 1, 1, 12, 768, 12, false, 125262336, 126e6},
       // 5b: V=50304: 50304*4096 + 2048*4096 + 24*(12*4096^2 + 13*4096) + 2*4096
       {"gpt3_5b.yaml", 16, 4, 2048, 1, 1, 1, 24, 4096, 32, false, 5047558144, 5e9},
-      // 20b: V=50432 (t=2): 50432*6144 + 2048*6144 + 44*(12*6144^2 + 13*6144) + 2*6144
-      {"gpt3_20b.yaml", 64, 2, 2048, 2, 1, 1, 44, 6144, 48, true, 20257296384, 20e9},
-      // 175b: V=50688 (t=4): 50688*12288 + 2048*12288 + 96*(12*12288^2 + 13*12288) + 2*12288
-      {"gpt3_175b.yaml", 128, 1, 2048, 4, 8, 12, 96, 12288, 96, true, 174609555456, 175e9},
+      // 20b: V=50304 (lcm(128, 2) = 128): 50304*6144 + 2048*6144 + 44*(12*6144^2 + 13*6144) + 2*6144
+      {"gpt3_20b.yaml", 64, 2, 2048, 2, 1, 1, 44, 6144, 48, true, 20256509952, 20e9},
+      // 175b: V=50304 (lcm(128, 4) = 128): 50304*12288 + 2048*12288 + 96*(12*12288^2 + 13*12288) + 2*12288
+      {"gpt3_175b.yaml", 128, 1, 2048, 4, 8, 12, 96, 12288, 96, true, 174604836864, 175e9},
   };
   for (const auto& want : table) {
     INFO(want.file);

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
+#include <sys/stat.h>
 
 #include "config/recipe.h"
 #include "planner/hardware.h"
@@ -28,18 +30,64 @@ MeasuredLayout row(std::size_t predicted_rank, double predicted_s, RunStatus sta
 }
 }  // namespace
 
-TEST_CASE("failed runs are classified from the ranks' output", "[planner][measure]") {
-  CHECK(classify_failure("anything", true, 1) == RunStatus::timeout);
-  CHECK(classify_failure("[rank 1] terminate called after throwing an instance of 'std::bad_alloc'", false, 134) ==
+TEST_CASE("failed runs are classified from the first failing rank, memory from all", "[planner][measure]") {
+  const std::string peers = "[rank 1] [gloo/transport/tcp/pair.cc:534] Connection closed by peer";
+  CHECK(classify_failure("anything", "", true, false) == RunStatus::timeout);
+  CHECK(classify_failure(peers, "[rank 0] terminate called after throwing an instance of 'std::bad_alloc'\n" + peers,
+                         false, false) == RunStatus::out_of_memory);
+  CHECK(classify_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "", false, false) ==
         RunStatus::out_of_memory);
-  CHECK(classify_failure("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", false, 1) ==
-        RunStatus::out_of_memory);
-  CHECK(classify_failure("", false, 137) == RunStatus::out_of_memory);  // SIGKILL: the OOM killer
-  CHECK(classify_failure("loom train: error: loss became nan at step 3", false, 1) == RunStatus::nan);
-  CHECK(classify_failure("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer", false, 1) ==
-        RunStatus::comm_error);
-  CHECK(classify_failure("Gloo recv: Timed out waiting 10000ms", false, 1) == RunStatus::timeout);
-  CHECK(classify_failure("loom train: error: model.data.data_prefix: no such file", false, 2) == RunStatus::error);
+  CHECK(classify_failure(peers, peers, false, true) == RunStatus::out_of_memory);  // silent SIGKILL first
+  CHECK(classify_failure("loom train: error: loss became nan at step 3", peers, false, false) == RunStatus::nan);
+  CHECK(classify_failure(peers, peers, false, false) == RunStatus::comm_error);
+  CHECK(classify_failure("Gloo recv: Timed out waiting 10000ms", "", false, false) == RunStatus::timeout);
+  // A layout-specific error is not blamed on the peers' closed connections.
+  CHECK(classify_failure("loom train: error: model.data.data_prefix: no such file", peers, false, false) ==
+        RunStatus::error);
+}
+
+namespace {
+// A stand-in for `loom` that every rank runs: a shell script (argv: train RECIPE overrides...).
+std::string fake_loom(const std::string& name, const std::string& body) {
+  const std::string path = std::string(LOOM_BINARY_DIR) + "/test_measure_" + name + ".sh";
+  std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+Measurement run_fake(const std::string& name, const std::string& body, double timeout_s = 30) {
+  MeasureOptions opt;
+  opt.loom_exe = fake_loom(name, body);
+  opt.recipe_path = kRecipe;
+  opt.timeout_s = timeout_s;
+  opt.work_dir = std::string(LOOM_BINARY_DIR) + "/test_measure_runs";
+  const auto base = loom::config::load_recipe(kRecipe, {"trainer.devices=2", "model.pipeline_model_parallel_size=1"});
+  Layout L;
+  L.tp = 2; L.micro_batch = 2; L.sequence_parallel = true;
+  return measure_layout(opt, base, L, 1);
+}
+}  // namespace
+
+TEST_CASE("runs that fail are stopped and classified, never stall", "[planner][measure]") {
+  // Rank 0 killed by SIGKILL (as by the OOM killer), the other sees the peer gone and fails.
+  auto m = run_fake("oom", "if [ \"$RANK\" = 0 ]; then kill -9 $$; fi; sleep 1; echo 'Connection closed by peer' >&2; exit 1");
+  CHECK(m.status == RunStatus::out_of_memory);
+  m = run_fake("nan", "echo 'loom train: error: loss became nan at step 2' >&2; exit 1");
+  CHECK(m.status == RunStatus::nan);
+  CHECK_THAT(m.detail, Catch::Contains("loss became nan at step 2"));
+  m = run_fake("hang", "sleep 60", 1.0);
+  CHECK(m.status == RunStatus::timeout);
+  CHECK(m.wall_seconds < 20);
+  m = run_fake("bad", "echo 'loom train: error: model.data.data_prefix: no such file' >&2; exit 2");
+  CHECK(m.status == RunStatus::error);
+  // Success: the run directory's metrics.jsonl (the explicit_log_dir override) is read.
+  m = run_fake("ok",
+               "for a in \"$@\"; do case $a in exp_manager.explicit_log_dir=*) d=${a#*=};; esac; done\n"
+               "if [ \"$RANK\" = 0 ]; then mkdir -p $d; for s in 1 2 3 4 5 6; do "
+               "echo '{\"kind\":\"train\",\"step\":'$s',\"step_time_s\":0.'$s'}' >> $d/metrics.jsonl; done; fi");
+  CHECK(m.status == RunStatus::ok);
+  CHECK(m.steps_timed == 4);
+  CHECK(m.step_seconds == Approx((0.3 + 0.4 + 0.5 + 0.6) / 4));
 }
 
 TEST_CASE("measured step time is the mean after the warm-up steps", "[planner][measure]") {
@@ -65,8 +113,8 @@ TEST_CASE("measured layouts: top, or spread evenly over the predicted times", "[
   CHECK(pick_for_measurement(t, 3, false) == std::vector<std::size_t>{0, 1, 2});
   // Targets 1.25, 1.5, 1.75 between 1.0 and 2.0: nearest 1.2, 1.5, 1.9 (near-ties skipped).
   CHECK(pick_for_measurement(t, 5, true) == std::vector<std::size_t>{0, 4, 6, 7, 8});
-  // A target whose nearest layout is taken gets the next nearest.
-  CHECK(pick_for_measurement({1.0, 1.1, 3.0}, 3, true) == std::vector<std::size_t>{0, 1, 2});
+  // Targets 4 and 7 between 1 and 10: both nearest 1.3 (index 3); the second gets index 2.
+  CHECK(pick_for_measurement({1.0, 1.1, 1.2, 1.3, 10.0}, 4, true) == std::vector<std::size_t>{0, 2, 3, 4});
   CHECK(pick_for_measurement({1.0, 1.5, 2.0}, 6, true) == std::vector<std::size_t>{0, 1, 2});
   CHECK(pick_for_measurement({}, 6, true).empty());
   CHECK(pick_for_measurement({1.0}, 6, true) == std::vector<std::size_t>{0});

@@ -99,3 +99,31 @@ def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_pa
     assert by_pred[-1]["measured_rank"] == "6", done.stderr[-3000:]
     for r in rows:
         assert float(r["measured_s"]) > 0 and float(r["peak_mib"]) > 50
+    # Timing runs write metrics but never a checkpoint (exp_manager.create_checkpoint_callback=false).
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 6
+    for run in runs:
+        assert (run / "metrics.jsonl").exists()
+        assert not (run / "checkpoints").exists()
+
+
+def test_measure_classifies_failed_runs_and_goes_on(profile, tmp_path):
+    """Every run fails (the data prefix does not exist): each is classified, the command ends
+    with status 1 and the written recipe says its layout is only the predicted best."""
+    table, best = tmp_path / "failed.csv", tmp_path / "best.yaml"
+    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", 2, "--measure-csv", table,
+                "--measure-dir", tmp_path / "runs", "--write-recipe", best, "--measure-timeout", 120,
+                "trainer.devices=2", "model.pipeline_model_parallel_size=1",
+                f"model.data.data_prefix=[1.0,{tmp_path / 'missing'}]")
+    assert done.returncode == 1, done.stderr[-4000:]
+    assert "no measured run succeeded" in done.stderr
+    rows = list(csv.DictReader(table.open()))
+    assert [r["status"] for r in rows] == ["error", "error"]
+    assert all("missing" in r["detail"] for r in rows), rows
+    assert best.read_text().startswith("# Layout chosen by `loom plan` (predicted best; no measured run succeeded)")
+
+
+def test_measure_rejects_a_cluster_other_than_the_recipes_ranks(profile):
+    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", 2, "--gpus-per-node", 8)
+    assert done.returncode == 2
+    assert "--measure runs the layouts on this machine with the recipe's ranks" in done.stderr

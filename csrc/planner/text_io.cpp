@@ -1,0 +1,36 @@
+#include "planner/text_io.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace loom::planner {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string read_text(const std::string& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(fmt::format("{}{}: cannot open file", flag.empty() ? "" : flag + " ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return;
+  }
+  std::ofstream out(path);
+  if (!out || !(out << text)) throw std::runtime_error(fmt::format("{}: cannot write file", path));
+}
+
+}  // namespace loom::planner
