@@ -26,11 +26,16 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
     const int64_t start = tp.rank() * v_local;
     const int64_t n_real = std::max<int64_t>(0, std::min<int64_t>(v_local, vocab_size - start));
 
-    at::Tensor x = logits.to(at::kFloat).clone();
+    // Every pass over the [tokens, V/t] logits costs as much as a small GEMM, so the fp32 copy
+    // is made by the subtraction itself (no separate clone) and pad columns are masked after.
+    const at::Tensor logits32 = logits.to(at::kFloat);
+    at::Tensor local_max = n_real > 0 ? std::get<0>(logits32.narrow(-1, 0, n_real).max(-1))
+                                      : at::full(logits32.sizes().slice(0, logits32.dim() - 1),
+                                                 -std::numeric_limits<float>::infinity(), logits32.options());
+    at::Tensor max = comm::all_reduce(local_max, tp, runtime::ReduceOp::kMax);
+    at::Tensor x = logits32 - max.unsqueeze(-1);
     if (n_real < v_local)
       x.narrow(-1, n_real, v_local - n_real).fill_(-std::numeric_limits<float>::infinity());
-    at::Tensor max = comm::all_reduce(std::get<0>(x.max(-1)), tp, runtime::ReduceOp::kMax);
-    x.sub_(max.unsqueeze(-1));
 
     at::Tensor in_range = (target >= start).logical_and(target < start + v_local);
     at::Tensor local_target = (target - start).masked_fill(in_range.logical_not(), 0);
@@ -67,7 +72,9 @@ struct VocabParallelCrossEntropy : Function<VocabParallelCrossEntropy> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    at::Tensor grad = saved[0].clone();  // softmax
+    // The gradient is built in the saved softmax's storage (as Megatron's does): the loss is
+    // back-propagated once per micro-batch, and saving a pass over the logits matters.
+    at::Tensor grad = saved[0];
     const at::Tensor& local_target = saved[1];
     const at::Tensor& in_range = saved[2];
     const double smoothing = ctx->saved_data["smoothing"].toDouble();
