@@ -42,11 +42,13 @@ std::string format_table(const PlanContext& ctx, const std::vector<Candidate>& c
     const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour);
     s += fmt::format(
         "{:>4} {:>3} {:>3} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7.1f} {:>8.3f} | {:>6.3f} {:>6.3f} "
-        "{:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} | {:>9.0f} {:>6.1f} {:>4.1f}%",
+        "{:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} | {:>9.0f} {:>6.{}f} {:>4.1f}%",
         i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, yes_no(L.sequence_parallel), L.recompute_name(),
         yes_no(L.distributed_optimizer), c.memory.terms.total() / kGiB, t.total(), t.gemm, t.attention,
         t.memory_bound, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.recompute, t.optimizer,
-        th.tokens_per_second, th.model_tflops_per_gpu, 100 * th.mfu);
+        th.tokens_per_second, th.model_tflops_per_gpu,
+        th.model_tflops_per_gpu < 1 ? 3 : 1,  // CPU ranks reach hundredths of a TFLOP/s
+        100 * th.mfu);
     if (days) s += fmt::format(" {:>7.1f}", th.days);
     if (cost) s += fmt::format(" {:>11.0f}", th.cost);
     s += "\n";
