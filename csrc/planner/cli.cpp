@@ -277,13 +277,23 @@ int run_plan_command(int argc, char** argv) {
     space.distributed_optimizer = parse_switches(dopt, "--dist-opt");
 
     // Spreading the measured runs over the whole ranking needs the whole ranking.
+    const std::size_t csv_rows = keep;  // --keep still bounds the CSV
     if (measure > 0 && measure_pick == "spread") keep = std::max<std::size_t>(keep, 1000000);
     SearchResult result = search(ctx.shape, ctx.cluster, ctx.setup, space, keep);
-    std::fprintf(stderr, "loom plan: %s on %d x %d %s (%d GPUs, %.0f GiB), global batch %d\n",
+    std::fprintf(stderr, "loom plan: %s on %d x %d %s (%d %s, %.0f GiB), global batch %d\n",
                  shape.summary().c_str(), ctx.cluster.num_nodes, ctx.cluster.gpus_per_node,
-                 gpu.name.c_str(), ctx.cluster.world(), gpu.memory_gib, setup.global_batch);
+                 gpu.name.c_str(), ctx.cluster.world(), from_recipe.cpu ? "CPU ranks" : "GPUs", gpu.memory_gib,
+                 setup.global_batch);
     std::fprintf(stderr, "searched %zu valid layouts in %.3f s; %zu fit in memory\n", result.enumerated,
                  result.seconds, result.fitting);
+    if (result.enumerated == 0) {
+      std::fprintf(stderr,
+                   "loom plan: no valid layout: every combination of the allowed --tp/--pp/--vp/--mbs/--sp/"
+                   "--recompute values breaks a divisibility rule (t | heads, hidden, ffn and the %d devices; "
+                   "p | layers; d·b | global batch %d; interleaving needs micro-batches %% p == 0)\n",
+                   ctx.cluster.world(), setup.global_batch);
+      return 1;
+    }
     if (result.best.empty()) {
       std::fprintf(stderr, "%s", explain(ctx, result).c_str());
       if (!csv_path.empty()) write_text(csv_path, format_csv(ctx, result.best_unfit));
@@ -293,7 +303,11 @@ int run_plan_command(int argc, char** argv) {
     std::fprintf(stderr, "%s", format_table(ctx, result.best, std::size_t(std::max(top, 0))).c_str());
     if (!base_recipe.empty()) std::fprintf(stderr, "%s", describe_recipe_layout(ctx, result, from_recipe.layout).c_str());
     if (explain_flag) std::fprintf(stderr, "\n%s", explain(ctx, result).c_str());
-    if (!csv_path.empty()) write_text(csv_path, format_csv(ctx, result.best));
+    if (!csv_path.empty()) {
+      const std::vector<Candidate> rows(result.best.begin(),
+                                        result.best.begin() + std::min(result.best.size(), csv_rows));
+      write_text(csv_path, format_csv(ctx, rows));
+    }
 
     Layout winner = result.best.front().layout;
     bool measured_ok = false;

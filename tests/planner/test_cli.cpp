@@ -66,3 +66,31 @@ TEST_CASE("loom plan exit statuses", "[planner]") {
              "--vp", "1", "--mbs", "2", "--sp", "on", "--recompute", "selective", "--dist-opt", "on"}) == 0);
   CHECK(run({"--help"}) == 0);
 }
+
+// Runs the command with stderr redirected to a file; returns {status, stderr text}.
+static std::pair<int, std::string> run_capturing(std::vector<std::string> args) {
+  const std::string path = temp_path("stderr.txt");
+  std::fflush(stderr);
+  const int saved = dup(2);
+  FILE* f = std::fopen(path.c_str(), "w");
+  dup2(fileno(f), 2);
+  const int status = run(std::move(args));
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(f);
+  return {status, slurp(path)};
+}
+
+TEST_CASE("knob lists that leave no valid layout are told apart from layouts that do not fit", "[planner]") {
+  // Global batch 8 on 8 GPUs: d·b | 8 rules out micro-batch 3 everywhere.
+  auto [status, err] = run_capturing({"--size", "1", "--global-batch-size", "8", "--mbs", "3"});
+  CHECK(status == 1);
+  CHECK_THAT(err, Catch::Contains("no valid layout: every combination of the allowed"));
+  // A valid but memory-starved plan is the other failure.
+  std::tie(status, err) = run_capturing({"--size", "175", "--nodes", "1", "--global-batch-size", "8",
+                                         "--gpu-memory-gib", "8"});
+  CHECK(status == 1);
+  CHECK_THAT(err, Catch::Contains("no layout fits in 8.0 GiB per GPU"));
+  CHECK_THAT(err, !Catch::Contains("no valid layout"));
+}
