@@ -94,7 +94,7 @@ int run_plan_command(int argc, char** argv) {
   MeasureOptions mopt;
   mopt.work_dir = "runs/plan-measure";
   std::string measure_pick = "top", measure_csv;
-  int profile_ranks = 0;
+  int profile_ranks = 0, measure_repeats = 1;
 
   app.add_option("--recipe", base_recipe,
                  "Plan for a recipe's model, batch, precision and cluster (explicit flags win); its own "
@@ -151,6 +151,9 @@ int run_plan_command(int argc, char** argv) {
   app.add_option("--measure-skip", mopt.skip_steps, "First steps left out of the mean")->capture_default_str();
   app.add_option("--measure-timeout", mopt.timeout_s, "Seconds before a run is stopped (classified timeout)")
       ->capture_default_str();
+  app.add_option("--measure-repeats", measure_repeats,
+                 "Runs per layout, round-robin; each keeps its fastest and the spread of its runs is shown")
+      ->capture_default_str();
   app.add_option("--measure-dir", mopt.work_dir, "Directory of the measured runs")->capture_default_str();
   app.add_option("--measure-csv", measure_csv, "Write the measured table as CSV to FILE ('-' = stdout)");
   app.add_flag("--validate", validate,
@@ -192,6 +195,8 @@ int run_plan_command(int argc, char** argv) {
           "--measure-steps {} and --measure-skip {}: need steps >= 1 and 0 <= skip < steps", mopt.steps,
           mopt.skip_steps));
     if (!(mopt.timeout_s > 0)) throw std::invalid_argument("--measure-timeout must be > 0");
+    if (measure_repeats < 1)
+      throw std::invalid_argument(fmt::format("--measure-repeats must be >= 1, found {}", measure_repeats));
 
     std::vector<GpuSpec> extra;
     if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
@@ -319,14 +324,20 @@ int run_plan_command(int argc, char** argv) {
       for (const auto& c : result.best) predicted.push_back(c.step_seconds());
       const auto picks = pick_for_measurement(predicted, std::size_t(measure), measure_pick == "spread");
       std::vector<MeasuredLayout> rows;
-      for (std::size_t i = 0; i < picks.size(); ++i) {
-        MeasuredLayout row{picks[i] + 1, result.best[picks[i]], {}};
-        std::fprintf(stderr, "[measure %zu/%zu] %s (predicted %.3f s/step) ...", i + 1, picks.size(),
-                     row.candidate.layout.describe().c_str(), row.candidate.step_seconds());
-        std::fflush(stderr);
-        row.measured = measure_layout(mopt, recipe, row.candidate.layout, int(picks[i] + 1));
-        std::fprintf(stderr, " %s\n", describe_measurement(row.measured).c_str());
-        rows.push_back(std::move(row));
+      for (std::size_t i = 0; i < picks.size(); ++i) rows.push_back({picks[i] + 1, result.best[picks[i]], {}});
+      // Repeats go round-robin, so slow drifts of a shared machine touch every layout alike;
+      // each layout keeps its fastest run (the least disturbed one).
+      for (int round = 0; round < measure_repeats; ++round) {
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+          MeasuredLayout& row = rows[i];
+          std::fprintf(stderr, "[measure %zu/%zu%s] %s (predicted %.3f s/step) ...", i + 1, rows.size(),
+                       measure_repeats > 1 ? fmt::format(", round {}/{}", round + 1, measure_repeats).c_str() : "",
+                       row.candidate.layout.describe().c_str(), row.candidate.step_seconds());
+          std::fflush(stderr);
+          const Measurement m = measure_layout(mopt, recipe, row.candidate.layout, int(row.predicted_rank));
+          std::fprintf(stderr, " %s\n", describe_measurement(m).c_str());
+          row.measured = round == 0 ? m : keep_fastest(row.measured, m);
+        }
       }
       rank_by_measurement(rows);
       std::fprintf(stderr, "\n%s", format_measured_table(rows, mopt).c_str());

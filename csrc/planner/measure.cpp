@@ -67,6 +67,22 @@ RunStatus classify_failure(const std::string& first_error, const std::string& al
   return RunStatus::error;
 }
 
+double Measurement::spread() const {
+  if (run_seconds.size() < 2) return 0;
+  const auto [lo, hi] = std::minmax_element(run_seconds.begin(), run_seconds.end());
+  return (*hi - *lo) / *lo;
+}
+
+Measurement keep_fastest(const Measurement& a, const Measurement& b) {
+  const bool a_ok = a.status == RunStatus::ok, b_ok = b.status == RunStatus::ok;
+  Measurement out = !a_ok ? b : (!b_ok ? a : (b.step_seconds < a.step_seconds ? b : a));
+  if (!a_ok && !b_ok) out = a;  // every run failed: report the first failure
+  out.peak_mib = std::max(a.peak_mib, b.peak_mib);
+  out.run_seconds = a.run_seconds;
+  out.run_seconds.insert(out.run_seconds.end(), b.run_seconds.begin(), b.run_seconds.end());
+  return out;
+}
+
 double mean_step_seconds(const std::string& metrics, int skip, int* count) {
   std::vector<double> times;
   std::istringstream in(metrics);
@@ -136,6 +152,7 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
     out.step_seconds = mean_step_seconds(ss.str(), opt.skip_steps, &out.steps_timed);
     if (out.steps_timed > 0) {
       out.status = RunStatus::ok;
+      out.run_seconds = {out.step_seconds};
     } else {
       out.status = RunStatus::error;
       out.detail = fmt::format("the run succeeded but {}/metrics.jsonl has no training step", run_dir);

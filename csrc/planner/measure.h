@@ -33,7 +33,16 @@ struct Measurement {
   double peak_mib = 0;      ///< largest peak resident memory over the ranks (MiB)
   double wall_seconds = 0;  ///< whole run, start-up included
   std::string detail;       ///< first error line of the failing rank (failed runs)
+  /// Step times of every successful run of this layout (repeats), in run order.
+  std::vector<double> run_seconds;
+  /// (slowest − fastest) / fastest over run_seconds: the run-to-run noise (0 with one run).
+  double spread() const;
 };
+
+/// Combines two runs of one layout: the successful one if only one succeeded, else the faster
+/// (its step time; the larger peak memory of both); run_seconds accumulate. A layout counts as
+/// failed only when every run failed.
+Measurement keep_fastest(const Measurement& a, const Measurement& b);
 
 /// Trains `layout` (world = recipe's trainer.devices ranks on this node) and measures it.
 /// `index` names the run directory. Never throws for a failed run: it is classified.

@@ -96,18 +96,21 @@ double spearman_rank_correlation(const std::vector<MeasuredLayout>& rows) {
 
 std::string format_measured_table(const std::vector<MeasuredLayout>& rows, const MeasureOptions& opt) {
   std::string s = fmt::format(
-      "Measured on this machine ({} steps per run, mean of steps {}..{}; pred MiB = the memory model's worst "
-      "stage incl. reserve, peak = largest rank RSS):\n",
+      "Measured on this machine ({} steps per run, mean of steps {}..{}; with repeats the fastest run, "
+      "runs± = (slowest − fastest)/fastest; pred MiB = the memory model's worst stage incl. reserve, "
+      "peak = largest rank RSS):\n",
       opt.steps, opt.skip_steps + 1, opt.steps);
-  s += fmt::format("{:>4} {:>4}  {:<38} {:>11} {:>10} {:>9} {:>9} {:>9}  {}\n", "meas", "pred", "layout",
-                   "predicted s", "measured s", "meas/pred", "pred MiB", "peak MiB", "status");
+  s += fmt::format("{:>4} {:>4}  {:<38} {:>11} {:>10} {:>6} {:>9} {:>9} {:>9}  {}\n", "meas", "pred", "layout",
+                   "predicted s", "measured s", "runs±", "meas/pred", "pred MiB", "peak MiB", "status");
   std::size_t rank = 0;
   for (const auto& r : rows) {
     const bool good = ok(r);
-    s += fmt::format("{:>4} {:>4}  {:<38} {:>11.3f} {:>10} {:>9} {:>9.0f} {:>9.0f}  {}\n",
+    s += fmt::format("{:>4} {:>4}  {:<38} {:>11.3f} {:>10} {:>6} {:>9} {:>9.0f} {:>9.0f}  {}\n",
                      good ? std::to_string(++rank) : std::string("-"), r.predicted_rank,
                      r.candidate.layout.describe(), r.candidate.step_seconds(),
                      good ? fmt::format("{:.3f}", r.measured.step_seconds) : std::string("-"),
+                     r.measured.run_seconds.size() > 1 ? fmt::format("{:.0f}%", 100 * r.measured.spread())
+                                                       : std::string("-"),
                      good ? fmt::format("{:.2f}", r.measured.step_seconds / r.candidate.step_seconds())
                           : std::string("-"),
                      r.candidate.memory.terms.total() / (1 << 20), r.measured.peak_mib,
@@ -131,18 +134,20 @@ std::string format_measured_table(const std::vector<MeasuredLayout>& rows, const
 std::string format_measured_csv(const std::vector<MeasuredLayout>& rows) {
   std::string s =
       "measured_rank,predicted_rank,tp,pp,vp,dp,mbs,sp,recompute,dist_opt,predicted_s,measured_s,"
-      "peak_mib,predicted_memory_gib,status,detail\n";
+      "peak_mib,predicted_memory_gib,status,detail,run_seconds\n";
   std::size_t rank = 0;
   for (const auto& r : rows) {
     const Layout& L = r.candidate.layout;
     const bool good = ok(r);
-    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.6f},{},{:.1f},{:.3f},{},{}\n",
+    std::string runs;
+    for (double t : r.measured.run_seconds) runs += (runs.empty() ? "" : ";") + fmt::format("{:.6f}", t);
+    s += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.6f},{},{:.1f},{:.3f},{},{},{}\n",
                      good ? std::to_string(++rank) : std::string(""), r.predicted_rank, L.tp, L.pp, L.vp,
                      L.dp, L.micro_batch, L.sequence_parallel ? 1 : 0, L.recompute_name(),
                      L.distributed_optimizer ? 1 : 0, r.candidate.step_seconds(),
                      good ? fmt::format("{:.6f}", r.measured.step_seconds) : std::string(""),
                      r.measured.peak_mib, r.candidate.memory.terms.total() / kGiB,
-                     csv_field(to_string(r.measured.status)), csv_field(r.measured.detail));
+                     csv_field(to_string(r.measured.status)), csv_field(r.measured.detail), runs);
   }
   return s;
 }

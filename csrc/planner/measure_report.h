@@ -36,7 +36,8 @@ std::string describe_measurement(const Measurement& m);
 std::string format_measured_table(const std::vector<MeasuredLayout>& rows, const MeasureOptions& options);
 
 /// CSV with a header: measured_rank, predicted_rank, tp, pp, vp, dp, mbs, sp, recompute,
-/// dist_opt, predicted_s, measured_s, peak_mib, predicted_memory_gib, status, detail.
+/// dist_opt, predicted_s, measured_s (fastest run), peak_mib, predicted_memory_gib, status,
+/// detail, run_seconds (every successful run, ';'-separated).
 std::string format_measured_csv(const std::vector<MeasuredLayout>& rows);
 
 /// Spearman's rank correlation of predicted and measured step times over the successful rows

@@ -237,3 +237,22 @@ TEST_CASE("fp32 training (CPU ranks) counts 16 bytes per parameter and 4-byte ac
   CHECK(b.embedding_logits == Approx(2 * a.embedding_logits));
   CHECK(b.weights_optimizer == Approx(a.weights_optimizer * 16.0 / 18.0));
 }
+
+TEST_CASE("repeats keep each layout's fastest successful run and report the run-to-run spread", "[planner][measure]") {
+  Measurement slow, fast, failed;
+  slow.status = fast.status = RunStatus::ok;
+  slow.step_seconds = 1.2; slow.run_seconds = {1.2}; slow.peak_mib = 900;
+  fast.step_seconds = 1.0; fast.run_seconds = {1.0}; fast.peak_mib = 800;
+  failed.status = RunStatus::timeout; failed.peak_mib = 950;
+  const Measurement both = keep_fastest(slow, fast);
+  CHECK(both.status == RunStatus::ok);
+  CHECK(both.step_seconds == 1.0);
+  CHECK(both.run_seconds == std::vector<double>{1.2, 1.0});
+  CHECK(both.spread() == Approx(0.2));
+  CHECK(both.peak_mib == 900);  // the peak over every run
+  const Measurement later_ok = keep_fastest(failed, slow);
+  CHECK(later_ok.status == RunStatus::ok);
+  CHECK(later_ok.step_seconds == 1.2);
+  CHECK(later_ok.spread() == 0);
+  CHECK(keep_fastest(failed, failed).status == RunStatus::timeout);
+}

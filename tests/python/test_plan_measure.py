@@ -76,27 +76,46 @@ def test_plan_from_recipe_ranks_its_layout_and_writes_a_runnable_recipe(profile,
     assert "rank 1 of" in again.stderr
 
 
-# Six layouts spread evenly over the predicted times of every data- and pipeline-parallel layout
-# of the tiny model on 2 ranks (recompute, micro-batch, interleaving vary). Tensor parallelism
-# and the distributed optimizer are left out here: on 2 shared cores Gloo's per-call cost makes
-# their measured times swing by tens of percent between runs, too much for a stable order.
-MEASURE_KNOBS = ["--measure-pick", "spread", "--tp", "1", "--dist-opt", "off"]
+# Six layouts spread over the predicted times of every data- and pipeline-parallel layout of the
+# tiny model on 2 ranks (recompute, micro-batch, interleaving vary). Tensor parallelism and the
+# distributed optimizer are left out: on 2 shared cores Gloo's per-call cost makes their
+# measured times swing by tens of percent between runs, too much for a stable order.
+MEASURE_KNOBS = ["--measure-pick", "spread", "--tp", "1", "--dist-opt", "off", "--measure-repeats", 3]
+
+
+def not_beaten_beyond_noise(row, winner):
+    """`row` is `winner`, or `winner` is faster by no more than the run-to-run spread of the
+    two (3 runs each, fastest kept): a measurement cannot order layouts closer than its noise."""
+    if row is winner:
+        return True
+    def spread(r):
+        runs = [float(x) for x in r["run_seconds"].split(";")]
+        return (max(runs) - min(runs)) / min(runs)
+    noise = max(spread(row), spread(winner))
+    return float(row["measured_s"]) - float(winner["measured_s"]) <= noise * float(winner["measured_s"])
 
 
 def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_path):
     table = tmp_path / "measured.csv"
     done = plan("--recipe", RECIPE, "--profile", profile, "--measure", 6, *MEASURE_KNOBS,
-                "--measure-steps", 10, "--measure-skip", 4, "--measure-csv", table,
+                "--measure-steps", 6, "--measure-skip", 2, "--measure-csv", table,
                 "--measure-dir", tmp_path / "runs", "--measure-timeout", 300,
                 "trainer.devices=2", "model.pipeline_model_parallel_size=1",
                 f"model.data.data_prefix=[1.0,{corpus}]")
     assert done.returncode == 0, done.stderr[-6000:]
     rows = list(csv.DictReader(table.open()))
     assert len(rows) == 6, done.stderr[-4000:]
-    assert all(r["status"] == "ok" for r in rows), rows
+    assert all(r["status"] == "ok" and len(r["run_seconds"].split(";")) == 3 for r in rows), rows
     by_pred = sorted(rows, key=lambda r: int(r["predicted_rank"]))
-    assert by_pred[0]["measured_rank"] == "1", done.stderr[-3000:]
-    assert by_pred[-1]["measured_rank"] == "6", done.stderr[-3000:]
+    by_meas = sorted(rows, key=lambda r: int(r["measured_rank"]))
+    report = done.stderr[-3000:]
+    # The predicted best is the measured best, and the predicted worst the measured worst (up to
+    # the measurement's own noise when two layouts are that close).
+    assert not_beaten_beyond_noise(by_pred[0], by_meas[0]), report
+    assert not_beaten_beyond_noise(by_meas[-1], by_pred[-1]), report
+    # ... and far apart in time, the two ends are not a matter of noise: the model separates
+    # data-parallel from pipelined layouts on these 2 ranks.
+    assert float(by_pred[-1]["measured_s"]) > 1.25 * float(by_pred[0]["measured_s"]), report
     for r in rows:
         assert float(r["measured_s"]) > 0 and float(r["peak_mib"]) > 50
     # Timing runs write metrics but never a checkpoint (exp_manager.create_checkpoint_callback=false).
