@@ -15,14 +15,6 @@ namespace {
 
 constexpr double kBytes = 2;  // bf16/fp16 weights, activations and KV cache
 
-// Batched GEMM of `count` equal products as one kernel: gemm_seconds counts one launch, so the
-// compute part of one product is gemm_seconds − launch (same curve as the training model's
-// attention GEMMs).
-double batched_gemm_seconds(const GpuSpec& g, double count, double m, double n, double k) {
-  const double launch = g.efficiency.kernel_launch_us * 1e-6;
-  return count * (gemm_seconds(g, m, n, k) - launch) + launch;
-}
-
 // Whether some rank of stage `stage` sends to a peer on another node (ranks: tp fastest, then
 // stage, then replica). Ranks base..base+t−1 send to base+t..base+2t−1; a pair crosses a node
 // boundary iff a multiple of gpus_per_node lies in (base, base + 2t − 1]. The pattern repeats
@@ -54,6 +46,24 @@ double p2p_seconds(const Cluster& c, double bytes, bool cross_node) {
 double layer_elementwise_bytes(const ModelShape& m, int t, double n) {
   const double h = m.hidden_size, f = m.ffn();
   return 2 * 4 * n * h + 2 * 6 * n * h + 12 * n * h / t + 4 * n * f / t + 4 * n * h / t;
+}
+
+// The four linear layers of one transformer layer on one TP rank over `tokens` rows: QKV and
+// fc1 column-parallel, the projection and fc2 row-parallel.
+double layer_linears_seconds(const GpuSpec& g, const ModelShape& m, double t, double tokens) {
+  const double h = m.hidden_size, f = m.ffn();
+  return linear_seconds(g, tokens, 3 * h / t, h) + linear_seconds(g, tokens, h, h / t) +
+         linear_seconds(g, tokens, f / t, h) + linear_seconds(g, tokens, h, f / t);
+}
+
+// A stage's `layers` identical layers of per-layer cost `layer` (no pipeline send yet).
+PhaseCost repeat_layer(const PhaseCost& layer, int layers) {
+  PhaseCost out;
+  out.gemm = layers * layer.gemm;
+  out.attention = layers * layer.attention;
+  out.memory_bound = layers * layer.memory_bound;
+  out.tp_comm = layers * layer.tp_comm;
+  return out;
 }
 
 // First-stage embedding of n tokens (vocab-parallel lookup, position add; all-reduce over TP)
@@ -159,22 +169,16 @@ double linear_seconds(const GpuSpec& g, double m, double n, double k) {
 PhaseCost prefill_stage_cost(const ModelShape& m, const Cluster& c, const InferenceWorkload& w,
                              const InferenceLayout& L, int stage) {
   const GpuSpec& g = c.gpu;
-  const double h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, t = L.tp;
+  const double h = m.hidden_size, a = m.num_attention_heads, t = L.tp;
   const double s = w.prompt_tokens, n = double(L.batch) * s, dh = h / a;
-  const int layers = m.num_layers / L.pp;
   PhaseCost layer;
-  layer.gemm = linear_seconds(g, n, 3 * h / t, h) + linear_seconds(g, n, h, h / t) +
-               linear_seconds(g, n, f / t, h) + linear_seconds(g, n, h, f / t);
+  layer.gemm = layer_linears_seconds(g, m, t, n);
   const double heads = double(L.batch) * a / t, scores = heads * s * s;
   layer.attention = batched_gemm_seconds(g, heads, s, s, dh) + batched_gemm_seconds(g, heads, s, dh, s);
   layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.tp, n) + 4 * scores, 8);
   layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * n * h, L.tp);
 
-  PhaseCost out;
-  out.gemm = layers * layer.gemm;
-  out.attention = layers * layer.attention;
-  out.memory_bound = layers * layer.memory_bound;
-  out.tp_comm = layers * layer.tp_comm;
+  PhaseCost out = repeat_layer(layer, m.num_layers / L.pp);
   add_ends(out, m, c, w, L, stage, n);
   if (stage < L.pp - 1) out.pp_comm = p2p_seconds(c, kBytes * n * h, stage_send_crosses_node(c, L, stage));
   return out;
@@ -183,22 +187,16 @@ PhaseCost prefill_stage_cost(const ModelShape& m, const Cluster& c, const Infere
 PhaseCost decode_stage_cost(const ModelShape& m, const Cluster& c, const InferenceWorkload& w,
                             const InferenceLayout& L, int stage, double context) {
   const GpuSpec& g = c.gpu;
-  const double h = m.hidden_size, f = m.ffn(), t = L.tp, b = L.batch;
-  const int layers = m.num_layers / L.pp;
+  const double h = m.hidden_size, t = L.tp, b = L.batch;
   PhaseCost layer;
-  layer.gemm = linear_seconds(g, b, 3 * h / t, h) + linear_seconds(g, b, h, h / t) +
-               linear_seconds(g, b, f / t, h) + linear_seconds(g, b, h, f / t);
+  layer.gemm = layer_linears_seconds(g, m, t, b);
   // One fused masked-attention kernel per layer streams this rank's K and V of every sequence;
   // its softmax stays on chip. Query in, context out: 2·b·h/t elements.
   layer.attention = memory_seconds(g, kv_cache_bytes(m, L.tp, 1, b, context) + kBytes * 2 * b * h / t, 1);
   layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.tp, b), 6);
   layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * b * h, L.tp);
 
-  PhaseCost out;
-  out.gemm = layers * layer.gemm;
-  out.attention = layers * layer.attention;
-  out.memory_bound = layers * layer.memory_bound;
-  out.tp_comm = layers * layer.tp_comm;
+  PhaseCost out = repeat_layer(layer, m.num_layers / L.pp);
   add_ends(out, m, c, w, L, stage, b);
   if (L.pp > 1) {
     // Activations to the next stage; the last stage returns the sampled ids to the first.

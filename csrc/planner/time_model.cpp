@@ -16,13 +16,6 @@ double exposed(const Efficiency& e, double comm, double compute) {
 
 double shape_factor(const Efficiency& e, double x) { return x / (x + e.gemm_half_dim); }
 
-// Batched GEMM (count independent products of the same shape) as one kernel.
-double batched_gemm_seconds(const GpuSpec& g, double count, double m, double n, double k) {
-  const Efficiency& e = g.efficiency;
-  const double eff = e.gemm_max_fraction * shape_factor(e, m) * shape_factor(e, n) * shape_factor(e, k);
-  return count * 2 * m * n * k / (g.peak_tflops * 1e12 * eff) + e.kernel_launch_us * 1e-6;
-}
-
 // Stage components before the pipeline combines them.
 struct StageTime {
   double gemm = 0, attention = 0, memory = 0, tp_comm = 0, pp_comm = 0, recompute = 0;
@@ -36,6 +29,12 @@ struct StageTime {
 };
 
 }  // namespace
+
+double batched_gemm_seconds(const GpuSpec& g, double count, double m, double n, double k) {
+  const Efficiency& e = g.efficiency;
+  const double eff = e.gemm_max_fraction * shape_factor(e, m) * shape_factor(e, n) * shape_factor(e, k);
+  return count * 2 * m * n * k / (g.peak_tflops * 1e12 * eff) + e.kernel_launch_us * 1e-6;
+}
 
 double gemm_seconds(const GpuSpec& g, double m, double n, double k) {
   return batched_gemm_seconds(g, 1, m, n, k);

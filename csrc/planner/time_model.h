@@ -54,6 +54,9 @@ struct PassCost {
 
 /// Seconds of a GEMM on `gpu` (see header comment).
 double gemm_seconds(const GpuSpec& gpu, double m, double n, double k);
+/// Seconds of `count` independent GEMMs of one shape run as one batched kernel (one launch),
+/// e.g. the attention score and context products over b·a/t heads.
+double batched_gemm_seconds(const GpuSpec& gpu, double count, double m, double n, double k);
 /// Achieved TFLOP/s of the GEMM model at a shape.
 double gemm_tflops(const GpuSpec& gpu, double m, double n, double k);
 /// Seconds of a memory-bound kernel moving `bytes`.
