@@ -17,6 +17,7 @@
 #include "launch/local_launcher.h"
 #include "planner/measure.h"
 #include "planner/measure_report.h"
+#include "planner/plan_flags.h"
 #include "planner/recipe_input.h"
 #include "planner/report.h"
 #include "planner/search.h"
@@ -76,13 +77,12 @@ int run_plan_command(int argc, char** argv) {
       "with an analytic memory and speed model and rank those that fit by predicted step time."};
   app.name(argc > 0 ? argv[0] : "loom plan");
 
-  double size_b = 0;
-  ModelShape shape;
-  shape.num_layers = 0;
-  int nodes = 1, gpus_per_node = 0, top = 10;
+  ModelFlags model;
+  HardwareFlags hw;
+  int top = 10;
   std::size_t keep = 200;
-  std::string gpu_name = "A100-80GB", gpu_table, profile, csv_path, recipe_path, precision = "bf16";
-  double gpu_memory = 0, tokens = 0, price = 0;
+  std::string csv_path, recipe_path, precision = "bf16";
+  double tokens = 0, price = 0;
   bool explain_flag = false, validate = false;
   TrainingSetup setup;
   setup.global_batch = 0;
@@ -100,22 +100,8 @@ int run_plan_command(int argc, char** argv) {
                  "Plan for a recipe's model, batch, precision and cluster (explicit flags win); its own "
                  "layout is ranked too, and --write-recipe/--measure apply layouts to it");
   app.add_option("overrides", recipe_overrides, "Dotted overrides of --recipe, e.g. model.global_batch_size=16");
-  app.add_option("--size", size_b, "GPT-3 model size in billions of parameters (shape from NeMo's bands)");
-  app.add_option("--num-layers", shape.num_layers, "Transformer layers L");
-  app.add_option("--hidden-size", shape.hidden_size, "Hidden size h");
-  app.add_option("--num-attention-heads", shape.num_attention_heads, "Attention heads a");
-  app.add_option("--ffn-hidden-size", shape.ffn_hidden_size, "MLP inner size (default 4h)");
-  app.add_option("--seq-length", shape.seq_length, "Sequence length s")->capture_default_str();
-  app.add_option("--vocab-size", shape.vocab_size, "Padded vocabulary size V")->capture_default_str();
-  app.add_option("--nodes", nodes, "Number of nodes")->capture_default_str();
-  app.add_option("--gpus-per-node", gpus_per_node, "GPUs per node (default: the GPU profile's)");
-  app.add_option("--gpu", gpu_name, "GPU type: A100-40GB, A100-80GB, H100, H200 or one from --gpu-table")
-      ->capture_default_str();
-  app.add_option("--gpu-table", gpu_table, "JSON file of extra GPU profiles (format of csrc/planner/data/gpus.json)");
-  app.add_option("--gpu-memory-gib", gpu_memory, "Override the GPU's memory (GiB); any size is accepted");
-  app.add_option("--profile", profile,
-                 "Measured profile JSON (gemm samples, memory_bandwidth_gbs, allreduce_busbw_gbs) that "
-                 "replaces the built-in efficiencies");
+  model.add_to(app, "Sequence length s");
+  hw.add_to(app);
   app.add_option("--global-batch-size", setup.global_batch, "Global batch (samples per step)");
   app.add_option("--tokens", tokens, "Token budget, e.g. 300e9 (adds a days column)");
   app.add_option("--price", price, "Price per GPU-hour (adds a cost column; needs --tokens)");
@@ -175,8 +161,8 @@ int run_plan_command(int argc, char** argv) {
         throw std::invalid_argument(fmt::format("--recipe {}: invalid recipe:\n{}", base_recipe, e.what()));
       }
       from_recipe = plan_input_from_recipe(recipe);
-      if (!app.count("--gpu") && !from_recipe.gpu.empty()) gpu_name = from_recipe.gpu;
-      if (from_recipe.cpu && profile.empty())
+      if (!app.count("--gpu") && !from_recipe.gpu.empty()) hw.gpu_name = from_recipe.gpu;
+      if (from_recipe.cpu && hw.profile.empty())
         throw std::invalid_argument(fmt::format(
             "--recipe {} trains on CPU ranks, which have no built-in profile: measure them with "
             "`loom plan calibrate --devices {} --out cpu.json` and pass --profile cpu.json",
@@ -198,18 +184,9 @@ int run_plan_command(int argc, char** argv) {
     if (measure_repeats < 1)
       throw std::invalid_argument(fmt::format("--measure-repeats must be >= 1, found {}", measure_repeats));
 
-    std::vector<GpuSpec> extra;
-    if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
-    GpuSpec gpu = from_recipe.cpu ? GpuSpec{} : find_gpu(gpu_name, extra);
-    if (!profile.empty()) {
-      const std::string text = read_text(profile, "--profile");
-      gpu = apply_measured_profile(gpu, text, profile);
-      profile_ranks = measured_ranks(text);
-    }
-    if (gpu.peak_tflops <= 0)
-      throw std::invalid_argument(fmt::format("--profile {}: has no 'device' entry to plan CPU ranks with", profile));
-    if (gpu_memory < 0) throw std::invalid_argument("--gpu-memory-gib must be > 0");
-    if (gpu_memory > 0) gpu.memory_gib = gpu_memory;
+    std::string profile_text;
+    const GpuSpec gpu = hw.resolve_gpu(!from_recipe.cpu, &profile_text);
+    if (!profile_text.empty()) profile_ranks = measured_ranks(profile_text);
 
     if (validate) {
       auto checks = check_published(gpu, true);
@@ -217,36 +194,29 @@ int run_plan_command(int argc, char** argv) {
       return 0;
     }
 
-    const bool explicit_shape = shape.num_layers || shape.hidden_size || shape.num_attention_heads;
+    ModelShape shape;
     if (!base_recipe.empty()) {
-      if (size_b > 0 || explicit_shape)
+      if (model.given())
         throw std::invalid_argument("give the model either by --recipe or by --size/--num-layers..., not both");
-      const ModelShape given = shape;
       shape = from_recipe.shape;
-      if (app.count("--seq-length")) shape.seq_length = given.seq_length;
-      if (app.count("--vocab-size")) shape.vocab_size = given.vocab_size;
+      if (app.count("--seq-length")) shape.seq_length = model.shape.seq_length;
+      if (app.count("--vocab-size")) shape.vocab_size = model.shape.vocab_size;
       if (!app.count("--global-batch-size")) setup.global_batch = from_recipe.setup.global_batch;
       if (!app.count("--precision")) setup.precision = from_recipe.setup.precision;
-      if (!app.count("--nodes")) nodes = from_recipe.num_nodes;
-      if (!app.count("--gpus-per-node")) gpus_per_node = from_recipe.devices;
-      if (measure > 0 && (nodes != 1 || gpus_per_node != from_recipe.devices))
+      if (!app.count("--nodes")) hw.nodes = from_recipe.num_nodes;
+      if (!app.count("--gpus-per-node")) hw.gpus_per_node = from_recipe.devices;
+      if (measure > 0 && (hw.nodes != 1 || hw.gpus_per_node != from_recipe.devices))
         throw std::invalid_argument(fmt::format(
             "--measure runs the layouts on this machine with the recipe's ranks: plan for 1 node of "
             "trainer.devices = {} (found --nodes {} --gpus-per-node {}); change trainer.devices instead",
-            from_recipe.devices, nodes, gpus_per_node));
+            from_recipe.devices, hw.nodes, hw.gpus_per_node));
       // CPU ranks have no CUDA context, NCCL or cuBLAS workspaces to reserve memory for.
       if (from_recipe.cpu && !app.count("--reserve-gib")) setup.reserve_gib = 0.5;
       if (from_recipe.cpu && !app.count("--fragmentation")) setup.fragmentation_fraction = 0;
-    } else if (size_b > 0 && explicit_shape)
-      throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");
-    if (size_b > 0) {
-      const int ffn = shape.ffn_hidden_size;
-      shape = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);
-      shape.ffn_hidden_size = ffn;
-    } else if (!explicit_shape && base_recipe.empty()) {
-      throw std::invalid_argument("the model is missing: give --size or --num-layers, --hidden-size and --num-attention-heads");
+      shape.validate();
+    } else {
+      shape = model.resolve();
     }
-    shape.validate();
     if (base_recipe.empty() || app.count("--precision")) {
       if (precision == "bf16") setup.precision = Precision::bf16;
       else if (precision == "16" || precision == "fp16") setup.precision = Precision::fp16;
@@ -255,21 +225,17 @@ int run_plan_command(int argc, char** argv) {
     }
     if (setup.global_batch <= 0)
       throw std::invalid_argument("--global-batch-size is required (or --recipe with model.global_batch_size)");
-    if (nodes < 1) throw std::invalid_argument(fmt::format("--nodes must be >= 1, found {}", nodes));
-    if (gpus_per_node < 0) throw std::invalid_argument("--gpus-per-node must be >= 1");
     if (price > 0 && tokens <= 0) throw std::invalid_argument("--price needs --tokens (the token budget)");
 
     PlanContext ctx;
     ctx.shape = shape;
-    ctx.cluster.gpu = gpu;
-    ctx.cluster.num_nodes = nodes;
-    ctx.cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : gpu.gpus_per_node;
+    ctx.cluster = hw.cluster(gpu);
     ctx.setup = setup;
     if (profile_ranks > 0 && from_recipe.cpu && profile_ranks != ctx.cluster.gpus_per_node)
       std::fprintf(stderr,
                    "loom plan: warning: %s was measured with %d ranks sharing this node but %d ranks are "
                    "planned; CPU ranks share cores and memory, so calibrate with --devices %d\n",
-                   profile.c_str(), profile_ranks, ctx.cluster.gpus_per_node, ctx.cluster.gpus_per_node);
+                   hw.profile.c_str(), profile_ranks, ctx.cluster.gpus_per_node, ctx.cluster.gpus_per_node);
     ctx.token_budget = tokens;
     ctx.price_per_gpu_hour = price;
 

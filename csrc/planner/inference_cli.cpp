@@ -1,5 +1,6 @@
 #include "planner/inference_cli.h"
 
+#include "planner/plan_flags.h"
 #include "planner/text_io.h"
 
 #include <algorithm>
@@ -71,31 +72,15 @@ int run_plan_inference_command(int argc, char** argv) {
       "memory and latency model and rank the layouts that fit and meet the latency / throughput limits."};
   app.name(argc > 0 ? argv[0] : "loom plan infer");
 
-  double size_b = 0;
-  ModelShape shape;
-  int nodes = 1, gpus_per_node = 0, top = 10;
-  std::string gpu_name = "A100-80GB", gpu_table, profile, csv_path, precision = "bf16";
-  double gpu_memory = 0;
+  ModelFlags model;
+  HardwareFlags hw;
+  int top = 10;
+  std::string csv_path, precision = "bf16";
   InferenceWorkload work;
   InferenceSearchSpace space;
 
-  app.add_option("--size", size_b, "GPT-3 model size in billions of parameters (shape from NeMo's bands)");
-  app.add_option("--num-layers", shape.num_layers, "Transformer layers L");
-  app.add_option("--hidden-size", shape.hidden_size, "Hidden size h");
-  app.add_option("--num-attention-heads", shape.num_attention_heads, "Attention heads a");
-  app.add_option("--ffn-hidden-size", shape.ffn_hidden_size, "MLP inner size (default 4h)");
-  app.add_option("--seq-length", shape.seq_length, "Learned positions (max prompt + output tokens)")
-      ->capture_default_str();
-  app.add_option("--vocab-size", shape.vocab_size, "Padded vocabulary size V")->capture_default_str();
-  app.add_option("--nodes", nodes, "Number of nodes")->capture_default_str();
-  app.add_option("--gpus-per-node", gpus_per_node, "GPUs per node (default: the GPU profile's)");
-  app.add_option("--gpu", gpu_name, "GPU type: A100-40GB, A100-80GB, H100, H200 or one from --gpu-table")
-      ->capture_default_str();
-  app.add_option("--gpu-table", gpu_table, "JSON file of extra GPU profiles (format of csrc/planner/data/gpus.json)");
-  app.add_option("--gpu-memory-gib", gpu_memory, "Override the GPU's memory (GiB); any size is accepted");
-  app.add_option("--profile", profile,
-                 "Measured profile JSON (gemm samples, memory_bandwidth_gbs, allreduce_busbw_gbs) that "
-                 "replaces the built-in efficiencies");
+  model.add_to(app, "Learned positions (max prompt + output tokens)");
+  hw.add_to(app);
   app.add_option("--prompt-tokens", work.prompt_tokens, "Input tokens per request")->required();
   app.add_option("--output-tokens", work.output_tokens, "Generated tokens per request")->required();
   app.add_option("--precision", precision, "bf16 or 16 (fp16): 2-byte weights and KV cache")->capture_default_str();
@@ -124,38 +109,15 @@ int run_plan_inference_command(int argc, char** argv) {
   }
 
   try {
-    std::vector<GpuSpec> extra;
-    if (!gpu_table.empty()) extra = load_gpu_table_file(gpu_table);
-    GpuSpec gpu = find_gpu(gpu_name, extra);
-    if (!profile.empty()) gpu = apply_measured_profile(gpu, read_text(profile, "--profile"), profile);
-    if (gpu_memory < 0) throw std::invalid_argument(fmt::format("--gpu-memory-gib must be > 0, found {}", gpu_memory));
-    if (gpu_memory > 0) gpu.memory_gib = gpu_memory;
-
-    const bool explicit_shape = shape.num_layers || shape.hidden_size || shape.num_attention_heads;
-    if (size_b > 0 && explicit_shape)
-      throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");
-    if (size_b < 0) throw std::invalid_argument(fmt::format("--size must be > 0, found {}", size_b));
-    if (size_b > 0) {
-      const int ffn = shape.ffn_hidden_size;
-      shape = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);
-      shape.ffn_hidden_size = ffn;
-    } else if (!explicit_shape) {
-      throw std::invalid_argument(
-          "the model is missing: give --size or --num-layers, --hidden-size and --num-attention-heads");
-    }
-    shape.validate();
+    const GpuSpec gpu = hw.resolve_gpu();
+    const ModelShape shape = model.resolve();
     if (precision != "bf16" && precision != "16" && precision != "fp16")
       throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", precision));
-    if (nodes < 1) throw std::invalid_argument(fmt::format("--nodes must be >= 1, found {}", nodes));
-    if (gpus_per_node < 0) throw std::invalid_argument(fmt::format("--gpus-per-node must be >= 1, found {}", gpus_per_node));
     if (work.collective_base_us < 0 || work.collective_step_us < 0)
       throw std::invalid_argument("--collective-base-us and --collective-step-us must be >= 0");
     if (top < 0) throw std::invalid_argument(fmt::format("--top must be >= 0, found {}", top));
 
-    Cluster cluster;
-    cluster.gpu = gpu;
-    cluster.num_nodes = nodes;
-    cluster.gpus_per_node = gpus_per_node > 0 ? gpus_per_node : gpu.gpus_per_node;
+    const Cluster cluster = hw.cluster(gpu);
 
     const InferenceSearchResult result = search_inference(shape, cluster, work, space);
     std::fprintf(stderr, "loom plan infer: %s on %d x %d %s (%d GPUs, %.0f GiB), %d prompt + %d output tokens\n",
