@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,15 +13,14 @@
 
 #include "planner/hardware.h"
 #include "runtime/communicator.h"
+#include "runtime/run_device.h"
 
 namespace loom::calibrate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void sync(const c10::Device& device) {
-  if (device.is_cuda()) c10::cuda::device_synchronize();
-}
+void sync(const c10::Device& device) { runtime::synchronize(device); }
 
 double elapsed(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
 

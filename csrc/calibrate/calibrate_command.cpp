@@ -83,12 +83,11 @@ int run_calibrate_command(int argc, char** argv) {
     opt.target_seconds = target;
     runtime::ProcessGroupOptions pg;
     pg.timeout = std::chrono::milliseconds(int64_t(timeout_s * 1000));
-    if (accelerator == "gpu") {
-      pg.backend = runtime::Backend::kNccl;
-      opt.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(info.local_rank));
-    }
-    auto groups = info.world_size == 1 ? runtime::ProcessGroups::single_process()
-                                       : runtime::ProcessGroups::create(info, pg);
+    pg.device = runtime::select_run_device(
+        accelerator == "gpu" ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu,
+        info.local_rank);
+    opt.device = pg.device.device;
+    auto groups = runtime::ProcessGroups::create(info, pg);
     const CalibrationResult r = run_calibration(groups->world(), opt);
     if (groups->rank() == 0) {
       const std::string text = to_profile_json(r);

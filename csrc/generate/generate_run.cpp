@@ -50,7 +50,11 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
     throw GenerateInputError(e.what());
   }
 
+  if (!request.accelerator.empty() && request.accelerator != "cpu" && request.accelerator != "gpu")
+    throw GenerateInputError("--accelerator: expected cpu or gpu, found '" + request.accelerator + "'");
+
   GeneratePlan plan;
+  plan.accelerator = request.accelerator == "gpu";
   plan.location = locate_checkpoint(request.checkpoint);
   plan.info = read_checkpoint_info(plan.location.checkpoints, request.iteration);
   plan.tensor_parallel =
@@ -72,6 +76,8 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
     }
     plan.model_options.layernorm_epsilon = recipe.model.layernorm_epsilon;
     plan.model_options.make_vocab_size_divisible_by = recipe.model.make_vocab_size_divisible_by;
+    if (request.accelerator.empty())
+      plan.accelerator = recipe.trainer.accelerator == config::Accelerator::kGpu;
     recipe_vocab = recipe.model.tokenizer.vocab_file;
     recipe_merges = recipe.model.tokenizer.merge_file;
   }
@@ -132,7 +138,7 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
 
   model::GptStage model = [&] {
     FullCheckpoint checkpoint = read_full_checkpoint(plan.location.checkpoints, plan.info);
-    return load_inference_model(checkpoint, config, tp);
+    return load_inference_model(checkpoint, config, tp, tp->device());
   }();
 
   GenerationOptions options;

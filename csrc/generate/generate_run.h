@@ -32,6 +32,7 @@ struct GenerateRequest {
   SamplingOptions sampling;           ///< --greedy --temperature --top-k --top-p --seed
   int tensor_parallel = 0;            ///< --tensor-parallel (0: the checkpoint's t)
   std::string vocab_file, merge_file; ///< --vocab-file/--merge-file (empty: the run's recipe)
+  std::string accelerator;            ///< --accelerator cpu|gpu (empty: the run's recipe, else cpu)
 };
 
 struct GeneratePlan {
@@ -40,6 +41,7 @@ struct GeneratePlan {
   int tensor_parallel = 1;
   std::string vocab_file, merge_file;
   InferenceModelOptions model_options;
+  bool accelerator = false;  ///< run on the accelerator (GPU or a device plugin), else CPU ranks
 };
 
 /// Resolves and checks everything the ranks will need. Tokenizer files come from the flags,
@@ -55,7 +57,7 @@ struct GenerateOutput {
 };
 
 /// Collective over `tp` (size plan.tensor_parallel, every rank with the same request): reads
-/// the checkpoint, builds the model for this rank, generates. Every rank returns the same
+/// the checkpoint, builds the model for this rank on tp's device, generates. Every rank returns the same
 /// output. Throws train::CheckpointError for a missing/corrupt shard, GenerateInputError for a
 /// prompt that does not fit the model.
 GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& request,

@@ -53,7 +53,8 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
   const int64_t capacity =
       std::min(config.max_position_embeddings, n + options.max_new_tokens - 1);
   model::KvCache cache = model.make_kv_cache(1, std::max(capacity, n));
-  at::Tensor logits = model.forward_cached(at::tensor(prompt, at::kLong).unsqueeze(0), cache);
+  const auto on_device = at::TensorOptions().dtype(at::kLong).device(tp->device());
+  at::Tensor logits = model.forward_cached(at::tensor(prompt, on_device).unsqueeze(0), cache);
   while (true) {
     at::Tensor full = gather_last_logits(logits, tp, config.vocab_size);  // [1, V]
     const int64_t token = sampler.next(full.data_ptr<float>(), config.vocab_size);
@@ -70,8 +71,7 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
       result.reason = StopReason::kContextFull;
       break;
     }
-    logits = model.forward_cached(at::tensor(std::vector<int64_t>{token}, at::kLong).unsqueeze(0),
-                                  cache);
+    logits = model.forward_cached(at::tensor(std::vector<int64_t>{token}, on_device).unsqueeze(0), cache);
   }
   return result;
 }

@@ -22,11 +22,13 @@ ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
       qkv_(prefix(layer) + "linear_qkv",
            full_normal(config.seed, prefix(layer) + "linear_qkv.weight",
                        {3 * config.hidden_size, config.hidden_size}, config.init_method_std),
-           at::zeros({3 * config.hidden_size}), tp, config.sequence_parallel, options),
+           at::zeros({3 * config.hidden_size}),  // host: full initial values, sharded then moved
+           tp, config.sequence_parallel, options),
       proj_(prefix(layer) + "linear_proj",
             full_normal(config.seed, prefix(layer) + "linear_proj.weight",
                         {config.hidden_size, config.hidden_size}, output_std(config)),
-            at::zeros({config.hidden_size}), tp, config.sequence_parallel, options) {}
+            at::zeros({config.hidden_size}),  // host: as above
+            tp, config.sequence_parallel, options) {}
 
 std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x,
                                                              const DropoutContext& dropout) const {

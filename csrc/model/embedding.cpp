@@ -34,7 +34,10 @@ at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& pos
     throw std::invalid_argument("GptEmbedding: expected tokens and position_ids [b, s], found " +
                                 c10::str(tokens.sizes()) + " and " +
                                 c10::str(position_ids.sizes()));
-  if (tokens.numel() > 0) {
+  // Reading the range back from a device would stall the step on every micro-batch, so ids on
+  // a device are trusted: the trainer's data were checked against the vocabulary when the
+  // datasets were opened (data::GptDataConfig::vocab_size) and generation checks its prompt.
+  if (tokens.numel() > 0 && tokens.is_cpu()) {
     const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
     if (lo < 0 || hi >= config_.vocab_size)
       throw std::invalid_argument("GptEmbedding: token ids must lie in [0, " +

@@ -18,7 +18,8 @@ class GptEmbedding {
                const at::TensorOptions& options);
   /// tokens, position_ids [b, s] int64 -> [s, b, h], or [s/t, b, h] (this rank's sequence
   /// shard) under sequence parallelism. Throws std::invalid_argument for a token id outside
-  /// [0, vocab_size) or a position outside [0, max_position_embeddings).
+  /// [0, vocab_size) or a position outside [0, max_position_embeddings) when the ids are host
+  /// tensors (ids on a device are not read back: the caller checks them where it made them).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& position_ids,
                      const DropoutContext& dropout) const;
   /// This rank's word-embedding shard [V_padded/t, h] (tied to the output layer).

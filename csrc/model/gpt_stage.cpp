@@ -18,8 +18,6 @@
 
 namespace loom::model {
 
-namespace {
-
 at::ScalarType scalar_type(ParamsDtype d) {
   switch (d) {
     case ParamsDtype::kFloat32: return at::kFloat;
@@ -28,8 +26,6 @@ at::ScalarType scalar_type(ParamsDtype d) {
   }
   return at::kFloat;
 }
-
-}  // namespace
 
 std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank) {

@@ -35,6 +35,9 @@ struct StageLayout {
 std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank);
 
+/// The tensor dtype of params_dtype (float32, bfloat16, float16).
+at::ScalarType scalar_type(ParamsDtype dtype);
+
 struct StageInputs {
   at::Tensor tokens;        ///< [b, s] int64 (pre_process)
   at::Tensor position_ids;  ///< [b, s] int64 (pre_process)

@@ -33,6 +33,7 @@ at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector
                        double std) {
   if (g_shapes_only) return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(seed, name));
+  // host: drawn by a CPU generator, so every device and layout starts from the same bits.
   auto out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
   out.normal_(0.0, std, gen);
   return out;

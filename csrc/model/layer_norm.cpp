@@ -10,8 +10,8 @@ namespace loom::model {
 LayerNorm::LayerNorm(std::string name, int64_t hidden, double eps, bool sequence_parallel,
                      const at::TensorOptions& options)
     : name_(std::move(name)), eps_(eps), sequence_parallel_(sequence_parallel) {
-  weight_ = make_parameter(at::ones({hidden}), options);
-  bias_ = make_parameter(at::zeros({hidden}), options);
+  weight_ = make_parameter(at::ones({hidden}, options), options);
+  bias_ = make_parameter(at::zeros({hidden}, options), options);
 }
 
 at::Tensor LayerNorm::forward(const at::Tensor& x) const {

@@ -83,6 +83,20 @@ Measurement keep_fastest(const Measurement& a, const Measurement& b) {
   return out;
 }
 
+// The largest peak_device_memory_mib of the training records, or -1 when none has one.
+double peak_device_mib(const std::string& metrics) {
+  double peak = -1;
+  std::istringstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto rec = nlohmann::json::parse(line, nullptr, false);
+    if (rec.is_discarded() || !rec.is_object()) continue;
+    if (rec.contains("peak_device_memory_mib") && rec["peak_device_memory_mib"].is_number())
+      peak = std::max(peak, rec["peak_device_memory_mib"].get<double>());
+  }
+  return peak;
+}
+
 double mean_step_seconds(const std::string& metrics, int skip, int* count) {
   std::vector<double> times;
   std::istringstream in(metrics);
@@ -150,6 +164,7 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
     std::stringstream ss;
     ss << in.rdbuf();
     out.step_seconds = mean_step_seconds(ss.str(), opt.skip_steps, &out.steps_timed);
+    if (const double device_mib = peak_device_mib(ss.str()); device_mib >= 0) out.peak_mib = device_mib;
     if (out.steps_timed > 0) {
       out.status = RunStatus::ok;
       out.run_seconds = {out.step_seconds};

@@ -30,7 +30,9 @@ struct Measurement {
   RunStatus status = RunStatus::error;
   double step_seconds = 0;  ///< mean of the timed steps (ok runs)
   int steps_timed = 0;
-  double peak_mib = 0;      ///< largest peak resident memory over the ranks (MiB)
+  /// Peak memory of the largest rank (MiB): device memory where the run reports it
+  /// (peak_device_memory_mib of metrics.jsonl, GPUs), else the peak resident set.
+  double peak_mib = 0;
   double wall_seconds = 0;  ///< whole run, start-up included
   std::string detail;       ///< first error line of the failing rank (failed runs)
   /// Step times of every successful run of this layout (repeats), in run order.
@@ -61,5 +63,9 @@ RunStatus classify_failure(const std::string& first_error, const std::string& al
 /// Mean step_time_s of the "train" records of a metrics.jsonl text after the first `skip`
 /// steps (all of them when fewer remain); `count` receives the number averaged (0: none).
 double mean_step_seconds(const std::string& metrics_jsonl, int skip, int* count);
+
+/// The largest peak_device_memory_mib of a metrics.jsonl text (GPU runs report it), or -1 when
+/// no record has one (CPU ranks).
+double peak_device_mib(const std::string& metrics_jsonl);
 
 }  // namespace loom::planner

@@ -29,17 +29,33 @@ void run(const std::string& group, const char* what, F&& issue) {
   }
 }
 
-}  // namespace
-
-std::shared_ptr<Communicator> Communicator::solo(int global_rank) {
-  return std::shared_ptr<Communicator>(new Communicator(global_rank));
+// The dtypes NCCL reduces and moves (gpu.md); Gloo has them all too.
+bool every_backend_has(at::ScalarType t) {
+  switch (t) {
+    case at::kByte: case at::kChar: case at::kInt: case at::kLong:
+    case at::kHalf: case at::kFloat: case at::kDouble: case at::kBFloat16:
+      return true;
+    default:
+      return false;
+  }
 }
 
-Communicator::Communicator(int global_rank) : ranks_{global_rank}, name_("solo"), rank_(0) {}
+}  // namespace
+
+std::shared_ptr<Communicator> Communicator::solo(int global_rank, c10::Device device) {
+  return std::shared_ptr<Communicator>(new Communicator(global_rank, device));
+}
+
+Communicator::Communicator(int global_rank, c10::Device device)
+    : ranks_{global_rank}, name_("solo"), device_(device), rank_(0) {}
 
 Communicator::Communicator(std::shared_ptr<c10d::Backend> backend, std::vector<int> ranks,
-                           std::string name)
-    : backend_(std::move(backend)), ranks_(std::move(ranks)), name_(std::move(name)) {
+                           std::string name, c10::Device device, bool host_staged)
+    : backend_(std::move(backend)),
+      ranks_(std::move(ranks)),
+      name_(std::move(name)),
+      device_(device),
+      host_staged_(host_staged && !device.is_cpu()) {
   rank_ = backend_->getRank();
   if (backend_->getSize() != static_cast<int>(ranks_.size())) {
     throw std::logic_error("process group '" + name_ + "' has " +
@@ -61,9 +77,29 @@ c10d::Backend& Communicator::live() {
   return *backend_;
 }
 
+void Communicator::check(const char* what, const at::Tensor& t) const {
+  if (!t.defined())
+    throw std::logic_error(std::string(what) + " on process group '" + name_ +
+                                "' got an undefined tensor");
+  if (t.device() != device_)
+    throw std::logic_error(std::string(what) + " on process group '" + name_ +
+                                "' got a tensor on " + t.device().str() + ", expected " +
+                                device_.str() + " (the group's device)");
+  if (!every_backend_has(t.scalar_type()))
+    throw std::logic_error(std::string(what) + " on process group '" + name_ + "' got a " +
+                                std::string(c10::toString(t.scalar_type())) +
+                                " tensor; collectives take int8/uint8/int32/int64/fp16/bf16/"
+                                "fp32/fp64 (NCCL has no bool: send flags as uint8 or int32)");
+}
+
+at::Tensor Communicator::to_backend(const at::Tensor& t) const {
+  return host_staged_ ? t.to(at::kCPU).contiguous() : (t.is_contiguous() ? t : t.contiguous());
+}
+
 void Communicator::all_reduce(at::Tensor& t, ReduceOp op) {
+  check("all_reduce", t);
   if (size() == 1) return;
-  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  at::Tensor buf = to_backend(t);
   std::vector<at::Tensor> v{buf};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
@@ -72,34 +108,37 @@ void Communicator::all_reduce(at::Tensor& t, ReduceOp op) {
 }
 
 at::Tensor Communicator::all_gather_dim0(const at::Tensor& t) {
+  check("all_gather", t);
   if (size() == 1) return t;
-  at::Tensor in = t.contiguous();
+  at::Tensor in = to_backend(t);
   auto sizes = in.sizes().vec();
   if (sizes.empty()) throw std::invalid_argument("all_gather_dim0 needs a tensor with dim >= 1");
   sizes[0] *= size();
   at::Tensor out = at::empty(sizes, in.options());
   run(name_, "all_gather", [&] { return live()._allgather_base(out, in); });
-  return out;
+  return out.to(device_);
 }
 
 at::Tensor Communicator::reduce_scatter_dim0(const at::Tensor& t) {
+  check("reduce_scatter", t);
   if (size() == 1) return t;
   if (t.dim() < 1 || t.size(0) % size() != 0) {
     throw std::invalid_argument("reduce_scatter_dim0 on group '" + name_ + "': dim 0 of size " +
                                 std::to_string(t.dim() ? t.size(0) : 0) +
                                 " is not divisible by the group size " + std::to_string(size()));
   }
-  at::Tensor in = t.contiguous();
+  at::Tensor in = to_backend(t);
   auto sizes = in.sizes().vec();
   sizes[0] /= size();
   at::Tensor out = at::empty(sizes, in.options());
   run(name_, "reduce_scatter", [&] { return live()._reduce_scatter_base(out, in); });
-  return out;
+  return out.to(device_);
 }
 
 void Communicator::broadcast(at::Tensor& t, int root) {
+  check("broadcast", t);
   if (size() == 1) return;
-  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  at::Tensor buf = to_backend(t);
   std::vector<at::Tensor> v{buf};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -108,24 +147,29 @@ void Communicator::broadcast(at::Tensor& t, int root) {
 }
 
 void Communicator::send(const at::Tensor& t, int peer, int tag) {
+  check("send", t);
   if (!t.is_contiguous()) throw std::invalid_argument("send needs a contiguous tensor");
   if (peer == rank_) throw std::invalid_argument("send to self on group '" + name_ + "'");
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{to_backend(t)};
   run(name_, "send", [&] { return live().send(v, peer, tag); });
 }
 
 void Communicator::recv(at::Tensor& t, int peer, int tag) {
+  check("recv", t);
   if (!t.is_contiguous()) throw std::invalid_argument("recv needs a contiguous tensor");
   if (peer == rank_) throw std::invalid_argument("recv from self on group '" + name_ + "'");
-  std::vector<at::Tensor> v{t};
+  at::Tensor buf = host_staged_ ? at::empty(t.sizes(), t.options().device(at::kCPU)) : t;
+  std::vector<at::Tensor> v{buf};
   run(name_, "recv", [&] { return live().recv(v, peer, tag); });
+  if (!buf.is_same(t)) t.copy_(buf);
 }
 
 namespace {
 class C10dWork final : public AsyncWork {
  public:
-  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::string what)
-      : work_(std::move(work)), what_(std::move(what)) {}
+  // `keep` is the buffer the backend reads (a host copy when staging): alive until done.
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, at::Tensor keep, std::string what)
+      : work_(std::move(work)), keep_(std::move(keep)), what_(std::move(what)) {}
   void wait() override {
     try {
       work_->wait();
@@ -137,23 +181,26 @@ class C10dWork final : public AsyncWork {
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  at::Tensor keep_;
   std::string what_;
 };
 }  // namespace
 
 std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, int tag) {
+  check("isend", t);
   if (!t.is_contiguous()) throw std::invalid_argument("isend needs a contiguous tensor");
   if (peer == rank_) throw std::invalid_argument("isend to self on group '" + name_ + "'");
-  std::vector<at::Tensor> v{t};
-  return std::make_unique<C10dWork>(live().send(v, peer, tag),
+  at::Tensor buf = to_backend(t);
+  std::vector<at::Tensor> v{buf};
+  return std::make_unique<C10dWork>(live().send(v, peer, tag), buf,
                                     "send on process group '" + name_ + "'");
 }
 
 void Communicator::barrier() {
   if (size() == 1) return;
-  // A barrier as a one-element all-reduce: same timeout and error path as other collectives.
-  const bool nccl = live().getBackendName() == "nccl";
-  at::Tensor one = at::ones({1}, at::TensorOptions().device(nccl ? at::kCUDA : at::kCPU));
+  // A barrier as a one-element all-reduce on the group's device: same timeout and error path
+  // as other collectives (NCCL's own barrier guesses the device).
+  at::Tensor one = at::ones({1}, at::TensorOptions().device(device_));
   all_reduce(one);
 }
 

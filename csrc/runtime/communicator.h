@@ -1,10 +1,17 @@
-// One process group as Loom's model and training code see it: the collectives they need, on
-// CPU (Gloo) or CUDA (NCCL) tensors, synchronous, each bounded by the group's timeout.
+// One process group as Loom's model and training code see it: the collectives they need,
+// synchronous, each bounded by the group's timeout. A group lives on one device (the run's:
+// runtime/run_device.h) and takes tensors on that device only, of a dtype every backend has
+// (NCCL has no bool). Anything else is a programming error, refused with std::logic_error
+// naming the collective, the group and the tensor's device or dtype: the check NCCL makes,
+// made for every backend and group size so that a misplaced tensor fails on any run with a
+// non-CPU device, with a message that names Loom's group. With host staging
+// (LOOM_DEVICE_COLLECTIVES=gloo) device tensors are copied through host memory to Gloo.
 // A communicator of size 1 does no communication (single-process runs need no c10d at all).
 // Semantics follow torch.distributed; "dim 0" collectives follow Megatron's sequence-parallel
 // region mappings (sp_sar.md, "Regions of a transformer layer under TP + SP").
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <memory>
 #include <string>
@@ -30,16 +37,19 @@ class AsyncWork {
 class Communicator {
  public:
   /// A size-1 group containing only this process (`global_rank` is its world rank).
-  static std::shared_ptr<Communicator> solo(int global_rank = 0);
+  static std::shared_ptr<Communicator> solo(int global_rank = 0, c10::Device device = c10::kCPU);
   /// Wraps a c10d backend whose members are `ranks` (world ranks, sorted); this process is
-  /// ranks[backend->getRank()].
-  Communicator(std::shared_ptr<c10d::Backend> backend, std::vector<int> ranks, std::string name);
+  /// ranks[backend->getRank()]. Tensors live on `device`; `host_staged`: the backend is Gloo
+  /// and device tensors are copied to host memory for it and back.
+  Communicator(std::shared_ptr<c10d::Backend> backend, std::vector<int> ranks, std::string name,
+               c10::Device device = c10::kCPU, bool host_staged = false);
   ~Communicator();
 
   int rank() const { return rank_; }        ///< rank inside the group
   int size() const { return static_cast<int>(ranks_.size()); }
   const std::vector<int>& ranks() const { return ranks_; }  ///< world ranks of the members
   const std::string& name() const { return name_; }
+  c10::Device device() const { return device_; }  ///< where this group's tensors live
 
   /// In place: every member ends with the reduction of all members' `t`.
   void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
@@ -62,11 +72,17 @@ class Communicator {
   void shutdown();
 
  private:
-  explicit Communicator(int global_rank);  // solo
+  Communicator(int global_rank, c10::Device device);  // solo
   c10d::Backend& live();                   // the backend; throws after shutdown()
+  /// Throws std::invalid_argument unless `t` is on device() with a dtype every backend has.
+  void check(const char* what, const at::Tensor& t) const;
+  /// The tensor the backend sees: `t`, or its host copy when staging.
+  at::Tensor to_backend(const at::Tensor& t) const;
   std::shared_ptr<c10d::Backend> backend_;
   std::vector<int> ranks_;
   std::string name_;
+  c10::Device device_{c10::kCPU};
+  bool host_staged_ = false;
   int rank_ = 0;
 };
 

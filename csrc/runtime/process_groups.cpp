@@ -9,6 +9,8 @@
 
 #include <stdexcept>
 
+#include "runtime/device_plugin.h"
+
 namespace loom::runtime {
 
 struct ProcessGroups::StoreHolder {
@@ -41,37 +43,64 @@ c10::intrusive_ptr<c10d::Store> connect_store(const launch::RendezvousInfo& info
   return store;
 }
 
-std::shared_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                            const std::string& prefix, int group_rank,
-                                            int group_size, const ProcessGroupOptions& options) {
-  auto group_store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-  c10::intrusive_ptr<c10d::Backend> backend;
-  if (options.backend == Backend::kGloo) {
-    auto opts = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    // Loopback is enough for one host; other hosts need the address of this host's name.
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    opts->threads = 2;
-    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, group_rank, group_size, opts);
-  } else {
-#ifdef LOOM_HAVE_NCCL
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = options.timeout;
-    backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(group_store, group_rank, group_size, opts);
-#else
-    throw std::runtime_error("this build of Loom has no NCCL support (built without CUDA)");
-#endif
-  }
-  // Hand the intrusive_ptr's reference to a shared_ptr that releases it.
+// Hands an intrusive_ptr's reference to a shared_ptr that releases it.
+std::shared_ptr<c10d::Backend> to_shared(c10::intrusive_ptr<c10d::Backend> backend) {
   c10d::Backend* raw = backend.release();
   return std::shared_ptr<c10d::Backend>(raw, [](c10d::Backend* b) {
     c10::intrusive_ptr<c10d::Backend>::reclaim(b);
   });
 }
 
+c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                            int group_rank, int group_size,
+                                            std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  // Loopback is enough for one host; other hosts need the address of this host's name.
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  opts->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, opts);
+}
+
+// The backend of one group of `options.device`'s kind (host-staged device groups use Gloo).
+std::shared_ptr<c10d::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const std::string& prefix, int group_rank,
+                                            int group_size, const ProcessGroupOptions& options) {
+  auto group_store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  const RunDevice& d = options.device;
+  switch (d.host_staged ? Collectives::kGloo : d.collectives) {
+    case Collectives::kGloo:
+      return to_shared(make_gloo(group_store, group_rank, group_size, options.timeout));
+    case Collectives::kPlugin: {
+      const DevicePlugin* plugin = device_plugin();
+      if (!plugin) throw std::logic_error("plugin collectives without LOOM_DEVICE_PLUGIN");
+      c10d::Backend* raw = plugin->make_backend(group_store.get(), group_rank, group_size,
+                                                options.timeout.count(), d.device.index());
+      if (!raw) throw std::runtime_error(plugin->path + ": make_backend returned no backend");
+      return to_shared(c10::intrusive_ptr<c10d::Backend>::reclaim(raw));
+    }
+    case Collectives::kNccl: {
+#ifdef LOOM_HAVE_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = options.timeout;
+      auto backend =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(group_store, group_rank, group_size, opts);
+      // Bind the communicator to this rank's GPU and create it now (all members are building
+      // this group at this point), so that a bad device or network fails here, not mid-step.
+      backend->setBoundDeviceId(d.device);
+      backend->eagerConnectSingleDevice(d.device);
+      return to_shared(backend);
+#else
+      throw std::runtime_error("this build of Loom has no NCCL support (built without CUDA)");
+#endif
+    }
+  }
+  throw std::logic_error("unknown collectives kind");
+}
+
 }  // namespace
 
-ProcessGroups::ProcessGroups(ParallelLayout layout, int rank)
-    : layout_(std::move(layout)), rank_(rank) {}
+ProcessGroups::ProcessGroups(ParallelLayout layout, int rank, c10::Device device)
+    : layout_(std::move(layout)), rank_(rank), device_(device) {}
 
 ProcessGroups::~ProcessGroups() {
   try {
@@ -80,18 +109,21 @@ ProcessGroups::~ProcessGroups() {
   }
 }
 
-std::shared_ptr<ProcessGroups> ProcessGroups::single_process() {
-  auto groups = std::shared_ptr<ProcessGroups>(new ProcessGroups(ParallelLayout(1, 1, 1), 0));
+std::shared_ptr<ProcessGroups> ProcessGroups::single_process(c10::Device device) {
+  auto groups =
+      std::shared_ptr<ProcessGroups>(new ProcessGroups(ParallelLayout(1, 1, 1), 0, device));
   groups->world_ = groups->tensor_ = groups->data_ = groups->pipeline_ =
-      groups->model_parallel_ = groups->embedding_ = Communicator::solo(0);
+      groups->model_parallel_ = groups->embedding_ = Communicator::solo(0, device);
+  groups->host_world_ = device.is_cpu() ? groups->world_ : Communicator::solo(0, c10::kCPU);
   return groups;
 }
 
 std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInfo& info,
                                                      const ProcessGroupOptions& options) {
   ParallelLayout layout(info.world_size, options.tensor_parallel, options.pipeline_parallel);
-  if (info.world_size == 1) return single_process();
-  auto groups = std::shared_ptr<ProcessGroups>(new ProcessGroups(layout, info.rank));
+  const c10::Device device = options.device.device;
+  if (info.world_size == 1) return single_process(device);
+  auto groups = std::shared_ptr<ProcessGroups>(new ProcessGroups(layout, info.rank, device));
   groups->store_ = std::make_shared<StoreHolder>();
   groups->store_->store = connect_store(info, options.timeout);
   const auto& store = groups->store_->store;
@@ -105,10 +137,11 @@ std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInf
     }
     if (group_rank < 0) throw std::logic_error("rank not in its own " + kind + " group");
     std::string name = kind + "[" + std::to_string(members.front()) + "]";
-    if (members.size() == 1) return Communicator::solo(info.rank);
+    if (members.size() == 1) return Communicator::solo(info.rank, device);
     auto backend = make_backend(store, "loom/" + name + "/", group_rank,
                                 static_cast<int>(members.size()), options);
-    return std::make_shared<Communicator>(std::move(backend), members, name);
+    return std::make_shared<Communicator>(std::move(backend), members, name, device,
+                                          options.device.host_staged);
   };
   std::vector<int> everyone(info.world_size);
   for (int r = 0; r < info.world_size; ++r) everyone[r] = r;
@@ -119,12 +152,22 @@ std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInf
   groups->model_parallel_ = build("model_parallel", layout.model_parallel_group(info.rank));
   auto embedding = layout.embedding_group(info.rank);
   bool on_end_stage = std::find(embedding.begin(), embedding.end(), info.rank) != embedding.end();
-  groups->embedding_ = on_end_stage ? build("embedding", embedding) : Communicator::solo(info.rank);
+  groups->embedding_ =
+      on_end_stage ? build("embedding", embedding) : Communicator::solo(info.rank, device);
+  if (device.is_cpu()) {
+    groups->host_world_ = groups->world_;
+  } else {
+    auto gloo = make_gloo(c10::make_intrusive<c10d::PrefixStore>("loom/host_world/", store),
+                          info.rank, info.world_size, options.timeout);
+    groups->host_world_ =
+        std::make_shared<Communicator>(to_shared(gloo), everyone, "host_world", c10::kCPU);
+  }
   return groups;
 }
 
 void ProcessGroups::shutdown() {
-  for (auto* c : {&embedding_, &model_parallel_, &pipeline_, &data_, &tensor_, &world_}) {
+  for (auto* c : {&embedding_, &model_parallel_, &pipeline_, &data_, &tensor_, &world_,
+                  &host_world_}) {
     if (*c) (*c)->shutdown();
   }
   // The store goes last: rank 0 hosts it and peers may still be reading keys until their own

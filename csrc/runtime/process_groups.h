@@ -9,15 +9,15 @@
 #include "launch/env_rendezvous.h"
 #include "runtime/communicator.h"
 #include "runtime/parallel_layout.h"
+#include "runtime/run_device.h"
 
 namespace loom::runtime {
-
-enum class Backend { kGloo, kNccl };
 
 struct ProcessGroupOptions {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
-  Backend backend = Backend::kGloo;
+  /// Where the groups' tensors live and which backend moves them (select_run_device()).
+  RunDevice device;
   /// Bounds every collective and the rendezvous; a dead or stuck peer makes the call throw.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
@@ -31,14 +31,16 @@ class ProcessGroups {
   /// std::runtime_error when the rendezvous or a backend fails.
   static std::shared_ptr<ProcessGroups> create(const launch::RendezvousInfo& info,
                                                const ProcessGroupOptions& options);
-  /// Size-1 groups for a single process with t = p = 1 (no store, no c10d).
-  static std::shared_ptr<ProcessGroups> single_process();
+  /// Size-1 groups for a single process with t = p = 1 (no store, no c10d) on `device`.
+  static std::shared_ptr<ProcessGroups> single_process(c10::Device device = c10::kCPU);
 
   ~ProcessGroups();
 
   const ParallelLayout& layout() const { return layout_; }
   int rank() const { return rank_; }
   RankCoords coords() const { return layout_.coords(rank_); }
+  /// The device every group's tensors live on.
+  c10::Device device() const { return device_; }
 
   Communicator& world() { return *world_; }
   Communicator& tensor() { return *tensor_; }
@@ -48,6 +50,9 @@ class ProcessGroups {
   /// First and last pipeline stage of this rank's pipeline (tied word embeddings).
   /// Only meaningful on those stages (size 1 elsewhere, and when p = 1).
   Communicator& embedding() { return *embedding_; }
+  /// Every rank, for host (CPU) tensors: control messages and barriers. The same group as
+  /// world() on CPU ranks.
+  Communicator& host_world() { return *host_world_; }
 
   CommunicatorPtr world_ptr() const { return world_; }
   CommunicatorPtr tensor_ptr() const { return tensor_; }
@@ -60,10 +65,11 @@ class ProcessGroups {
   void shutdown();
 
  private:
-  ProcessGroups(ParallelLayout layout, int rank);
+  ProcessGroups(ParallelLayout layout, int rank, c10::Device device);
   ParallelLayout layout_;
   int rank_;
-  CommunicatorPtr world_, tensor_, data_, pipeline_, model_parallel_, embedding_;
+  c10::Device device_;
+  CommunicatorPtr world_, tensor_, data_, pipeline_, model_parallel_, embedding_, host_world_;
   struct StoreHolder;
   std::shared_ptr<StoreHolder> store_;
 };

@@ -105,10 +105,11 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
       error = e.what();
     }
   }
-  groups.world().barrier();
+  groups.host_world().barrier();
   if (!error.empty()) throw CheckpointError("cannot prepare " + tmp_dir.string() + ": " + error);
 
   // Sizes and hashes of the shards, one slot per world rank (0 for non-writers).
+  // host: values of the file system, exchanged on the host group.
   at::Tensor sizes = at::zeros({world}, at::kLong), hashes = at::zeros({world}, at::kLong);
   if (coords.dp == 0) {
     c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
@@ -123,8 +124,8 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
     sizes[groups.rank()] = static_cast<int64_t>(bytes.size());
     hashes[groups.rank()] = static_cast<int64_t>(fnv1a(bytes));
   }
-  groups.world().all_reduce(sizes);
-  groups.world().all_reduce(hashes);
+  groups.host_world().all_reduce(sizes);
+  groups.host_world().all_reduce(hashes);
 
   if (groups.rank() == 0) {
     try {
@@ -156,7 +157,7 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
       error = e.what();
     }
   }
-  groups.world().barrier();
+  groups.host_world().barrier();
   if (!error.empty()) throw CheckpointError("saving checkpoint " + final_dir.string() + ": " + error);
 }
 

@@ -4,9 +4,9 @@
 
 namespace loom::train {
 
-std::string accelerator_name(at::Device device) {
+std::string accelerator_name(c10::Device device) {
   if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
-  return "cpu";
+  return c10::DeviceTypeName(device.type(), /*lower_case=*/true);
 }
 
 }  // namespace loom::train

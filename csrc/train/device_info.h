@@ -1,12 +1,13 @@
 // The name of the accelerator a rank runs on, for the MFU peak table (flops.h).
 #pragma once
-#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <string>
 
 namespace loom::train {
 
-/// CUDA: the device's marketing name (e.g. "NVIDIA H200"); CPU: "cpu".
-std::string accelerator_name(at::Device device);
+/// CUDA: the device's marketing name (e.g. "NVIDIA H200"); any other device: its type name
+/// ("cpu", or a device plugin's, e.g. "standin"), which has no peak in the table.
+std::string accelerator_name(c10::Device device);
 
 }  // namespace loom::train

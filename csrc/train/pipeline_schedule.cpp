@@ -92,7 +92,8 @@ ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Comm
   const int next = (r + 1) % p, prev = (r + p - 1) % p;
   auto is_first_virtual = [&](int chunk) { return r == 0 && chunk == 0; };
   auto is_last_virtual = [&](int chunk) { return r == p - 1 && chunk == v - 1; };
-  const auto act_options = at::TensorOptions().dtype(config.activation_dtype);
+  const auto act_options =
+      at::TensorOptions().dtype(config.activation_dtype).device(config.activation_device);
 
   ScheduleResult result;
   std::map<std::pair<int, int>, Stashed> stash;  // (chunk, micro-batch) → activations

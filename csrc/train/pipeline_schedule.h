@@ -23,10 +23,12 @@ struct ScheduleConfig {
   int num_microbatches = 1;  ///< m
   int virtual_stages = 1;    ///< v (model chunks per pipeline stage)
   bool forward_only = false; ///< evaluation: no backward, no stashing
-  /// Shape and dtype of the activation exchanged between stages (identical for every
-  /// micro-batch and chunk), e.g. {s/t, b, h}.
+  /// Shape, dtype and device of the activation exchanged between stages (identical for every
+  /// micro-batch and chunk), e.g. {s/t, b, h} in the model's dtype on the stage's device:
+  /// receive buffers are allocated so.
   std::vector<int64_t> activation_shape;
   at::ScalarType activation_dtype = at::kFloat;
+  at::Device activation_device = at::kCPU;
   /// Release an output's storage once its send completed (Megatron's
   /// deallocate_output_tensor). Only safe when no backward node saved that output.
   bool free_sent_activations = true;

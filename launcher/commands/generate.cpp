@@ -2,7 +2,8 @@
 // [--tensor-parallel t] [--iteration N]`: text generation from a training checkpoint with a KV
 // cache, tensor-parallel over t ranks (default: the checkpoint's t; any t that divides the
 // heads and the FFN works, the checkpoint is resharded). Without launcher variables and t > 1
-// it starts t local ranks of itself (CPU, Gloo). Prints the prompt and its continuation on
+// it starts t local ranks of itself, on the run's accelerator unless --accelerator says
+// otherwise (CPU ranks with Gloo, GPUs with NCCL). Prints the prompt and its continuation on
 // stdout; progress and errors go to stderr. Exit 0 ok, 2 bad input, 1 runtime failure.
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -52,14 +53,13 @@ int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo&
       return fail(2, fmt::format("{} ranks were started for --tensor-parallel {}",
                                  info.world_size, plan.tensor_parallel));
     loom::runtime::use_fair_share_of_cores(info.local_world_size);
-    std::shared_ptr<loom::runtime::ProcessGroups> groups;
-    if (info.world_size == 1) {
-      groups = loom::runtime::ProcessGroups::single_process();
-    } else {
-      loom::runtime::ProcessGroupOptions opt;
-      opt.tensor_parallel = plan.tensor_parallel;
-      groups = loom::runtime::ProcessGroups::create(info, opt);
-    }
+    loom::runtime::ProcessGroupOptions opt;
+    opt.tensor_parallel = plan.tensor_parallel;
+    opt.device = loom::runtime::select_run_device(plan.accelerator
+                                                      ? loom::runtime::DeviceKind::kAccelerator
+                                                      : loom::runtime::DeviceKind::kCpu,
+                                                  info.local_rank);
+    auto groups = loom::runtime::ProcessGroups::create(info, opt);
     auto out = loom::generate::run_generation(plan, request, groups->tensor_ptr());
     groups->shutdown();
     if (info.rank == 0) {
@@ -113,6 +113,8 @@ int generate_command(int argc, char** argv) {
   app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
   app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
   app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
+  app.add_option("--accelerator", request.accelerator,
+                 "cpu or gpu (default: the run's trainer.accelerator)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,12 +14,14 @@ namespace loom::test {
 
 inline std::shared_ptr<runtime::ProcessGroups> worker_groups(
     int tensor_parallel, int pipeline_parallel = 1,
-    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+    std::chrono::milliseconds timeout = std::chrono::seconds(60),
+    runtime::RunDevice device = {}) {
   at::set_num_threads(1);
   runtime::ProcessGroupOptions opt;
   opt.tensor_parallel = tensor_parallel;
   opt.pipeline_parallel = pipeline_parallel;
   opt.timeout = timeout;
+  opt.device = device;
   return runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
 }
 

@@ -108,6 +108,13 @@ TEST_CASE("measured step time is the mean after the warm-up steps", "[planner][m
   CHECK(n == 0);
 }
 
+TEST_CASE("the measured memory of a GPU run is its peak device memory", "[planner][measure]") {
+  CHECK(peak_device_mib(R"({"kind":"train","step":1,"max_rss_mib":900})" "\n") == -1);
+  CHECK(peak_device_mib(R"({"kind":"train","step":1,"peak_device_memory_mib":512.5})" "\n"
+                        "garbage\n"
+                        R"({"kind":"train","step":2,"peak_device_memory_mib":640})" "\n") == 640);
+}
+
 TEST_CASE("measured layouts: top, or spread evenly over the predicted times", "[planner][measure]") {
   const std::vector<double> t = {1.0, 1.01, 1.02, 1.03, 1.2, 1.45, 1.5, 1.9, 2.0};
   CHECK(pick_for_measurement(t, 3, false) == std::vector<std::size_t>{0, 1, 2});

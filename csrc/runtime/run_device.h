@@ -1,0 +1,51 @@
+// The run's device, decided once per rank and followed by everything else: parameters,
+// optimizer state, pipeline buffers, every tensor given to a collective, KV caches
+// (docs/design/devices.md). Three kinds of run:
+//   - CPU ranks: device cpu, collectives on Gloo;
+//   - GPUs: cuda:<LOCAL_RANK>, made the current CUDA device before any group exists, NCCL;
+//   - a device plugin (LOOM_DEVICE_PLUGIN, runtime/device_plugin.h) stands in for the GPU:
+//     <plugin>:<LOCAL_RANK>, collectives through the plugin's backend.
+// LOOM_DEVICE_COLLECTIVES=gloo runs a device's collectives on Gloo through host copies
+// instead, so that several ranks may share one device (NCCL refuses two ranks on one GPU):
+// rank r then uses device LOCAL_RANK mod (devices on the host).
+#pragma once
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace loom::runtime {
+
+enum class Collectives { kGloo, kNccl, kPlugin };
+
+struct RunDevice {
+  c10::Device device{c10::kCPU};
+  Collectives collectives = Collectives::kGloo;
+  /// Device tensors go through host memory to Gloo (LOOM_DEVICE_COLLECTIVES=gloo).
+  bool host_staged = false;
+
+  bool on_host() const { return device.is_cpu(); }
+  /// "cpu, Gloo", "cuda:0, NCCL", "standin:1, plugin libloom_standin_device.so",
+  /// "cuda:0, Gloo through host memory".
+  std::string describe() const;
+};
+
+enum class DeviceKind { kCpu, kAccelerator };
+
+/// Decides the device of the rank with local rank `local_rank` and makes it the current
+/// device of this thread. Throws std::runtime_error when the accelerator is missing or has
+/// fewer devices than the local ranks need (naming the count and the remedies), or when
+/// LOOM_DEVICE_COLLECTIVES or LOOM_DEVICE_PLUGIN is malformed.
+RunDevice select_run_device(DeviceKind kind, int local_rank);
+
+/// Peak bytes allocated on `device` since the process started or the last reset, from the
+/// device's caching allocator (CUDA's, or a plugin's that implements c10::DeviceAllocator);
+/// nullopt on the CPU or when the allocator keeps no statistics.
+std::optional<int64_t> peak_device_memory_bytes(c10::Device device);
+void reset_peak_device_memory(c10::Device device);
+
+/// Waits for all work queued on `device` (no-op on the CPU). For timing at log intervals only.
+void synchronize(c10::Device device);
+
+}  // namespace loom::runtime

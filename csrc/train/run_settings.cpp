@@ -1,0 +1,74 @@
+#include "train/run_settings.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "config/derived.h"
+
+namespace loom::train {
+
+RunShape run_shape(const config::Recipe& r) {
+  RunShape s;
+  s.t = int(r.model.tensor_model_parallel_size);
+  s.p = int(r.model.pipeline_model_parallel_size);
+  s.v = int(config::virtual_pipeline_size(r));
+  s.d = int(config::data_parallel_size(r));
+  s.m = int(config::num_microbatches(r));
+  s.micro_batch = r.model.micro_batch_size;
+  s.global_batch = r.model.global_batch_size;
+  s.seq_length = r.model.data.seq_length;
+  return s;
+}
+
+optim::OptimizerOptions optimizer_options(const config::Recipe& r) {
+  optim::OptimizerOptions o;
+  o.adamw.beta1 = r.model.optim.betas[0];
+  o.adamw.beta2 = r.model.optim.betas[1];
+  o.adamw.eps = r.model.optim.eps;
+  o.adamw.weight_decay = r.model.optim.weight_decay;
+  o.distributed = config::uses_distributed_optimizer(r);
+  o.clip_grad = r.trainer.gradient_clip_val;
+  return o;
+}
+
+optim::LrScheduleConfig lr_schedule_config(const config::Recipe& r) {
+  const auto& sched = r.model.optim.sched;
+  optim::LrScheduleConfig c;
+  c.lr = r.model.optim.lr;
+  c.min_lr = sched.min_lr;
+  c.warmup_steps = sched.warmup_steps;
+  c.constant_steps = sched.constant_steps;
+  c.max_steps = sched.max_steps > 0 ? sched.max_steps : r.trainer.max_steps;
+  c.max_steps = std::max(c.max_steps, c.warmup_steps + c.constant_steps);
+  switch (sched.name) {
+    case config::SchedulerName::kCosineAnnealing: c.decay = optim::LrDecay::kCosine; break;
+    case config::SchedulerName::kLinearDecay: c.decay = optim::LrDecay::kLinear; break;
+    case config::SchedulerName::kConstant: c.decay = optim::LrDecay::kConstant; break;
+  }
+  return c;
+}
+
+data::GptDataConfig gpt_data_config(const config::Recipe& r, int64_t train_samples,
+                                    int64_t valid_samples, const std::string& default_cache_dir) {
+  data::GptDataConfig c;
+  const auto& blend = r.model.data.data_prefix;
+  if (blend.size() == 1) {
+    c.data_prefix = {blend[0].path};
+  } else {
+    for (const auto& e : blend) {
+      c.data_prefix.push_back(fmt::format("{}", e.weight));
+      c.data_prefix.push_back(e.path);
+    }
+  }
+  c.splits_string = r.model.data.splits_string;
+  c.seq_length = r.model.data.seq_length;
+  c.seed = static_cast<uint32_t>(r.model.seed);
+  c.num_samples = {train_samples, valid_samples, std::nullopt};
+  c.eod_mask_loss = r.model.data.eod_mask_loss;
+  c.index_cache_dir = r.model.data.index_mapping_dir.value_or(default_cache_dir);
+  c.vocab_size = config::kGpt2VocabSize;
+  return c;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,40 @@
+// A validated recipe translated once into the settings of the training run's parts: the
+// parallel shape of a step, the optimizer, the learning-rate schedule and the datasets.
+// Each part then reads its own settings, never the raw recipe.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "config/recipe.h"
+#include "data/gpt_data_factory.h"
+#include "train/optim/lr_schedule.h"
+#include "train/optim/optimizer.h"
+
+namespace loom::train {
+
+/// Sizes of one training step (parallel_layout.md): t tensor, p pipeline, v virtual stages,
+/// d data-parallel ranks, m micro-batches of `micro_batch` samples per pipeline and step.
+struct RunShape {
+  int t = 1, p = 1, v = 1, d = 1, m = 1;
+  int64_t micro_batch = 1;
+  int64_t global_batch = 1;
+  int64_t seq_length = 1;
+};
+
+RunShape run_shape(const config::Recipe& recipe);
+
+/// model.optim (AdamW betas, eps, weight decay; distributed or not) and
+/// trainer.gradient_clip_val.
+optim::OptimizerOptions optimizer_options(const config::Recipe& recipe);
+
+/// model.optim.lr and model.optim.sched; sched.max_steps defaults to trainer.max_steps. A
+/// schedule whose warm-up and constant phases outlast the run keeps its own horizon (the run
+/// simply ends before the decay; the recipe loader warned).
+optim::LrScheduleConfig lr_schedule_config(const config::Recipe& recipe);
+
+/// model.data for `train_samples` and `valid_samples` samples; index caches go to
+/// model.data.index_mapping_dir or, when null, `default_cache_dir`.
+data::GptDataConfig gpt_data_config(const config::Recipe& recipe, int64_t train_samples,
+                                    int64_t valid_samples, const std::string& default_cache_dir);
+
+}  // namespace loom::train

@@ -1,0 +1,65 @@
+// The per-step training records of metrics.jsonl, read from the device in batches: a step's
+// loss stays a device tensor until the next flush (every trainer.log_every_n_steps steps, and
+// before validation, checkpoints and the end of the run), where one host sync reads every
+// pending loss (gpu.md: .item() waits for the device, so it stays out of the step loop).
+// Every rank keeps and flushes the same steps, so a non-finite loss stops all ranks at once;
+// only the rank given a MetricsLog writes.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "runtime/process_groups.h"
+#include "train/metrics_log.h"
+#include "train/optim/optimizer.h"
+
+namespace loom::train {
+
+/// What a record needs beyond the step's own values.
+struct StepLogConfig {
+  int64_t max_steps = 1;
+  int64_t print_every = 1;         ///< trainer.log_every_n_steps (also the flush interval)
+  int64_t tokens_per_step = 1;     ///< global batch × sequence length
+  double model_flops_per_step = 0;  ///< train/flops.h
+  int world_size = 1;
+  std::optional<double> peak_tflops;  ///< the device's, for MFU; none on CPUs
+};
+
+class StepLog {
+ public:
+  /// `log`: rank 0's metrics log, null elsewhere.
+  StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLog* log);
+
+  /// Records step `step` (1-based, done) with its device loss and the optimizer's result;
+  /// `seconds` is the host time since the previous step ended. Flushes when `step` is a
+  /// multiple of print_every (or the first step).
+  void add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
+           double seconds, int64_t consumed_samples);
+  /// Writes every pending record (one device sync). Collective over host_world (the largest
+  /// rank's peak device memory). Throws std::runtime_error naming the step when a loss is
+  /// not finite.
+  void flush();
+  /// The loss of the last flushed step (NaN before any).
+  double last_loss() const { return last_loss_; }
+
+ private:
+  struct Pending {
+    int64_t step;
+    at::Tensor loss;
+    optim::StepResult result;
+    double lr, seconds;
+    int64_t consumed_samples;
+  };
+  StepLogConfig config_;
+  runtime::ProcessGroups& groups_;
+  MetricsLog* log_;
+  std::vector<Pending> pending_;
+  double last_loss_;
+  std::chrono::steady_clock::time_point start_;
+  int64_t steps_timed_ = 0;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,32 @@
+#include "train/stop_signal.h"
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <csignal>
+
+namespace loom::train {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void loom_on_stop_signal(int sig) { g_stop_signal = sig; }
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = loom_on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+bool stop_requested(runtime::ProcessGroups& groups, bool local_request) {
+  const int64_t local = (g_stop_signal.load() != 0 || local_request) ? 1 : 0;
+  // host: a flag of this process, reduced on the host group.
+  at::Tensor flag = at::full({1}, local, at::TensorOptions().dtype(at::kLong));
+  groups.host_world().all_reduce(flag, runtime::ReduceOp::kMax);
+  return flag.item<int64_t>() != 0;
+}
+
+}  // namespace loom::train

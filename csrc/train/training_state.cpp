@@ -1,0 +1,82 @@
+#include "train/training_state.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace loom::train {
+
+CheckpointLayout checkpoint_layout(const RunShape& shape, const model::GptConfig& config) {
+  CheckpointLayout l;
+  l.tensor_parallel = shape.t;
+  l.pipeline_parallel = shape.p;
+  l.virtual_stages = shape.v;
+  l.data_parallel = shape.d;
+  l.model_shape = {{"num_layers", config.num_layers},
+                   {"hidden_size", config.hidden_size},
+                   {"ffn_hidden_size", config.ffn()},
+                   {"num_attention_heads", config.num_attention_heads},
+                   {"vocab_size", config.vocab_size},
+                   {"max_position_embeddings", config.max_position_embeddings}};
+  return l;
+}
+
+RankCheckpoint capture_training_state(const TrainingParts& parts, const TrainingPosition& position,
+                                      int tp_rank, int t) {
+  RankCheckpoint state;
+  for (const auto& chunk : *parts.chunks) {
+    for (const auto& p : chunk.parameters()) {
+      state.model[p.name] = p.tensor.detach();
+      std::vector<int64_t> shape = p.tensor.sizes().vec(), offset(shape.size(), 0);
+      if (p.tensor_parallel()) {
+        offset[p.partition_dim] = shape[p.partition_dim] * tp_rank;
+        shape[p.partition_dim] *= t;
+      }
+      state.shard_info[p.name] = {{"global_shape", shape}, {"offset", offset}};
+    }
+  }
+  auto opt_state = parts.optimizer->state_dict();  // collective (distributed optimizer)
+  state.optimizer = opt_state.tensors;
+  state.values = {{"optimizer", opt_state.values},
+                  {"scheduler", parts.scheduler->state_dict()},
+                  {"scaler", parts.scaler ? parts.scaler->state_dict() : nlohmann::json()},
+                  {"iteration", position.iteration},
+                  {"consumed_samples", position.consumed_samples}};
+  return state;
+}
+
+TrainingPosition restore_training_state(const RankCheckpoint& state, const TrainingParts& parts) {
+  const auto iteration = state.values.value("iteration", int64_t(-1));
+  // Check every parameter before changing any.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  for (const auto& chunk : *parts.chunks) {
+    for (const auto& p : chunk.parameters()) {
+      auto it = state.model.find(p.name);
+      if (it == state.model.end())
+        throw CheckpointError(
+            fmt::format("checkpoint iteration {} has no parameter {}", iteration, p.name));
+      if (it->second.sizes() != p.tensor.sizes())
+        throw CheckpointError(fmt::format("checkpoint parameter {} has shape {}, the model {}",
+                                          p.name, fmt::join(it->second.sizes(), "x"),
+                                          fmt::join(p.tensor.sizes(), "x")));
+      copies.emplace_back(p.tensor, it->second);
+    }
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [param, saved] : copies) param.copy_(saved);  // host → the run's device
+  }
+  optim::OptimizerState opt;
+  opt.tensors = state.optimizer;
+  opt.values = state.values.at("optimizer");
+  parts.optimizer->load_state_dict(opt);
+  parts.scheduler->load_state_dict(state.values.at("scheduler"));
+  if (parts.scaler && !state.values.at("scaler").is_null())
+    parts.scaler->load_state_dict(state.values.at("scaler"));
+  TrainingPosition position;
+  position.iteration = state.values.at("iteration").get<int64_t>();
+  position.consumed_samples = state.values.at("consumed_samples").get<int64_t>();
+  return position;
+}
+
+}  // namespace loom::train
