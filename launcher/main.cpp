@@ -5,6 +5,7 @@
 #include <string>
 
 #include "command_registry.h"
+#include "runtime/device_plugin.h"
 
 namespace loom::cli {
 std::vector<Command>& command_registry() {
@@ -26,6 +27,14 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  // A device plugin registers its device before anything else runs: autograd sizes its
+  // per-device queues at the first backward, and the dispatcher must know the device by then.
+  try {
+    loom::runtime::device_plugin();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: %s\n", e.what());
+    return 2;
   }
   const std::string name = argv[1];
   for (const auto& c : loom::cli::command_registry()) {

@@ -17,7 +17,7 @@ bool host_staged_from_env() {
   if (!v || !*v) return false;
   const std::string value = v;
   if (value == "gloo") return true;
-  throw std::runtime_error("LOOM_DEVICE_COLLECTIVES: expected 'gloo' (or unset), found '" + value +
+  throw std::invalid_argument("LOOM_DEVICE_COLLECTIVES: expected 'gloo' (or unset), found '" + value +
                            "'");
 }
 
@@ -51,12 +51,12 @@ RunDevice select_run_device(DeviceKind kind, int local_rank) {
   const int count = guard->deviceCount();
   const std::string what = plugin ? "'" + plugin->device_name + "' device" : "CUDA device";
   if (count < 1)
-    throw std::runtime_error("trainer.accelerator is gpu but torch sees no " + what +
+    throw std::invalid_argument("trainer.accelerator is gpu but torch sees no " + what +
                              " on this host; use trainer.accelerator=cpu for CPU ranks");
   int index = local_rank;
   if (local_rank >= count) {
     if (!out.host_staged)
-      throw std::runtime_error(
+      throw std::invalid_argument(
           "local rank " + std::to_string(local_rank) + " needs " + what + " " +
           std::to_string(local_rank) + " but this host has " + std::to_string(count) +
           ": start at most one rank per device (trainer.devices), or set "

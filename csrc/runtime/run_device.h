@@ -34,9 +34,10 @@ struct RunDevice {
 enum class DeviceKind { kCpu, kAccelerator };
 
 /// Decides the device of the rank with local rank `local_rank` and makes it the current
-/// device of this thread. Throws std::runtime_error when the accelerator is missing or has
-/// fewer devices than the local ranks need (naming the count and the remedies), or when
-/// LOOM_DEVICE_COLLECTIVES or LOOM_DEVICE_PLUGIN is malformed.
+/// device of this thread. Throws std::invalid_argument (bad input: the run asks for what the
+/// host lacks) when the accelerator is missing or has fewer devices than the local ranks need,
+/// naming the count and the remedies, or when LOOM_DEVICE_COLLECTIVES is malformed;
+/// std::runtime_error when LOOM_DEVICE_PLUGIN cannot be loaded.
 RunDevice select_run_device(DeviceKind kind, int local_rank);
 
 /// Peak bytes allocated on `device` since the process started or the last reset, from the

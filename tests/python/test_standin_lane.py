@@ -1,0 +1,150 @@
+"""The GPU code path on a CPU machine (docs/design/devices.md, "The stand-in device"): `loom
+train` with trainer.accelerator=gpu on the test-only stand-in device (LOOM_DEVICE_PLUGIN), whose
+communicator refuses host tensors as NCCL does, must compute exactly what the same layout
+computes on CPU ranks: every step's loss and gradient norm, the validation loss and every
+checkpoint file, bit for bit; checkpoints cross between the two; `loom generate` at t=2 prints
+the same text."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from test_data_helpers import ROOT, loom_binary
+from train_helpers import RECIPE, make_corpus, metrics
+
+STEPS = 4
+# The main-job recipe's model and data; these layouts and precisions (the issue's lane).
+LAYOUTS = {
+    "t2p2_sp_selective": ["trainer.devices=4", "model.tensor_model_parallel_size=2",
+                          "model.pipeline_model_parallel_size=2", "model.sequence_parallel=true",
+                          "model.activations_checkpoint_granularity=selective"],
+    "t1p2d2_distopt": ["trainer.devices=4", "model.tensor_model_parallel_size=1",
+                       "model.pipeline_model_parallel_size=2", "model.sequence_parallel=false",
+                       "model.activations_checkpoint_granularity=selective",
+                       "model.optim.name=distributed_fused_adam"],
+}
+PRECISIONS = {"fp32": "trainer.precision=32", "bf16": "trainer.precision=bf16"}
+
+
+def standin_library():
+    build = ROOT / os.environ.get("LOOM_BUILD_DIR", "build")
+    path = build / "lib" / "libloom_standin_device.so"
+    assert path.is_file(), f"stand-in device not built at {path} (tools/build.sh builds it with the tests)"
+    return path
+
+
+def loom(args, device, check=True, timeout=600, env_extra=None):
+    """Runs `loom <args>` on CPU ranks (device "cpu") or the stand-in device ("standin")."""
+    env = dict(os.environ)
+    for name in ("LOOM_DEVICE_PLUGIN", "LOOM_DEVICE_COLLECTIVES", "LOOM_STANDIN_DEVICE_COUNT"):
+        env.pop(name, None)
+    env.update(env_extra or {})
+    if device == "standin":
+        env["LOOM_DEVICE_PLUGIN"] = str(standin_library())
+    done = subprocess.run([str(loom_binary()), *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, f"loom {args[0]} on {device} failed ({done.returncode}):\n{done.stderr[-6000:]}"
+    return done
+
+
+def train(corpus, run_dir, device, layout, precision, steps=STEPS, extra=(), env_extra=None):
+    accelerator = "gpu" if device == "standin" else "cpu"
+    args = ["train", str(RECIPE), f"model.data.data_prefix=[1.0,{corpus}]",
+            f"trainer.accelerator={accelerator}", f"trainer.max_steps={steps}",
+            "trainer.log_every_n_steps=2", f"trainer.val_check_interval={steps}",
+            "trainer.limit_val_batches=1", f"exp_manager.explicit_log_dir={run_dir}",
+            f"exp_manager.checkpoint_callback_params.every_n_steps={steps}",
+            *LAYOUTS[layout], PRECISIONS[precision], *extra]
+    return loom(args, device, env_extra=env_extra)
+
+
+def checkpoint_files(run_dir):
+    """Every file of the run's checkpoints folder: relative path -> bytes."""
+    root = pathlib.Path(run_dir) / "checkpoints"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def step_values(run_dir):
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in metrics(run_dir)]
+
+
+def val_values(run_dir):
+    return [(r["step"], r["val_loss"]) for r in metrics(run_dir, "validation")]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(corpus, tmp_path_factory):
+    """The CPU-rank reference of every (layout, precision), trained once."""
+    runs = {}
+    for layout in LAYOUTS:
+        for precision in PRECISIONS:
+            run_dir = tmp_path_factory.mktemp(f"cpu_{layout}_{precision}")
+            train(corpus, run_dir, "cpu", layout, precision)
+            runs[layout, precision] = run_dir
+    return runs
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_standin_run_is_bit_identical_to_cpu_ranks(corpus, cpu_runs, tmp_path, layout, precision):
+    done = train(corpus, tmp_path, "standin", layout, precision)
+    assert "device: standin:0" in done.stderr
+    want = cpu_runs[layout, precision]
+    assert step_values(tmp_path) == step_values(want)  # exact floats, every step
+    assert len(step_values(tmp_path)) == STEPS
+    assert val_values(tmp_path) == val_values(want)
+    got_files, want_files = checkpoint_files(tmp_path), checkpoint_files(want)
+    assert sorted(got_files) == sorted(want_files)
+    for name, data in want_files.items():
+        assert got_files[name] == data, f"checkpoint file {name} differs"
+    if precision == "fp32":
+        # Peak device memory is reported where the device keeps statistics.
+        assert all("peak_device_memory_mib" in r for r in metrics(tmp_path))
+
+
+def test_ranks_share_one_device_with_host_staged_gloo(corpus, cpu_runs, tmp_path):
+    # NCCL (and the stand-in's communicator) refuse two ranks on one device; with
+    # LOOM_DEVICE_COLLECTIVES=gloo the 4 ranks share standin:0 and compute the same run.
+    layout, precision = "t2p2_sp_selective", "fp32"
+    done = train(corpus, tmp_path, "standin", layout, precision,
+                 env_extra={"LOOM_DEVICE_COLLECTIVES": "gloo", "LOOM_STANDIN_DEVICE_COUNT": "1"})
+    assert "device: standin:0, Gloo through host memory" in done.stderr
+    assert step_values(tmp_path) == step_values(cpu_runs[layout, precision])
+    assert checkpoint_files(tmp_path) == checkpoint_files(cpu_runs[layout, precision])
+
+
+def test_more_ranks_than_devices_is_refused_naming_the_remedy(corpus, tmp_path):
+    done = loom(["train", str(RECIPE), f"model.data.data_prefix=[1.0,{corpus}]",
+                 "trainer.accelerator=gpu", f"exp_manager.explicit_log_dir={tmp_path}"],
+                "standin", check=False, env_extra={"LOOM_STANDIN_DEVICE_COUNT": "2"})
+    assert done.returncode == 2
+    assert "local rank 2 needs 'standin' device 2 but this host has 2" in done.stderr
+    assert "LOOM_DEVICE_COLLECTIVES=gloo" in done.stderr
+
+
+@pytest.mark.parametrize("first,then", [("standin", "cpu"), ("cpu", "standin")])
+def test_checkpoint_resumes_on_the_other_device(corpus, cpu_runs, tmp_path, first, then):
+    layout, precision = "t2p2_sp_selective", "fp32"
+    train(corpus, tmp_path, first, layout, precision, extra=["--stop-after-steps", "2"])
+    assert (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    done = train(corpus, tmp_path, then, layout, precision)
+    assert "resumed from" in done.stderr
+    assert step_values(tmp_path) == step_values(cpu_runs[layout, precision])
+
+
+def test_generate_at_t2_on_the_standin_prints_the_cpu_text(cpu_runs):
+    run_dir = cpu_runs["t2p2_sp_selective", "fp32"]
+    args = ["generate", "--checkpoint", str(run_dir), "--prompt", "ROMEO:", "--max-new-tokens", "12",
+            "--temperature", "0.8", "--top-k", "40", "--seed", "7", "--tensor-parallel", "2"]
+    on_cpu = loom(args + ["--accelerator", "cpu"], "cpu")
+    on_standin = loom(args + ["--accelerator", "gpu"], "standin")
+    assert on_standin.stdout == on_cpu.stdout
+    assert on_cpu.stdout.startswith("ROMEO:") and len(on_cpu.stdout) > len("ROMEO:\n")
