@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "command_registry.h"
+#include "error_text.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "generate/generate_run.h"
@@ -74,17 +75,17 @@ int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo&
     }
     return 0;
   } catch (const loom::generate::GenerateInputError& e) {
-    return fail(2, e.what());
+    return fail(2, loom::cli::error_text(e));
   } catch (const loom::train::CheckpointError& e) {
-    return fail(2, e.what());
+    return fail(2, loom::cli::error_text(e));
   } catch (const loom::data::DataError& e) {
-    return fail(2, e.what());
+    return fail(2, loom::cli::error_text(e));
   } catch (const loom::config::RecipeError& e) {
-    return fail(2, e.what());
+    return fail(2, loom::cli::error_text(e));
   } catch (const std::invalid_argument& e) {
-    return fail(2, e.what());
+    return fail(2, loom::cli::error_text(e));
   } catch (const std::exception& e) {
-    return fail(1, e.what());
+    return fail(1, loom::cli::error_text(e));
   }
 }
 
@@ -126,7 +127,7 @@ int generate_command(int argc, char** argv) {
   try {
     info = loom::launch::rendezvous_from_env();
   } catch (const std::exception& e) {
-    std::cerr << "loom generate: " << e.what() << "\n";
+    std::cerr << "loom generate: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
   if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(request, info);
@@ -136,7 +137,7 @@ int generate_command(int argc, char** argv) {
   try {
     t = loom::generate::plan_generation(request).tensor_parallel;
   } catch (const std::exception& e) {
-    std::cerr << "loom generate: error: " << e.what() << "\n";
+    std::cerr << "loom generate: error: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
   if (t == 1) return run_rank(request, info);
@@ -150,7 +151,7 @@ int generate_command(int argc, char** argv) {
     if (result.exit_code() != 0) std::cerr << "loom generate: " << result.summary() << "\n";
     return result.exit_code();
   } catch (const std::exception& e) {
-    std::cerr << "loom generate: cannot start the ranks: " << e.what() << "\n";
+    std::cerr << "loom generate: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
     return 1;
   }
 }

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "command_registry.h"
+#include "error_text.h"
 #include "config/derived.h"
 #include "config/recipe.h"
 #include "launch/env_rendezvous.h"
@@ -40,10 +41,10 @@ int train_command(int argc, char** argv) {
     recipe = loom::config::load_recipe(recipe_path, overrides);
     loom::config::check_input_files(recipe);
   } catch (const loom::config::RecipeError& e) {
-    std::cerr << "loom train: invalid recipe:\n" << e.what() << "\n";
+    std::cerr << "loom train: invalid recipe:\n" << loom::cli::error_text(e) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "loom train: " << e.what() << "\n";
+    std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
 
@@ -51,7 +52,7 @@ int train_command(int argc, char** argv) {
   try {
     info = loom::launch::rendezvous_from_env();
   } catch (const std::exception& e) {
-    std::cerr << "loom train: " << e.what() << "\n";
+    std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
   const int64_t world = loom::config::world_size(recipe);
@@ -84,16 +85,16 @@ int train_command(int argc, char** argv) {
     options.stop_after_steps = stop_after;
     return loom::train::run_training(recipe, options);
   } catch (const std::invalid_argument& e) {
-    loom::launch::record_rank_error(e.what());
-    std::cerr << "loom train: error: " << e.what() << "\n";
+    loom::launch::record_rank_error(loom::cli::error_text(e));
+    std::cerr << "loom train: error: " << loom::cli::error_text(e) << "\n";
     return 2;
   } catch (const loom::train::CheckpointError& e) {
-    loom::launch::record_rank_error(e.what());
-    std::cerr << "loom train: checkpoint error: " << e.what() << "\n";
+    loom::launch::record_rank_error(loom::cli::error_text(e));
+    std::cerr << "loom train: checkpoint error: " << loom::cli::error_text(e) << "\n";
     return 2;
   } catch (const std::exception& e) {
-    loom::launch::record_rank_error(e.what());
-    std::cerr << "loom train: error: " << e.what() << "\n";
+    loom::launch::record_rank_error(loom::cli::error_text(e));
+    std::cerr << "loom train: error: " << loom::cli::error_text(e) << "\n";
     return 1;
   }
 }

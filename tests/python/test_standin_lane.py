@@ -50,7 +50,8 @@ def loom(args, device, check=True, timeout=600, env_extra=None):
     return done
 
 
-def train(corpus, run_dir, device, layout, precision, steps=STEPS, extra=(), env_extra=None):
+def train(corpus, run_dir, device, layout, precision, steps=STEPS, extra=(), env_extra=None,
+          check=True):
     accelerator = "gpu" if device == "standin" else "cpu"
     args = ["train", str(RECIPE), f"model.data.data_prefix=[1.0,{corpus}]",
             f"trainer.accelerator={accelerator}", f"trainer.max_steps={steps}",
@@ -58,7 +59,7 @@ def train(corpus, run_dir, device, layout, precision, steps=STEPS, extra=(), env
             "trainer.limit_val_batches=1", f"exp_manager.explicit_log_dir={run_dir}",
             f"exp_manager.checkpoint_callback_params.every_n_steps={steps}",
             *LAYOUTS[layout], PRECISIONS[precision], *extra]
-    return loom(args, device, env_extra=env_extra)
+    return loom(args, device, check=check, env_extra=env_extra)
 
 
 def checkpoint_files(run_dir):
@@ -128,6 +129,14 @@ def test_more_ranks_than_devices_is_refused_naming_the_remedy(corpus, tmp_path):
     assert done.returncode == 2
     assert "local rank 2 needs 'standin' device 2 but this host has 2" in done.stderr
     assert "LOOM_DEVICE_COLLECTIVES=gloo" in done.stderr
+
+
+def test_a_run_that_does_not_fit_its_device_names_out_of_memory(corpus, tmp_path):
+    done = train(corpus, tmp_path, "standin", "t2p2_sp_selective", "fp32", check=False,
+                 env_extra={"LOOM_STANDIN_MEMORY_MIB": "16"})
+    assert done.returncode == 1
+    assert "standin: out of memory: tried to allocate" in done.stderr
+    assert "frame #" not in done.stderr  # no C++ stack for the user
 
 
 @pytest.mark.parametrize("first,then", [("standin", "cpu"), ("cpu", "standin")])

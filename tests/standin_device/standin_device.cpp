@@ -106,6 +106,35 @@ void raise_peak(std::atomic<int64_t>& peak, int64_t now) {
   }
 }
 
+// Device memory capacity in bytes (LOOM_STANDIN_MEMORY_MIB; 0 = unlimited): lets CPU
+// machines test what happens when a run does not fit its device (out-of-memory handling,
+// micro-batch searches).
+int64_t capacity_bytes() {
+  static const int64_t cap = [] {
+    const char* e = std::getenv("LOOM_STANDIN_MEMORY_MIB");
+    if (e == nullptr || *e == '\0') return int64_t(0);
+    char* end = nullptr;
+    const long long mib = std::strtoll(e, &end, 10);
+    if (*end != '\0' || mib < 0) {
+      std::fprintf(stderr, "standin: LOOM_STANDIN_MEMORY_MIB=%s is not a number of MiB; unlimited\n", e);
+      return int64_t(0);
+    }
+    return int64_t(mib) << 20;
+  }();
+  return cap;
+}
+
+// Refuses an allocation of n bytes that would exceed the capacity, as CUDA's allocator does.
+void check_capacity(int device, size_t n) {
+  const int64_t cap = capacity_bytes();
+  if (cap == 0) return;
+  const int64_t used = g_counters[device].current.load();
+  TORCH_CHECK_WITH(OutOfMemoryError, used + static_cast<int64_t>(n) <= cap,
+                   "standin: out of memory: tried to allocate ", n >> 20, " MiB on standin:", device,
+                   " with ", used >> 20, " MiB of ", cap >> 20,
+                   " MiB in use (LOOM_STANDIN_MEMORY_MIB)");
+}
+
 void account(int device, int64_t delta) {
   Counter& c = g_counters[device];
   const int64_t now = c.current.fetch_add(delta) + delta;
@@ -166,6 +195,7 @@ void free_block(void* ctx) {
 
 c10::DataPtr allocate_on(int device, size_t n) {
   if (n == 0) return c10::DataPtr(nullptr, c10::Device(kDevice, device));
+  check_capacity(device, n);
   void* base = std::aligned_alloc(kAlign, kAlign + round_up(n));
   TORCH_CHECK_WITH(OutOfMemoryError, base != nullptr, "standin: out of host memory allocating ",
                    n, " bytes on standin:", device);
@@ -259,6 +289,7 @@ c10::Storage adopt_cpu_storage(const c10::Storage& cpu, int device) {
   if (n == 0 || cpu.data() == nullptr) {
     return c10::Storage(c10::Storage::use_byte_size_t(), 0, allocator_for(device), true);
   }
+  check_capacity(device, n);
   void* data = cpu.mutable_data();
   auto* a = new Adopted{cpu, n, device, data};
   device_ranges().add(data, n, device);
