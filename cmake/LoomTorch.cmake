@@ -38,7 +38,14 @@ if(LOOM_WITH_CUDA)
   endif()
 endif()
 
-set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+# Torch's config adds -gencode flags for TORCH_CUDA_ARCH_LIST to every CUDA target; derive it
+# from LOOM_CUDA_ARCHS (80 -> 8.0, 90a -> 9.0a) so that a one-architecture build (the GPU
+# bring-up's -DLOOM_CUDA_ARCHS=90) compiles the kernels once, not for sm_80 as well.
+set(TORCH_CUDA_ARCH_LIST "")
+foreach(_arch IN LISTS LOOM_CUDA_ARCHS)
+  string(REGEX REPLACE "^([0-9]+)([0-9])([a-z]?)$" "\\1.\\2\\3" _torch_arch "${_arch}")
+  list(APPEND TORCH_CUDA_ARCH_LIST "${_torch_arch}")
+endforeach()
 unset(CMAKE_CUDA_ARCHITECTURES)   # torch's config warns when it is set; restored below
 find_package(Torch REQUIRED)
 set(CMAKE_CUDA_ARCHITECTURES ${LOOM_CUDA_ARCHS})

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU check of the op library, for a host with a GPU and only torch (2.11+cu130), nvcc
 # 13.0, cmake and ninja; it installs nothing.
-#   1. builds extensions/ standalone against that torch (build-gpu-check/lib/libloom_ops.so)
+#   1. builds extensions/ standalone against that torch (build-gpu-check/lib/libloom_ops.so),
+#      unless LOOM_OPS_LIB names a library already built (tools/gpu_bringup.sh passes the one
+#      its `loom` build made, to save a second build of the kernels)
 #   2. runs the op tests on cpu and cuda (tests/python/test_ops_*.py: torch references per
 #      dtype, opcheck, gradcheck, Philox keying, CPU/CUDA mask bit-identity) with pytest,
 #      or tools/bench_ops_runner.py where pytest is missing
@@ -13,7 +15,8 @@
 #   LOOM_GPU_CHECK_DEVICE=cpu tools/gpu_check.sh  # dry run here: same Python code on CPU,
 #                                                 # reusing an existing build if there is one
 # Environment: LOOM_PYTHON (python with torch; default python3, or .venv/bin/python when
-# present), LOOM_GPU_CHECK_BUILD (build dir), LOOM_OPS_LIB (dry run: library to use).
+# present), LOOM_GPU_CHECK_BUILD (build dir), LOOM_OPS_LIB (library to use instead of building
+# one, on either device; the dry run also falls back to build/lib/libloom_ops.so).
 # Exit status: 0 all passed and targets met, 1 a build or test failure, 3 targets missed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +39,8 @@ if [ "$device" = cuda ]; then
 fi
 
 # 1. the library
-if [ "$device" = cpu ] && [ -n "${LOOM_OPS_LIB:-}" ]; then
+if [ -n "${LOOM_OPS_LIB:-}" ]; then
+  [ -f "$LOOM_OPS_LIB" ] || { say "gpu_check: LOOM_OPS_LIB=$LOOM_OPS_LIB does not exist"; exit 1; }
   lib=$LOOM_OPS_LIB
 elif [ "$device" = cpu ] && [ -f build/lib/libloom_ops.so ]; then
   lib=build/lib/libloom_ops.so

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Reads `loom train` run directories and `loom plan` CSVs for tools/gpu_bringup.sh.
+
+Standard library only (the GPU host's python may have nothing but torch). Subcommands:
+  compare REF RUN [RUN ...] --rtol R [R ...]   loss table (markdown) of the runs' train records
+                                               against REF, step by step; exit 1 when a run's
+                                               relative difference exceeds its tolerance
+  throughput RUN --skip K                      JSON: means over the train records after K steps
+  plan CSV --mbs B                             JSON: the CSV row with that micro-batch
+  formula --layers L --hidden H --heads A --seq S --mbs B --vocab V --params P
+                                               JSON + text: Korthikanti et al.'s activation
+                                               memory with selective recompute, plus weights
+  oom LOG                                      exit 0 when the log reports an out-of-memory error
+"""
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+MIB = 2.0**20
+GIB = 2.0**30
+
+
+def train_records(run_dir):
+    """The "train" records of RUN/metrics.jsonl, by step (a resumed run's later record wins)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    records = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            r = json.loads(line)
+            if r.get("kind", "train") == "train" and "step" in r:
+                records[int(r["step"])] = r
+    return [records[k] for k in sorted(records)]
+
+
+def rel(a, ref):
+    return abs(a - ref) / max(abs(ref), 1e-30)
+
+
+def cmd_compare(args):
+    ref = {r["step"]: r["loss"] for r in train_records(args.ref)}
+    runs = [{r["step"]: r["loss"] for r in train_records(d)} for d in args.runs]
+    tols = args.rtol if len(args.rtol) == len(runs) else [args.rtol[0]] * len(runs)
+    names = args.names or [Path(d).name for d in args.runs]
+    ref_name = args.ref_name or Path(args.ref).name
+    head = f"| step | {ref_name} |" + "".join(f" {n} | rel. diff |" for n in names)
+    print(head)
+    print("|---" * (2 + 2 * len(runs)) + "|")
+    worst = [0.0] * len(runs)
+    missing = [0] * len(runs)
+    for step in sorted(ref):
+        row = f"| {step} | {ref[step]:.6f} |"
+        for i, run in enumerate(runs):
+            if step in run:
+                d = rel(run[step], ref[step])
+                worst[i] = max(worst[i], d) if math.isfinite(d) else math.inf
+                row += f" {run[step]:.6f} | {d:.2e} |"
+            else:
+                missing[i] += 1
+                row += " - | - |"
+        print(row)
+    print()
+    status = 0
+    for i, name in enumerate(names):
+        ok = worst[i] <= tols[i] and missing[i] == 0 and len(runs[i]) > 0
+        print(f"- {name}: max relative difference {worst[i]:.3e} over {len(ref)} steps "
+              f"(limit {tols[i]:g}){'' if not missing[i] else f', {missing[i]} steps missing'}: "
+              f"{'pass' if ok else 'FAIL'}")
+        status |= 0 if ok else 1
+    return status
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else None
+
+
+def cmd_throughput(args):
+    recs = train_records(args.run)
+    timed = recs[args.skip:] if len(recs) > args.skip else recs[-1:]
+    get = lambda k: [r[k] for r in timed if isinstance(r.get(k), (int, float))]
+    peak_dev = [r["peak_device_memory_mib"] for r in recs if isinstance(r.get("peak_device_memory_mib"), (int, float))]
+    out = {
+        "steps": len(recs), "timed_steps": len(timed),
+        "tokens_per_s": mean(get("tokens_per_s")),
+        "model_tflops_per_device": mean(get("model_tflops_per_device")),
+        "mfu": mean(get("mfu")), "step_time_s": mean(get("step_time_s")),
+        "peak_device_memory_mib": max(peak_dev) if peak_dev else None,
+        "max_rss_mib": max(get("max_rss_mib")) if get("max_rss_mib") else None,
+        "first_loss": recs[0]["loss"] if recs else None, "last_loss": recs[-1]["loss"] if recs else None,
+    }
+    print(json.dumps(out))
+    return 0 if recs else 1
+
+
+def cmd_plan(args):
+    with open(args.csv) as f:
+        rows = [r for r in csv.DictReader(f) if int(r["micro_batch"]) == args.mbs]
+    if not rows:
+        print(json.dumps(None))
+        return 1
+    r = rows[0]
+    keys = ["fits", "memory_gib", "weights_optimizer_gib", "activations_gib", "embedding_logits_gib",
+            "transient_gib", "reserve_gib", "step_seconds", "tokens_per_second", "model_tflops_per_gpu", "mfu"]
+    print(json.dumps({k: float(r[k]) for k in keys}))
+    return 0
+
+
+def cmd_formula(args):
+    s, b, h, a, L, V = args.seq, args.mbs, args.hidden, args.heads, args.layers, args.vocab
+    per_layer_sel = 34 * s * b * h                  # bytes, t = 1, selective recompute
+    per_layer_none = s * b * h * (34 + 5 * a * s / h)
+    attention_work = 5 * a * s * s * b              # recomputed attention core of one layer
+    logits = 4 * s * b * V                          # fp32 logits kept for the cross entropy
+    weights = 18 * args.params                      # bf16 params + fp32 main + 2 moments + fp32 grads
+    total = L * per_layer_sel + attention_work + logits + weights
+    out = {
+        "per_layer_selective_gib": per_layer_sel / GIB, "per_layer_no_recompute_gib": per_layer_none / GIB,
+        "layers_selective_gib": L * per_layer_sel / GIB, "attention_recompute_gib": attention_work / GIB,
+        "logits_fp32_gib": logits / GIB, "weights_optimizer_gib": weights / GIB, "total_gib": total / GIB,
+        "text": (f"activations L·34·s·b·h = {L}·34·{s}·{b}·{h} B = {L * per_layer_sel / GIB:.2f} GiB "
+                 f"(no recompute: L·s·b·h·(34 + 5as/h) = {L * per_layer_none / GIB:.2f} GiB); "
+                 f"recomputed attention core of one layer 5·a·s²·b = {attention_work / GIB:.2f} GiB; "
+                 f"fp32 logits 4·s·b·V = {logits / GIB:.2f} GiB; weights+grads+Adam 18 B × {args.params:,} "
+                 f"= {weights / GIB:.2f} GiB; sum {total / GIB:.2f} GiB"),
+    }
+    print(json.dumps(out))
+    return 0
+
+
+OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|not enough memory|"
+                 r"std::bad_alloc|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation", re.I)
+
+
+def cmd_oom(args):
+    text = Path(args.log).read_text(errors="replace")
+    return 0 if OOM.search(text) else 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("ref")
+    c.add_argument("runs", nargs="+")
+    c.add_argument("--rtol", type=float, nargs="+", required=True)
+    c.add_argument("--names", nargs="+")
+    c.add_argument("--ref-name")
+    t = sub.add_parser("throughput")
+    t.add_argument("run")
+    t.add_argument("--skip", type=int, default=3)
+    q = sub.add_parser("plan")
+    q.add_argument("csv")
+    q.add_argument("--mbs", type=int, required=True)
+    m = sub.add_parser("formula")
+    for k in ("layers", "hidden", "heads", "seq", "mbs", "vocab", "params"):
+        m.add_argument(f"--{k}", type=int, required=True)
+    o = sub.add_parser("oom")
+    o.add_argument("log")
+    args = p.parse_args(argv)
+    try:
+        return {"compare": cmd_compare, "throughput": cmd_throughput, "plan": cmd_plan,
+                "formula": cmd_formula, "oom": cmd_oom}[args.cmd](args)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"gpu_bringup_metrics {args.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
