@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: set-up, build, C++ tests (ctest), Python tests (pytest).
 #   tools/test.sh            (README command (b); .ci/run runs exactly this)
+#   tools/test.sh --full     also prepares the GPU bundle and dry-runs the GPU bring-up on the
+#                            stand-in device (tools/gpu_bundle.sh, tools/gpu_bringup.sh --dry-run):
+#                            run it before a session with a GPU host, so that GPU minutes go to
+#                            measurement; it downloads ~60 MB, so CI does not
 set -euo pipefail
 cd "$(dirname "$0")/.."
+full=0
+[ "${1:-}" = "--full" ] && full=1
 tools/setup.sh
 tools/build.sh
 echo "[test] C++ tests" >&2
 (cd build && ctest --output-on-failure --timeout 900 -j "${LOOM_TEST_JOBS:-1}")
 echo "[test] Python tests" >&2
 .venv/bin/python -m pytest -q tests/python
+if [ "$full" = 1 ]; then
+  echo "[test] GPU bring-up dry run" >&2
+  tools/gpu_bundle.sh
+  tools/gpu_bringup.sh --dry-run
+fi
