@@ -1,6 +1,7 @@
 #include "config/interpolation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -13,6 +14,12 @@ namespace {
 
 /// Thrown inside one value's resolution; caught per value and reported at its location.
 struct InterpolationError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A limit of interpolation.h was reached: unwinds to the value whose resolution started the
+/// chain, marking every value on the way invalid, and is reported once, there.
+struct InterpolationLimit : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -71,11 +78,23 @@ class Resolver {
         chain += *it + " -> ";
       throw InterpolationError("interpolation cycle: " + chain + key);
     }
+    if (in_progress_.size() >= kMaxInterpolationChain) {
+      throw InterpolationLimit(
+          "expected chains of at most " + std::to_string(kMaxInterpolationChain) +
+          " interpolations (a value referring to a value referring to ...), found a longer one: " +
+          in_progress_.front() + " -> " + in_progress_[1] + " -> ... -> " + in_progress_.back() + " -> " + key);
+    }
     in_progress_.push_back(key);
     try {
       Node result = evaluate_text(n.scalar, path);
       result.where = n.where;
       n = std::move(result);
+    } catch (const InterpolationLimit& e) {
+      in_progress_.pop_back();
+      n.invalid = true;
+      if (!in_progress_.empty()) throw;
+      diag_.error(n.where, key, e.what());
+      return;
     } catch (const InterpolationError& e) {
       // Reported here; a value referring to this one then reports "which has an error".
       in_progress_.pop_back();
@@ -89,6 +108,7 @@ class Resolver {
   /// A whole value: one "${...}" spanning the text keeps the referenced node's type; anything
   /// else becomes a string with each reference replaced by its scalar text.
   Node evaluate_text(const std::string& text, const std::vector<std::string>& path) {
+    const NestingGuard guard(*this, path);
     const std::string t = trim(text);
     if (t.size() > 3 && t.compare(0, 2, "${") == 0 && matching_brace(t, 2) == t.size() - 1) {
       return evaluate_expression(t.substr(2, t.size() - 3), path);
@@ -110,12 +130,67 @@ class Resolver {
                                    "} inside a string must refer to a scalar, found " + describe(part));
         }
         out += part.scalar;
+        if (out.size() > kMaxInterpolatedBytes) too_large(path, out.size());
         i = close;
         continue;
       }
       out += text[i];
+      if (out.size() > kMaxInterpolatedBytes) too_large(path, out.size());
     }
+    spend(out.size(), path);
     return Node::scalar_of(out, true);
+  }
+
+  /// Each nested "${" and each link of a chain is one level of recursion: bounded so that a
+  /// hostile recipe cannot exhaust the stack.
+  struct NestingGuard {
+    NestingGuard(Resolver& r, const std::vector<std::string>& path) : r_(r) {
+      if (++r_.nesting_ > kMaxInterpolationNesting) {
+        --r_.nesting_;
+        throw InterpolationLimit("expected interpolations nested at most " +
+                                 std::to_string(kMaxInterpolationNesting) + " levels deep, found deeper at " +
+                                 join_path(path, path.size()));
+      }
+    }
+    ~NestingGuard() { --r_.nesting_; }
+    Resolver& r_;
+  };
+
+  [[noreturn]] void too_large(const std::vector<std::string>& path, size_t bytes) const {
+    throw InterpolationLimit("expected an interpolated value of at most " +
+                             std::to_string(kMaxInterpolatedBytes >> 10) + " KiB, found " +
+                             join_path(path, path.size()) + " growing to " + std::to_string(bytes) +
+                             " bytes (references repeated inside references: an interpolation bomb?)");
+  }
+
+  /// Counts what resolution produces (text bytes, and kNodeBytes per copied value) against one
+  /// budget per recipe. Once spent, every later interpolation fails at once.
+  void spend(size_t bytes, const std::vector<std::string>& path) {
+    if (bytes <= budget_left_) {
+      budget_left_ -= bytes;
+      return;
+    }
+    budget_left_ = 0;
+    throw InterpolationLimit("expected interpolations to produce at most " +
+                             std::to_string(kInterpolationBudget >> 20) + " MiB in all, found more by " +
+                             join_path(path, path.size()) + " (an interpolation bomb?)");
+  }
+
+  static constexpr size_t kNodeBytes = 128;  // about what one copied value occupies
+
+  /// Bytes a copy of `n` occupies, counted only up to `limit` (so that measuring a huge
+  /// subtree against an exhausted budget costs nothing).
+  static size_t footprint(const Node& n, size_t limit) {
+    size_t bytes = kNodeBytes + n.scalar.size();
+    for (const auto& item : n.items) {
+      if (bytes > limit) return bytes;
+      bytes += footprint(item, limit - bytes);
+    }
+    for (const auto& [key, value] : n.entries) {
+      if (bytes > limit) return bytes;
+      bytes += key.size() + footprint(value, limit - bytes);
+    }
+    return bytes;
   }
 
   Node evaluate_expression(const std::string& body, const std::vector<std::string>& path) {
@@ -157,7 +232,10 @@ class Resolver {
       int64_t i = 0;
       double d = 0;
       if (value.kind == Node::Kind::kScalar && parse_int(value.scalar, i)) {
-        iproduct *= i;
+        if (all_int && __builtin_mul_overflow(iproduct, i, &iproduct)) {
+          throw InterpolationError("multiply overflows a 64-bit integer (the product of " + trim(args_text) +
+                                   " is beyond +-9223372036854775807)");
+        }
         dproduct *= static_cast<double>(i);
       } else if (value.kind == Node::Kind::kScalar && parse_double(value.scalar, d)) {
         all_int = false;
@@ -165,6 +243,9 @@ class Resolver {
       } else {
         throw InterpolationError("multiply expects numbers, found " + describe(value));
       }
+    }
+    if (!all_int && !std::isfinite(dproduct)) {
+      throw InterpolationError("multiply overflows a double (the product of " + trim(args_text) + " is not finite)");
     }
     return Node::scalar_of(all_int ? std::to_string(iproduct) : format_double(dproduct));
   }
@@ -211,12 +292,15 @@ class Resolver {
     std::vector<std::string> target_copy = target;
     resolve_tree(*cur, target_copy);
     if (cur->invalid) throw InterpolationError("interpolation ${" + ref + "} refers to '" + target_path + "', which has an error");
+    if (cur->kind != Node::Kind::kScalar) spend(footprint(*cur, budget_left_), path);
     return *cur;
   }
 
   Node& root_;
   Diagnostics& diag_;
   std::vector<std::string> in_progress_;
+  int nesting_ = 0;
+  size_t budget_left_ = kInterpolationBudget;
 };
 
 }  // namespace

@@ -15,6 +15,16 @@
 
 namespace loom::config::detail {
 
+/// Limits that keep a hostile recipe from exhausting the stack or memory (docs/design/
+/// hardening.md); each is reported once, at the value whose resolution reached it:
+/// a chain of references (a -> b -> c ...) of at most kMaxInterpolationChain links, "${" nested
+/// at most kMaxInterpolationNesting deep, an interpolated string of at most
+/// kMaxInterpolatedBytes, and kInterpolationBudget text bytes and copied values in all.
+inline constexpr size_t kMaxInterpolationChain = 64;
+inline constexpr int kMaxInterpolationNesting = 128;
+inline constexpr size_t kMaxInterpolatedBytes = size_t{1} << 20;
+inline constexpr size_t kInterpolationBudget = size_t{64} << 20;
+
 /// Resolves every interpolation in the tree in place; failed values are marked invalid.
 void resolve_interpolations(Node& root, Diagnostics& diag);
 

@@ -17,6 +17,9 @@ namespace loom::config {
 
 namespace {
 
+/// Largest recipe file read (docs/design/hardening.md); a million-key file is ~15 MiB.
+constexpr uintmax_t kMaxRecipeBytes = uintmax_t{64} << 20;
+
 using detail::Diagnostics;
 using detail::Need;
 
@@ -31,7 +34,11 @@ void apply_derived_defaults(Recipe& r, const std::set<std::string>& derived, std
   auto& m = r.model;
   derive("model.max_position_embeddings", "model.encoder_seq_length", m.max_position_embeddings,
          m.encoder_seq_length);
-  derive("model.ffn_hidden_size", "model.hidden_size", m.ffn_hidden_size, 4 * m.hidden_size);
+  // A hidden_size beyond range is reported by validation (which then skips the derived field);
+  // computing 4h must not overflow meanwhile.
+  int64_t four_h = 0;
+  if (__builtin_mul_overflow(m.hidden_size, int64_t{4}, &four_h)) four_h = 0;
+  derive("model.ffn_hidden_size", "model.hidden_size", m.ffn_hidden_size, four_h);
   derive("model.data.seq_length", "model.encoder_seq_length", m.data.seq_length, m.encoder_seq_length);
   derive("model.optim.sched.max_steps", "trainer.max_steps", m.optim.sched.max_steps, r.trainer.max_steps);
   derive("exp_manager.checkpoint_callback_params.every_n_steps", "trainer.val_check_interval",
@@ -61,7 +68,7 @@ Recipe load_recipe_from_string(const std::string& yaml, const std::string& origi
   const SourceLocation root_where{origin, 0, 0};
 
   detail::Node root = detail::parse_yaml(yaml, origin, diag);
-  if (root.kind == detail::Node::Kind::kNull && !diag.errors.empty()) throw RecipeError(diag.errors);
+  if (root.kind == detail::Node::Kind::kNull && !diag.errors.empty()) throw RecipeError(diag.report());
   detail::apply_key_aliases(root, diag);
   detail::apply_overrides(root, overrides, diag);
   detail::resolve_interpolations(root, diag);
@@ -75,6 +82,7 @@ Recipe load_recipe_from_string(const std::string& yaml, const std::string& origi
   for (const Finding& f : validate_recipe(r, diag.bad_paths)) {
     (f.warning ? warnings : errors).push_back(located(r, f.path, f.message));
   }
+  if (diag.suppressed > 0) errors.push_back(diag.report().back());
   if (!errors.empty()) throw RecipeError(errors);
   if (r.model.sequence_parallel && r.model.tensor_model_parallel_size == 1) r.model.sequence_parallel = false;
   r.origin.warnings = warnings;
@@ -85,6 +93,14 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw RecipeError({path + ": cannot open recipe file (" + std::strerror(errno) + ")"});
+  }
+  // Refuse a huge file before reading it whole (a recipe is a few KiB; a device or a pipe
+  // reports size 0 and is read as it is).
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxRecipeBytes) {
+    throw RecipeError({path + ": expected a recipe file of at most " + std::to_string(kMaxRecipeBytes >> 20) +
+                       " MiB, found " + std::to_string(size) + " bytes"});
   }
   std::ostringstream text;
   text << in.rdbuf();

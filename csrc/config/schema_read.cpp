@@ -293,8 +293,9 @@ void check_map_keys(const Node& map, const std::string& path, Diagnostics& diag)
       continue;
     }
     const std::string where = path.empty() ? "a top-level section" : "a key of section '" + path + "'";
-    diag.error(map.key_locations[i], full,
-               "unknown key: expected " + where + ", found '" + key + "'" + suggest_key(full));
+    // Past the error cap the line is only counted: skip the costly suggestion.
+    const std::string hint = diag.saturated() ? "" : suggest_key(full);
+    diag.error(map.key_locations[i], full, "unknown key: expected " + where + ", found '" + key + "'" + hint);
   }
 }
 

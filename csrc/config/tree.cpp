@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <sstream>
+#include <unordered_map>
 
 namespace loom::config {
 
@@ -83,7 +84,11 @@ std::string format_issue(const SourceLocation& where, const std::string& path, c
 }
 
 void Diagnostics::error(const SourceLocation& where, const std::string& path, const std::string& message) {
-  errors.push_back(format_issue(where, path, message));
+  if (saturated()) {
+    ++suppressed;
+  } else {
+    errors.push_back(format_issue(where, path, message));
+  }
   if (!path.empty()) bad_paths.insert(path);
 }
 
@@ -102,72 +107,138 @@ SourceLocation location_of(const YAML::Mark& mark, const std::string& origin) {
   return loc;
 }
 
-Node convert(const YAML::Node& y, const std::string& origin, const std::string& path, Diagnostics& diag) {
-  Node n;
-  n.where = location_of(y.Mark(), origin);
-  switch (y.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      n.kind = Node::Kind::kNull;
-      break;
-    case YAML::NodeType::Scalar:
-      n.kind = Node::Kind::kScalar;
-      n.scalar = y.Scalar();
-      n.quoted = y.Tag() == "!";  // yaml-cpp tags non-plain (quoted, block) scalars "!"
-      break;
-    case YAML::NodeType::Sequence: {
-      n.kind = Node::Kind::kSequence;
-      size_t i = 0;
-      for (const auto& item : y) {
-        n.items.push_back(convert(item, origin, path + "[" + std::to_string(i) + "]", diag));
-        ++i;
-      }
-      break;
+/// Thrown when the document exceeds a limit of tree.h; caught by parse_yaml.
+struct LimitError {
+  SourceLocation where;
+  std::string path, message;
+};
+
+/// Converts yaml-cpp's tree into ours, counting what it builds: an alias shares one yaml-cpp
+/// node however often it is used, but each use becomes a copy here, so the count bounds the
+/// expansion of alias bombs ("billion laughs") before they exhaust memory.
+class Converter {
+ public:
+  // Without aliases every value and every key's text comes from at least one byte of the file,
+  // so the budgets below are never reached by a document that does not reuse anchors.
+  Converter(const std::string& origin, size_t text_size, Diagnostics& diag)
+      : origin_(origin),
+        nodes_left_(kExpansionFactor * text_size + kExpansionNodes),
+        bytes_left_(kExpansionFactor * text_size + kExpansionBytes),
+        diag_(diag) {}
+
+  Node convert(const YAML::Node& y, const std::string& path, int depth) {
+    Node n;
+    n.where = location_of(y.Mark(), origin_);
+    if (depth > kMaxDepth) {
+      throw LimitError{n.where, path,
+                       "expected mappings and sequences nested at most " + std::to_string(kMaxDepth) +
+                           " levels deep, found deeper nesting (or an alias that contains itself)"};
     }
-    case YAML::NodeType::Map: {
-      n.kind = Node::Kind::kMap;
-      for (auto it = y.begin(); it != y.end(); ++it) {
-        const SourceLocation key_where = location_of(it->first.Mark(), origin);
-        if (!it->first.IsScalar()) {
-          diag.error(key_where, path, "expected a plain key, found a " +
-                                          std::string(it->first.IsMap() ? "mapping" : "sequence") + " as key");
-          continue;
+    spend(nodes_left_, 1, n.where, path);
+    switch (y.Type()) {
+      case YAML::NodeType::Undefined:
+      case YAML::NodeType::Null:
+        n.kind = Node::Kind::kNull;
+        break;
+      case YAML::NodeType::Scalar:
+        n.kind = Node::Kind::kScalar;
+        n.scalar = y.Scalar();
+        spend(bytes_left_, n.scalar.size(), n.where, path);
+        n.quoted = y.Tag() == "!";  // yaml-cpp tags non-plain (quoted, block) scalars "!"
+        break;
+      case YAML::NodeType::Sequence: {
+        n.kind = Node::Kind::kSequence;
+        size_t i = 0;
+        for (const auto& item : y) {
+          n.items.push_back(convert(item, path + "[" + std::to_string(i) + "]", depth + 1));
+          ++i;
         }
-        const std::string key = it->first.Scalar();
-        const std::string child_path = path.empty() ? key : path + "." + key;
-        bool duplicate = false;
-        for (size_t i = 0; i < n.entries.size(); ++i) {
-          if (n.entries[i].first == key) {
-            diag.error(key_where, child_path,
-                       "expected each key once per section, found '" + key + "' again (first at line " +
-                           std::to_string(n.key_locations[i].line) + ")");
-            duplicate = true;
+        break;
+      }
+      case YAML::NodeType::Map: {
+        n.kind = Node::Kind::kMap;
+        // First position of each key: one hash lookup per key keeps a map of a million keys
+        // linear (a scan of the earlier keys made it quadratic).
+        std::unordered_map<std::string, size_t> first_at;
+        for (auto it = y.begin(); it != y.end(); ++it) {
+          const SourceLocation key_where = location_of(it->first.Mark(), origin_);
+          if (!it->first.IsScalar()) {
+            diag_.error(key_where, path, "expected a plain key, found a " +
+                                             std::string(it->first.IsMap() ? "mapping" : "sequence") + " as key");
+            continue;
           }
+          const std::string key = it->first.Scalar();
+          const std::string child_path = path.empty() ? key : path + "." + key;
+          spend(bytes_left_, key.size(), key_where, child_path);
+          const auto [seen, inserted] = first_at.emplace(key, n.entries.size());
+          if (!inserted) {
+            diag_.error(key_where, child_path,
+                        "expected each key once per section, found '" + key + "' again (first at line " +
+                            std::to_string(n.key_locations[seen->second].line) + ")");
+            continue;
+          }
+          Node value = convert(it->second, child_path, depth + 1);
+          // An empty value ("key:" then newline) has its mark on the next line: point at the key.
+          if (value.kind == Node::Kind::kNull && value.where.line != key_where.line) value.where = key_where;
+          n.entries.emplace_back(key, std::move(value));
+          n.key_locations.push_back(key_where);
         }
-        if (duplicate) continue;
-        Node value = convert(it->second, origin, child_path, diag);
-        // An empty value ("key:" then newline) has its mark on the next line: point at the key.
-        if (value.kind == Node::Kind::kNull && value.where.line != key_where.line) value.where = key_where;
-        n.entries.emplace_back(key, std::move(value));
-        n.key_locations.push_back(key_where);
+        break;
       }
-      break;
     }
+    return n;
   }
-  return n;
-}
+
+ private:
+  void spend(size_t& left, size_t amount, const SourceLocation& where, const std::string& path) {
+    if (amount <= left) {
+      left -= amount;
+      return;
+    }
+    throw LimitError{where, path,
+                     "expected aliases to expand the document to at most " + std::to_string(kExpansionFactor) +
+                         "x its size plus " + std::to_string(kExpansionNodes) + " values and " +
+                         std::to_string(kExpansionBytes >> 20) +
+                         " MiB of text, found more by here (anchors reused too often: a YAML alias bomb?)"};
+  }
+
+  const std::string& origin_;
+  size_t nodes_left_, bytes_left_;
+  Diagnostics& diag_;
+};
 
 }  // namespace
 
+std::vector<std::string> Diagnostics::report() const {
+  std::vector<std::string> out = errors;
+  if (suppressed > 0) out.push_back("... and " + std::to_string(suppressed) + " more errors not shown");
+  return out;
+}
+
 Node parse_yaml(const std::string& text, const std::string& origin, Diagnostics& diag) {
-  YAML::Node y;
+  std::vector<YAML::Node> documents;
   try {
-    y = YAML::Load(text);
+    documents = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     diag.error(location_of(e.mark, origin), "", "YAML syntax error: " + e.msg);
     return Node{};
   }
-  return convert(y, origin, "", diag);
+  if (documents.empty()) return Node{};
+  if (documents.size() > 1) {
+    // yaml-cpp's Load reads the first document only; the rest of the file would be ignored.
+    SourceLocation where = location_of(documents[1].Mark(), origin);
+    if (where.line == 0) where = SourceLocation{origin, 0, 0};
+    diag.error(where, "",
+               "expected one YAML document, found " + std::to_string(documents.size()) +
+                   " (a line '---' starts another document; a recipe is a single document)");
+    return Node{};
+  }
+  try {
+    return Converter(origin, text.size(), diag).convert(documents.front(), "", 0);
+  } catch (const LimitError& e) {
+    diag.error(e.where, e.path, e.message);
+    return Node{};
+  }
 }
 
 std::string describe(const Node& node) {

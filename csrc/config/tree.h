@@ -37,20 +37,38 @@ struct Node {
   bool erase(const std::string& key);
 };
 
-/// Collects formatted error lines and the field paths that had errors.
+/// Collects formatted error lines and the field paths that had errors. At most kMaxErrors lines
+/// are kept (a hostile file can hold millions of bad keys); the rest are only counted, so that
+/// loading stays linear and the report readable.
 struct Diagnostics {
+  static constexpr size_t kMaxErrors = 100;
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
   std::set<std::string> bad_paths;
+  size_t suppressed = 0;  ///< errors beyond kMaxErrors, counted but not formatted
   void error(const SourceLocation& where, const std::string& path, const std::string& message);
   void warning(const SourceLocation& where, const std::string& path, const std::string& message);
+  /// True once kMaxErrors errors are kept: callers may skip costly message parts (suggestions).
+  bool saturated() const { return errors.size() >= kMaxErrors; }
+  /// The kept errors plus, when some were suppressed, a last line saying how many.
+  std::vector<std::string> report() const;
 };
 
 /// "<where>: <path>: <message>" (path omitted when empty).
 std::string format_issue(const SourceLocation& where, const std::string& path, const std::string& message);
 
-/// Parses YAML text into a tree (origin names it in locations). A syntax error or a duplicate
-/// key is reported to `diag`; a syntax error yields a null tree.
+/// Limits on what one YAML text may expand to (docs/design/hardening.md): mappings and
+/// sequences nested deeper than kMaxDepth (a self-referencing alias is infinitely deep), or
+/// aliases that expand the tree beyond kExpansionFactor values and text bytes per byte of the
+/// text (plus a fixed allowance) are refused, naming the key where the limit was reached.
+inline constexpr int kMaxDepth = 64;
+inline constexpr size_t kExpansionFactor = 2;
+inline constexpr size_t kExpansionNodes = 100000;
+inline constexpr size_t kExpansionBytes = size_t{1} << 20;
+
+/// Parses YAML text into a tree (origin names it in locations). A syntax error, a duplicate
+/// key, a second document, or a tree beyond the limits above is reported to `diag`; a syntax
+/// error, a second document or a limit yields a null tree.
 Node parse_yaml(const std::string& text, const std::string& origin, Diagnostics& diag);
 
 /// Short description of a value for "found ..." messages: the scalar text (quoted strings in

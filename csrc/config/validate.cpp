@@ -48,6 +48,28 @@ class Checker {
   void at_least(const char* path, int64_t value, int64_t min) {
     if (ok({path}) && value < min) error(path, fmt::format("expected an integer >= {}, found {}", min, value));
   }
+  /// Sizes the model and the planner hold in 32-bit integers.
+  void size_in_range(const char* path, int64_t value, int64_t min) {
+    at_least(path, value, min);
+    if (ok({path}) && value > kMaxSize) {
+      error(path, fmt::format("expected an integer in [{}, {}], found {}", min, kMaxSize, value));
+    }
+  }
+  /// `path`'s value times the other factors must fit in 64 bits (Loom computes the product).
+  void product_fits(const char* path, std::initializer_list<std::pair<const char*, int64_t>> factors,
+                    const char* what) {
+    for (const auto& f : factors)
+      if (!ok({f.first}) || f.second < 0) return;
+    int64_t product = 1;
+    bool overflow = false;
+    std::string text;
+    for (const auto& f : factors) {
+      text += (text.empty() ? "" : " x ") + fmt::format("{} ({})", f.first, f.second);
+      overflow = overflow || __builtin_mul_overflow(product, f.second, &product);
+    }
+    if (overflow) error(path, fmt::format("expected {} = {} to fit in 64 bits, found an overflow", what, text));
+  }
+  static constexpr int64_t kMaxSize = 2147483647;
   void positive_real(const char* path, double value) {
     if (ok({path}) && !(value > 0)) error(path, fmt::format("expected a number > 0, found {}", value));
   }
@@ -81,8 +103,8 @@ class Checker {
 
 void Checker::field_ranges() {
   const auto& t = r_.trainer;
-  at_least("trainer.num_nodes", t.num_nodes, 1);
-  at_least("trainer.devices", t.devices, 1);
+  size_in_range("trainer.num_nodes", t.num_nodes, 1);
+  size_in_range("trainer.devices", t.devices, 1);
   at_least("trainer.max_steps", t.max_steps, 1);
   at_least("trainer.log_every_n_steps", t.log_every_n_steps, 1);
   at_least("trainer.val_check_interval", t.val_check_interval, 1);
@@ -104,30 +126,43 @@ void Checker::field_ranges() {
   non_empty("run.name", r_.run.name);
 
   const auto& m = r_.model;
-  at_least("model.micro_batch_size", m.micro_batch_size, 1);
-  at_least("model.global_batch_size", m.global_batch_size, 1);
-  at_least("model.tensor_model_parallel_size", m.tensor_model_parallel_size, 1);
-  at_least("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, 1);
+  size_in_range("model.micro_batch_size", m.micro_batch_size, 1);
+  size_in_range("model.global_batch_size", m.global_batch_size, 1);
+  size_in_range("model.tensor_model_parallel_size", m.tensor_model_parallel_size, 1);
+  size_in_range("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, 1);
   if (m.virtual_pipeline_model_parallel_size) {
-    at_least("model.virtual_pipeline_model_parallel_size", *m.virtual_pipeline_model_parallel_size, 1);
+    size_in_range("model.virtual_pipeline_model_parallel_size", *m.virtual_pipeline_model_parallel_size, 1);
   }
-  at_least("model.encoder_seq_length", m.encoder_seq_length, 1);
-  at_least("model.max_position_embeddings", m.max_position_embeddings, 1);
-  at_least("model.num_layers", m.num_layers, 1);
-  at_least("model.hidden_size", m.hidden_size, 1);
-  at_least("model.ffn_hidden_size", m.ffn_hidden_size, 1);
-  at_least("model.num_attention_heads", m.num_attention_heads, 1);
+  // A GPT sample predicts each token from the ones before it: one token gives nothing to learn.
+  size_in_range("model.encoder_seq_length", m.encoder_seq_length, 2);
+  size_in_range("model.max_position_embeddings", m.max_position_embeddings, 1);
+  size_in_range("model.num_layers", m.num_layers, 1);
+  size_in_range("model.hidden_size", m.hidden_size, 1);
+  size_in_range("model.ffn_hidden_size", m.ffn_hidden_size, 1);
+  size_in_range("model.num_attention_heads", m.num_attention_heads, 1);
+  size_in_range("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, 1);
   positive_real("model.init_method_std", m.init_method_std);
   probability("model.hidden_dropout", m.hidden_dropout);
   probability("model.attention_dropout", m.attention_dropout);
   probability("model.ffn_dropout", m.ffn_dropout);
   probability("model.label_smoothing", m.label_smoothing);
   positive_real("model.layernorm_epsilon", m.layernorm_epsilon);
-  at_least("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, 1);
   at_least("model.seed", m.seed, 0);
   positive_real("model.collective_timeout_s", m.collective_timeout_s);
 
-  at_least("cluster.gpus_per_node", r_.cluster.gpus_per_node, 1);
+  size_in_range("cluster.gpus_per_node", r_.cluster.gpus_per_node, 1);
+
+  // Loom counts samples and tokens in 64-bit integers: the training and validation totals
+  // must fit (trainer.max_steps: 2^63-1 passes the range check above but overflows here).
+  product_fits("trainer.max_steps",
+               {{"trainer.max_steps", t.max_steps}, {"model.global_batch_size", m.global_batch_size},
+                {"model.encoder_seq_length", m.encoder_seq_length}},
+               "the tokens to train on, max_steps x global_batch_size x encoder_seq_length");
+  product_fits("trainer.limit_val_batches",
+               {{"trainer.limit_val_batches", t.limit_val_batches},
+                {"model.global_batch_size", m.global_batch_size},
+                {"model.encoder_seq_length", m.encoder_seq_length}},
+               "the tokens of one validation, limit_val_batches x global_batch_size x encoder_seq_length");
 }
 
 void Checker::parallel_layout() {

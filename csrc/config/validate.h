@@ -1,7 +1,9 @@
 // Range and consistency rules of a recipe, run by load_recipe before any rank starts.
 //
 // Per field: sizes and step counts >= 1 (limit_val_batches, warmup/constant steps, seed,
-// num_workers >= 0), dropouts and label smoothing in [0, 1), betas in [0, 1), lr, eps,
+// num_workers >= 0), model and layout sizes at most 2^31-1 (the model and the planner hold
+// them in 32 bits), encoder_seq_length >= 2, and the token totals max_steps x
+// global_batch_size x encoder_seq_length (and limit_val_batches x ...) within 64 bits, dropouts and label smoothing in [0, 1), betas in [0, 1), lr, eps,
 // init_method_std, layernorm_epsilon, collective_timeout_s > 0, min_lr in [0, lr],
 // weight_decay and gradient_clip_val >= 0, splits_string "a,b,c" (1-3 weights >= 0, sum > 0),
 // max_time "DD:HH:MM:SS", data_prefix weights > 0 and non-empty paths.
