@@ -37,6 +37,27 @@ BlendingIndices build_blending_indices(const std::vector<double>& weights, int64
   return b;
 }
 
+std::string check_blending_indices(const std::vector<int64_t>& dataset_index,
+                                   const std::vector<int64_t>& dataset_sample_index, size_t components,
+                                   int64_t size) {
+  if (dataset_index.size() != static_cast<size_t>(size) || dataset_sample_index.size() != static_cast<size_t>(size))
+    return "expected " + std::to_string(size) + " entries, found " + std::to_string(dataset_index.size()) + " and " +
+           std::to_string(dataset_sample_index.size());
+  std::vector<int64_t> drawn(components, 0);
+  for (size_t i = 0; i < dataset_index.size(); ++i) {
+    const int64_t c = dataset_index[i];
+    if (c < 0 || c >= static_cast<int64_t>(components))
+      return "dataset_index[" + std::to_string(i) + "] = " + std::to_string(c) + " names no component (there are " +
+             std::to_string(components) + ")";
+    // build_blending_indices hands out each component's samples in order.
+    if (dataset_sample_index[i] != drawn[static_cast<size_t>(c)]++)
+      return "dataset_sample_index[" + std::to_string(i) + "] = " + std::to_string(dataset_sample_index[i]) +
+             ", expected " + std::to_string(drawn[static_cast<size_t>(c)] - 1) + " (component " + std::to_string(c) +
+             "'s next sample)";
+  }
+  return "";
+}
+
 BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>> datasets, std::vector<double> weights,
                                int64_t size, const std::string& description, const std::string& cache_dir)
     : datasets_(std::move(datasets)), weights_(std::move(weights)) {
@@ -68,11 +89,20 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>>
     std::stringstream ss;
     if (in) ss << in.rdbuf();
     if (in && ss.str() == desc) {
-      auto di = read_npy(base + "dataset_index.npy"), si = read_npy(base + "dataset_sample_index.npy");
-      indices_.dataset_index.assign(di.data.begin(), di.data.end());
-      indices_.dataset_sample_index = std::move(si.data);
-      loaded = indices_.dataset_index.size() == static_cast<size_t>(size) &&
-               indices_.dataset_sample_index.size() == static_cast<size_t>(size);
+      // Derived data: a cache entry that cannot be these indices is rebuilt, never trusted.
+      std::string problem;
+      try {
+        auto di = read_npy(base + "dataset_index.npy"), si = read_npy(base + "dataset_sample_index.npy");
+        problem = check_blending_indices(di.data, si.data, datasets_.size(), size);
+        if (problem.empty()) {
+          indices_.dataset_index.assign(di.data.begin(), di.data.end());
+          indices_.dataset_sample_index = std::move(si.data);
+          loaded = true;
+        }
+      } catch (const DataError& e) {
+        problem = e.what();
+      }
+      if (!loaded) cache_warning_ = "index cache '" + base + "*' is damaged (" + problem + "): rebuilt it";
     }
   }
   if (!loaded) indices_ = build_blending_indices(weights_, size);

@@ -20,6 +20,13 @@ struct BlendingIndices {
 /// build_blending_indices for `size` samples and weights that sum to 1.
 BlendingIndices build_blending_indices(const std::vector<double>& weights, int64_t size);
 
+/// Why the two arrays (e.g. read back from a cache) cannot be blending indices of `size`
+/// samples over `components` datasets, or "" when they can: every component id in range and
+/// each component's samples handed out in order 0, 1, 2, ...
+std::string check_blending_indices(const std::vector<int64_t>& dataset_index,
+                                   const std::vector<int64_t>& dataset_sample_index, size_t components,
+                                   int64_t size);
+
 class BlendedDataset final : public SampleDataset {
  public:
   /// `weights` are normalised here. Throws DataError naming the component if the blend would
@@ -35,9 +42,12 @@ class BlendedDataset final : public SampleDataset {
   std::vector<int64_t> text(int64_t id) const override;
   const BlendingIndices& indices() const { return indices_; }
   const std::vector<double>& weights() const { return weights_; }
+  /// Non-empty when a matching cache entry was found damaged and rebuilt (names the files).
+  const std::string& cache_warning() const { return cache_warning_; }
 
  private:
   void check(int64_t id) const;
+  std::string cache_warning_;
   std::vector<std::shared_ptr<const SampleDataset>> datasets_;
   std::vector<double> weights_;
   BlendingIndices indices_;

@@ -68,14 +68,24 @@ GptDatasets build_gpt_datasets(const GptDataConfig& c) {
     low.push_back(std::move(ds));
   }
 
+  GptDatasets out;
   auto mid = [&](size_t d, int split, std::optional<int64_t> n) -> std::shared_ptr<const GptDataset> {
     GptDatasetOptions o = base;
     o.num_samples = n;
     const auto s = static_cast<Split>(split);
-    return std::make_shared<const GptDataset>(low[d], s, split_range(matrix, s, low[d]->num_sequences()), o);
+    const auto range = split_range(matrix, s, low[d]->num_sequences());
+    const int64_t tokens = tokens_per_epoch(low[d]->sequence_lengths(), range.first, range.second);
+    if (tokens < 2)
+      throw DataError("splits_string \"" + c.splits_string + "\" gives the " + split_name(s) + " split of '" +
+                      low[d]->prefix() + "' sequences [" + std::to_string(range.first) + ", " +
+                      std::to_string(range.second) + ") of " + std::to_string(low[d]->num_sequences()) + ", " +
+                      std::to_string(tokens) + " tokens; a split needs at least 2 (give the " + split_name(s) +
+                      " split a larger share, or 0 for none)");
+    auto g = std::make_shared<const GptDataset>(low[d], s, range, o);
+    if (!g->cache_warning().empty()) out.warnings.push_back(g->cache_warning());
+    return g;
   };
 
-  GptDatasets out;
   std::array<std::shared_ptr<const SampleDataset>, 3> res;
   for (int i = 0; i < 3; ++i) {
     if (!matrix[i]) continue;
@@ -116,7 +126,9 @@ GptDatasets build_gpt_datasets(const GptDataConfig& c) {
       }
       blended_size = std::min(*size, total);
     }
-    res[i] = std::make_shared<const BlendedDataset>(std::move(comps), wi, blended_size, desc, c.index_cache_dir);
+    auto blend = std::make_shared<const BlendedDataset>(std::move(comps), wi, blended_size, desc, c.index_cache_dir);
+    if (!blend->cache_warning().empty()) out.warnings.push_back(blend->cache_warning());
+    res[i] = std::move(blend);
   }
   out.train = res[0];
   out.valid = res[1];

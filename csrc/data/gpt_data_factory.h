@@ -44,6 +44,8 @@ struct GptDataConfig {
 
 struct GptDatasets {
   std::shared_ptr<const SampleDataset> train, valid, test;  ///< null when the split's share is 0
+  /// Index cache entries found damaged and rebuilt, one line each naming the files.
+  std::vector<std::string> warnings;
   const std::shared_ptr<const SampleDataset>& operator[](int split) const {
     return split == 0 ? train : split == 1 ? valid : test;
   }
@@ -55,7 +57,8 @@ struct GptDatasets {
 std::pair<std::vector<std::string>, std::vector<double>> parse_data_prefix(const std::vector<std::string>& data_prefix);
 
 /// Opens the indexed datasets and builds the three splits. Throws DataError for bad input
-/// (files, split string, weights, a blend that would oversample a component).
+/// (files, split string, weights, a blend that would oversample a component, a split of fewer
+/// than 2 tokens: named by splits_string and the split).
 GptDatasets build_gpt_datasets(const GptDataConfig& config);
 
 }  // namespace loom::data

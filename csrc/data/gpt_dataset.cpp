@@ -64,6 +64,47 @@ std::string fnv1a_hex(const std::string& text) {
   return buf;
 }
 
+bool GptDataset::load_cache(const std::string& base, std::pair<int64_t, int64_t> range, const GptIndexParams& p) {
+  const std::string desc = base + "description.txt", doc = base + "document_index.npy",
+                    smp = base + "sample_index.npy", shf = base + "shuffle_index.npy";
+  if (!(file_exists(desc) && file_exists(doc) && file_exists(smp) && file_exists(shf) && read_text(desc) == description_))
+    return false;
+  // The cache is derived data: one that cannot be these indices (a damaged disk, an edited
+  // file) is rebuilt, never trusted; the warning names it.
+  std::string problem;
+  try {
+    auto a = read_npy(doc), b = read_npy(smp), c = read_npy(shf);
+    if (a.shape.size() != 1) problem = doc + ": expected a 1-D array";
+    else if (b.shape.size() != 2 || b.shape[1] != 2) problem = smp + ": expected an array of shape (N, 2)";
+    else if (c.shape.size() != 1) problem = shf + ": expected a 1-D array";
+    GptIndices loaded;
+    if (problem.empty()) {
+      for (int64_t v : a.data) {
+        if (v < INT32_MIN || v > INT32_MAX) {
+          problem = doc + ": a value does not fit int32";
+          break;
+        }
+      }
+    }
+    if (problem.empty()) {
+      loaded.document_index.assign(a.data.begin(), a.data.end());
+      loaded.sample_index = std::move(b.data);
+      loaded.shuffle_index = std::move(c.data);
+      const std::string why = check_gpt_indices(loaded, data_->sequence_lengths(), range.first, range.second, p);
+      if (why.empty()) {
+        indices_ = std::move(loaded);
+        from_cache_ = true;
+        return true;
+      }
+      problem = base + "*.npy: " + why;
+    }
+  } catch (const DataError& e) {
+    problem = e.what();
+  }
+  cache_warning_ = "index cache '" + base + "*' is damaged (" + problem + "): rebuilt it";
+  return false;
+}
+
 GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, std::pair<int64_t, int64_t> range,
                        const GptDatasetOptions& options)
     : data_(std::move(data)), split_(split), options_(options) {
@@ -89,18 +130,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, 
   std::string base;
   if (!options.cache_dir.empty()) {
     base = options.cache_dir + "/" + fnv1a_hex(description_) + "-GPTDataset-" + split_name(split) + "-";
-    const std::string desc = base + "description.txt", doc = base + "document_index.npy",
-                      smp = base + "sample_index.npy", shf = base + "shuffle_index.npy";
-    if (file_exists(desc) && file_exists(doc) && file_exists(smp) && file_exists(shf) && read_text(desc) == description_) {
-      auto a = read_npy(doc), b = read_npy(smp), c = read_npy(shf);
-      if (b.shape.size() != 2 || b.shape[1] != 2 || c.data.size() + 1 != b.shape[0])
-        throw DataError("index cache '" + base + "*': sample/shuffle index shapes disagree; delete the files to rebuild");
-      indices_.document_index.assign(a.data.begin(), a.data.end());
-      indices_.sample_index = std::move(b.data);
-      indices_.shuffle_index = std::move(c.data);
-      from_cache_ = true;
-      return;
-    }
+    if (load_cache(base, range, p)) return;
   }
   indices_ = build_gpt_indices(data_->sequence_lengths(), range.first, range.second, p);
   if (!base.empty()) {

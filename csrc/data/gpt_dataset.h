@@ -31,7 +31,8 @@ struct GptDatasetOptions {
 class GptDataset final : public SampleDataset {
  public:
   /// Samples from sequences [range.first, range.second) of `data` (split `split`). Loads the
-  /// indices from options.cache_dir when present and matching, else builds (and caches) them.
+  /// indices from options.cache_dir when present, matching and consistent with the data
+  /// (check_gpt_indices), else builds (and caches) them.
   GptDataset(std::shared_ptr<const IndexedDataset> data, Split split, std::pair<int64_t, int64_t> range,
              const GptDatasetOptions& options);
 
@@ -44,13 +45,20 @@ class GptDataset final : public SampleDataset {
   /// The text the cache hash is computed from.
   const std::string& description() const { return description_; }
   bool loaded_from_cache() const { return from_cache_; }
+  /// Non-empty when a cache entry matching this dataset was found damaged and rebuilt: says
+  /// which file and what was wrong (the trainer logs it).
+  const std::string& cache_warning() const { return cache_warning_; }
 
  private:
+  /// Loads the cache entry `base`* into indices_ when present, matching and sound.
+  bool load_cache(const std::string& base, std::pair<int64_t, int64_t> range, const GptIndexParams& p);
+
   std::shared_ptr<const IndexedDataset> data_;
   Split split_;
   GptDatasetOptions options_;
   GptIndices indices_;
   std::string description_;
+  std::string cache_warning_;
   bool from_cache_ = false;
 };
 

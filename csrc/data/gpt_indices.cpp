@@ -1,6 +1,7 @@
 #include "data/gpt_indices.h"
 
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 #include "data/data_error.h"
@@ -44,7 +45,11 @@ int64_t tokens_per_epoch(const int32_t* lengths, int64_t begin, int64_t end) {
 
 int64_t num_epochs_for(int64_t tpe, const GptIndexParams& p) {
   if (!p.num_samples) return 1;
-  const int64_t wanted = *p.num_samples * p.seq_length + (p.add_extra_token ? 1 : 0);
+  int64_t wanted = 0;
+  if (__builtin_mul_overflow(*p.num_samples, p.seq_length, &wanted) || wanted == INT64_MAX)
+    throw DataError("GPT dataset: " + std::to_string(*p.num_samples) + " samples of " + std::to_string(p.seq_length) +
+                    " tokens overflow a 64-bit token count");
+  wanted += p.add_extra_token ? 1 : 0;
   if (tpe <= 0) {
     if (wanted > 0) throw DataError("GPT dataset: the split has no tokens");
     return 1;
@@ -52,6 +57,69 @@ int64_t num_epochs_for(int64_t tpe, const GptIndexParams& p) {
   int64_t epochs = 1;
   for (int64_t tokens = tpe; tokens < wanted; tokens += tpe) ++epochs;
   return epochs;
+}
+
+namespace {
+
+// Samples build_sample_index makes from `epochs` epochs of `tpe` tokens (the same formula).
+int64_t expected_sample_count(int64_t epochs, int64_t tpe, const GptIndexParams& p) {
+  const int64_t extra = p.add_extra_token ? 1 : 0;
+  if (p.drop_last_partial_sequence) return (epochs * tpe - extra) / p.seq_length;
+  return static_cast<int64_t>(std::ceil(static_cast<float>(epochs * tpe - extra) / static_cast<int32_t>(p.seq_length)));
+}
+
+}  // namespace
+
+std::string check_gpt_indices(const GptIndices& ix, const int32_t* lengths, int64_t begin, int64_t end,
+                              const GptIndexParams& p) {
+  const int64_t tpe = tokens_per_epoch(lengths, begin, end);
+  if (tpe < 2 || p.seq_length < 2) return "the split cannot hold samples";
+  const int64_t epochs = num_epochs_for(tpe, p);
+  const int64_t docs = end - begin;
+  const auto& doc = ix.document_index;
+  if (static_cast<int64_t>(doc.size()) != epochs * docs)
+    return "document_index has " + std::to_string(doc.size()) + " entries, expected " + std::to_string(epochs) +
+           " epochs x " + std::to_string(docs) + " sequences";
+  std::vector<int64_t> seen(static_cast<size_t>(docs), 0);
+  for (size_t i = 0; i < doc.size(); ++i) {
+    if (doc[i] < begin || doc[i] >= end)
+      return "document_index[" + std::to_string(i) + "] = " + std::to_string(doc[i]) + " is outside the split's sequences [" +
+             std::to_string(begin) + ", " + std::to_string(end) + ")";
+    if (++seen[static_cast<size_t>(doc[i] - begin)] > epochs)
+      return "document_index holds sequence " + std::to_string(doc[i]) + " more than once per epoch";
+  }
+  const int64_t samples = expected_sample_count(epochs, tpe, p);
+  if (ix.sample_index.size() % 2 != 0 || ix.num_samples() != samples)
+    return "sample_index has " + std::to_string(ix.sample_index.size() / 2) + " rows, expected " +
+           std::to_string(samples + 1) + " (" + std::to_string(samples) + " samples)";
+  const auto& si = ix.sample_index;
+  if (si[0] != 0 || si[1] != 0) return "sample_index does not start at (0, 0)";
+  const auto length_at = [&](int64_t pos) { return int64_t{lengths[doc[static_cast<size_t>(pos)]]}; };
+  for (int64_t s = 0; s < samples; ++s) {
+    const int64_t pb = si[2 * s], ob = si[2 * s + 1], pe = si[2 * s + 2], oe = si[2 * s + 3];
+    const std::string row = "sample_index rows " + std::to_string(s) + "-" + std::to_string(s + 1);
+    if (pb < 0 || pe < pb || pe >= static_cast<int64_t>(doc.size()))
+      return row + ": document positions " + std::to_string(pb) + ", " + std::to_string(pe) +
+             " are not increasing within [0, " + std::to_string(doc.size()) + ")";
+    // GptDataset::text reads tokens [ob, len) of the first document ... [0, oe] of the last.
+    const bool ok = pb == pe ? (ob >= 0 && ob <= oe + 1 && oe + 1 <= length_at(pe))
+                             : (ob >= 0 && ob <= length_at(pb) && oe >= -1 && oe + 1 <= length_at(pe));
+    if (!ok)
+      return row + ": token offsets " + std::to_string(ob) + ", " + std::to_string(oe) +
+             " are outside their documents (lengths " + std::to_string(length_at(pb)) + ", " +
+             std::to_string(length_at(pe)) + ")";
+  }
+  const auto& sh = ix.shuffle_index;
+  if (static_cast<int64_t>(sh.size()) != samples)
+    return "shuffle_index has " + std::to_string(sh.size()) + " entries, expected " + std::to_string(samples);
+  std::vector<bool> taken(static_cast<size_t>(samples), false);
+  for (size_t i = 0; i < sh.size(); ++i) {
+    if (sh[i] < 0 || sh[i] >= samples || taken[static_cast<size_t>(sh[i])])
+      return "shuffle_index[" + std::to_string(i) + "] = " + std::to_string(sh[i]) +
+             " makes it no permutation of [0, " + std::to_string(samples) + ")";
+    taken[static_cast<size_t>(sh[i])] = true;
+  }
+  return "";
 }
 
 std::vector<int64_t> build_sample_index(const int32_t* sizes, const std::vector<int32_t>& document_idx,

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace loom::data {
@@ -41,6 +42,15 @@ int64_t num_epochs_for(int64_t tokens_per_epoch, const GptIndexParams& p);
 /// sequence lengths of the whole indexed dataset. Throws DataError if the range holds fewer
 /// than 2 tokens or seq_length < 2.
 GptIndices build_gpt_indices(const int32_t* lengths, int64_t begin, int64_t end, const GptIndexParams& p);
+
+/// Why `indices` (e.g. read back from an index cache) cannot be the indices build_gpt_indices
+/// makes for these arguments, or "" when they can: the document index must tile sequences
+/// [begin, end) once per epoch, the sample index must have the expected number of rows, each
+/// sample a readable span of the documents, and the shuffle index must be a permutation. The
+/// checks are linear and bound every access GptDataset makes, so a corrupt or hostile cache
+/// can be told from a good one before it is used.
+std::string check_gpt_indices(const GptIndices& indices, const int32_t* lengths, int64_t begin, int64_t end,
+                              const GptIndexParams& p);
 
 /// helpers.cpp build_sample_idx: [n + 1, 2] sample starts over `document_index`.
 std::vector<int64_t> build_sample_index(const int32_t* lengths, const std::vector<int32_t>& document_index,

@@ -139,6 +139,26 @@ IndexedDataset::IndexedDataset(const std::string& prefix, bool open_bin) : prefi
     const std::string bpath = bin_path(prefix);
     bin_map_ = std::make_unique<Mapping>(bpath);
     const auto bsize = static_cast<int64_t>(bin_map_->size);
+    // Megatron writes each pointer as the running sum of length x element size: pointers that
+    // advance by another element size, or a .bin of exactly another size per token, mean the
+    // dtype code does not describe the data (reading it would reinterpret the bytes).
+    const int written_size = pointer_element_size();
+    const int64_t tokens = num_tokens();
+    int bin_size_per_token = 0;
+    for (int k : {1, 2, 4, 8}) {
+      int64_t bytes = 0;
+      if (tokens > 0 && !__builtin_mul_overflow(tokens, int64_t{k}, &bytes) && bsize == bytes) bin_size_per_token = k;
+    }
+    const int disagreeing = written_size > 0 && written_size != esize                               ? written_size
+                            : written_size <= 0 && bin_size_per_token > 0 && bin_size_per_token != esize ? bin_size_per_token
+                                                                                                          : 0;
+    if (disagreeing)
+      throw bad("dtype code " + std::to_string(code) + " (" + dtype_name(dtype_) + ", " + std::to_string(esize) +
+                " bytes per token) disagrees with the data: " +
+                (written_size > 0 ? "the sequence pointers advance " + std::to_string(written_size) + " bytes per token"
+                                  : "'" + bpath + "' holds " + std::to_string(bsize) + " bytes for " +
+                                        std::to_string(tokens) + " tokens") +
+                " (" + std::to_string(disagreeing) + " bytes per token); was the dtype byte changed?");
     for (size_t i = 0; i < n; ++i) {
       const int64_t end = pointers_[i] + int64_t{lengths_[i]} * esize;
       if (end > bsize)
@@ -146,6 +166,24 @@ IndexedDataset::IndexedDataset(const std::string& prefix, bool open_bin) : prefi
                         std::to_string(end) + " (per '" + ipath + "'), file has " + std::to_string(bsize) + " bytes");
     }
   }
+}
+
+int IndexedDataset::pointer_element_size() const {
+  // The element size k for which pointer[i] = pointer[0] + k * (tokens before i) for every i.
+  int found = 0;
+  for (int k : {1, 2, 4, 8}) {
+    int64_t expected = num_sequences_ > 0 ? pointers_[0] : 0;
+    bool all = true, informative = false;
+    for (size_t i = 0; i < num_sequences_ && all; ++i) {
+      all = pointers_[i] == expected;
+      if (i > 0 && lengths_[i - 1] > 0) informative = true;
+      if (__builtin_add_overflow(expected, int64_t{lengths_[i]} * k, &expected)) all = false;
+    }
+    if (!all || !informative) continue;
+    if (found) return -1;  // cannot happen with a non-empty preceding sequence; stay safe
+    found = k;
+  }
+  return found;
 }
 
 IndexedDataset::~IndexedDataset() = default;
@@ -215,7 +253,10 @@ void IndexedDataset::check_token_range(int64_t vocab_size) const {
       if (buf[i] < 0 || buf[i] >= vocab_size)
         throw DataError("data file '" + bin_path(prefix_) + "': sequence " + std::to_string(s) + " position " +
                         std::to_string(i) + " holds token id " + std::to_string(buf[i]) + ", outside the vocabulary [0, " +
-                        std::to_string(vocab_size) + ")");
+                        std::to_string(vocab_size) + ")" +
+                        (buf[i] < 0 ? std::string(" (the .idx declares the signed dtype ") + dtype_name(dtype_) +
+                                          ": was the dtype byte changed from an unsigned one?)"
+                                    : std::string()));
   }
 }
 

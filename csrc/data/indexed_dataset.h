@@ -33,7 +33,8 @@ std::string bin_path(const std::string& prefix);  ///< prefix + ".bin"
 /// Read-only, memory-mapped view of {prefix}.idx and {prefix}.bin.
 /// Construction validates the index: magic, version, dtype code, counts against the file size
 /// (truncation), document indices (0 first, N last, non-decreasing, within [0, N]), non-negative
-/// lengths and pointers, and - with the .bin open - that every sequence lies inside the .bin.
+/// lengths and pointers, and - with the .bin open - that every sequence lies inside the .bin
+/// and that the dtype agrees with the data (the pointers' stride and the .bin's bytes per token).
 /// Any violation throws DataError naming the file and what was expected and found.
 class IndexedDataset {
  public:
@@ -67,6 +68,10 @@ class IndexedDataset {
   void check_token_range(int64_t vocab_size) const;
 
  private:
+  /// Bytes per token the pointers were written with (1, 2, 4 or 8); 0 when the lengths cannot
+  /// tell (fewer than two sequences, or empty ones) or no size fits.
+  int pointer_element_size() const;
+
   std::string prefix_;
   DType dtype_ = DType::kUInt16;
   size_t num_sequences_ = 0, num_doc_indices_ = 0;

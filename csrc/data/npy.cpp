@@ -47,32 +47,49 @@ NpyArray read_npy(const std::string& path) {
   if (bytes.size() < header_start + header_len) throw bad("truncated header");
   const std::string header = bytes.substr(header_start, header_len);
   NpyArray arr;
+  // Position just after "'key':" in the header dict.
   auto field = [&](const std::string& key) {
     const auto k = header.find("'" + key + "'");
-    if (k == std::string::npos) throw bad("header lacks '" + key + "'");
-    return header.find(':', k) + 1;
+    const auto colon = k == std::string::npos ? k : header.find(':', k);
+    if (colon == std::string::npos) throw bad("header lacks '" + key + "'");
+    return colon + 1;
   };
-  size_t p = header.find('\'', field("descr"));
-  arr.descr = header.substr(p + 1, header.find('\'', p + 1) - p - 1);
+  const size_t descr_open = header.find('\'', field("descr"));
+  const size_t descr_close = descr_open == std::string::npos ? descr_open : header.find('\'', descr_open + 1);
+  if (descr_close == std::string::npos) throw bad("header's 'descr' is not a quoted string");
+  arr.descr = header.substr(descr_open + 1, descr_close - descr_open - 1);
   if (arr.descr == "|i1" || arr.descr == "|u1") throw bad("1-byte dtypes are not supported");
   const size_t es = descr_size(arr.descr);
   if (es == 0) throw bad("unsupported dtype '" + arr.descr + "', expected a little-endian integer type");
   if (header.find("True", field("fortran_order")) == header.find_first_not_of(' ', field("fortran_order")))
     throw bad("Fortran order is not supported");
-  p = header.find('(', field("shape"));
-  const std::string shape = header.substr(p + 1, header.find(')', p) - p - 1);
+  const size_t shape_open = header.find('(', field("shape"));
+  const size_t shape_close = shape_open == std::string::npos ? shape_open : header.find(')', shape_open);
+  if (shape_close == std::string::npos) throw bad("header's 'shape' is not a tuple");
+  const std::string shape = header.substr(shape_open + 1, shape_close - shape_open - 1);
   std::stringstream sh(shape);
   std::string item;
   size_t count = 1;
   while (std::getline(sh, item, ',')) {
-    if (item.find_first_not_of(' ') == std::string::npos) continue;
-    arr.shape.push_back(std::stoull(item));
-    count *= arr.shape.back();
+    const size_t first = item.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    const size_t last = item.find_last_not_of(' ');
+    const std::string digits = item.substr(first, last - first + 1);
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("shape (" + shape + ") holds '" + digits + "', expected a size");
+    arr.shape.push_back(std::stoull(digits));
+    if (__builtin_mul_overflow(count, arr.shape.back(), &count)) throw bad("shape (" + shape + ") overflows");
   }
   if (arr.shape.empty() || arr.shape.size() > 2) throw bad("expected a 1-D or 2-D array, shape (" + shape + ")");
   const size_t data_start = header_start + header_len;
-  if (bytes.size() < data_start + count * es)
-    throw bad("truncated: " + std::to_string(count) + " elements need " + std::to_string(count * es) + " bytes");
+  size_t data_bytes = 0;
+  if (__builtin_mul_overflow(count, es, &data_bytes) || bytes.size() - data_start < data_bytes)
+    throw bad("truncated: " + std::to_string(count) + " elements of " + arr.descr + " need " +
+              std::to_string(count * es) + " bytes, the file has " + std::to_string(bytes.size() - data_start));
+  // NumPy writes exactly the data: extra bytes mean the header's dtype or shape was changed.
+  if (bytes.size() - data_start != data_bytes)
+    throw bad(std::to_string(bytes.size() - data_start - data_bytes) + " bytes after the " + std::to_string(count) +
+              " elements of " + arr.descr + ": the header's dtype or shape disagree with the file size");
   arr.data.resize(count);
   const char* src = bytes.data() + data_start;
   const bool is_unsigned = arr.descr[1] == 'u';
