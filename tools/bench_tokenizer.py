@@ -2,8 +2,9 @@
 """GPT-2 BPE throughput: Loom (`loom preprocess`, tokenize phase) beside the reference
 `tokenizers` package, single thread and all threads. Prints a table of MB/s of UTF-8 input.
 
-The corpus is data/tinyshakespeare.txt repeated --repeat times (documents split on blank
-lines, as `loom preprocess` does for plain text). The reference encodes the same documents with
+Two corpora: data/tinyshakespeare.txt repeated --repeat times (documents split on blank
+lines, as `loom preprocess` does for plain text), and one word of --word-mb MB of random
+letters without a space (a single pre-tokenisation piece: BPE over it must stay O(n log n)). The reference encodes the same documents with
 encode_batch (Rayon; its thread count set by RAYON_NUM_THREADS). Each figure is the best of
 --runs runs. Loom's figure covers parsing + tokenizing (not file reading or writing).
 
@@ -12,6 +13,7 @@ Usage: .venv/bin/python tools/bench_tokenizer.py [--loom build/bin/loom] [--repe
 import argparse
 import os
 import pathlib
+import random
 import re
 import subprocess
 import sys
@@ -65,23 +67,25 @@ def main():
     ap.add_argument("--repeat", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--word-mb", type=float, default=0.5)
     args = ap.parse_args()
     text = (ROOT / "data" / "tinyshakespeare.txt").read_bytes()
+    rnd = random.Random(1)
+    word = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(int(args.word_mb * 1e6))).encode()
+    corpora = [(f"tinyshakespeare x{args.repeat}", (text.rstrip(b"\n") + b"\n\n") * args.repeat),
+               (f"one {args.word_mb:g} MB word", word + b"\n")]
+    print(f"GPT-2 BPE throughput, best of {args.runs}")
+    print(f"{'corpus':>22} | {'threads':>7} | {'loom MB/s':>10} | {'tokenizers MB/s':>15} | {'ratio':>6}")
+    print("-" * 73)
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
-        corpus = tmp / "corpus.txt"
-        corpus.write_bytes((text.rstrip(b"\n") + b"\n\n") * args.repeat)
-        size = corpus.stat().st_size / 1e6
-        rows = []
-        for threads in sorted({1, args.threads}):
-            lo = max(loom_rate(args.loom, corpus, threads, tmp) for _ in range(args.runs))
-            rf = max(ref_rate(corpus, threads) for _ in range(args.runs))
-            rows.append((threads, lo, rf))
-    print(f"GPT-2 BPE throughput on {size:.1f} MB (tinyshakespeare x{args.repeat}), best of {args.runs}")
-    print(f"{'threads':>7} | {'loom MB/s':>10} | {'tokenizers MB/s':>15} | {'ratio':>6}")
-    print("-" * 48)
-    for t, lo, rf in rows:
-        print(f"{t:>7} | {lo:>10.2f} | {rf:>15.2f} | {lo / rf:>6.2f}")
+        for name, data in corpora:
+            corpus = tmp / "corpus.txt"
+            corpus.write_bytes(data)
+            for threads in sorted({1, args.threads}):
+                lo = max(loom_rate(args.loom, corpus, threads, tmp) for _ in range(args.runs))
+                rf = max(ref_rate(corpus, threads) for _ in range(args.runs))
+                print(f"{name:>22} | {threads:>7} | {lo:>10.2f} | {rf:>15.2f} | {lo / rf:>6.2f}")
     return 0
 
 

@@ -2,7 +2,10 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
+#include <tuple>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -77,6 +80,9 @@ struct Gpt2Tokenizer::Impl {
     std::unordered_map<std::string, std::vector<int32_t>> cache;
     std::string key;
     std::vector<int32_t> symbols;
+    std::vector<int64_t> prev, next;                     // linked list over symbols (merge_all)
+    std::vector<bool> removed;
+    std::vector<std::tuple<int32_t, int64_t, int32_t>> heap;  // (rank, left position, merged id)
     void reset() {
       if (match) pcre2_match_data_free(match);
       if (context) pcre2_match_context_free(context);
@@ -125,6 +131,63 @@ struct Gpt2Tokenizer::Impl {
     }
   }
 
+  // Applies the merges to `sym` in place: the lowest-ranked adjacent pair first, the leftmost
+  // on equal ranks, until none applies. A heap of candidate pairs over a linked list of
+  // symbols makes this O(n log n) in the piece's length, as the reference tokenizers do; the
+  // former scan of every pair per merge was quadratic (a long word without spaces took
+  // seconds per 100 KB).
+  void merge_all(std::vector<int32_t>& sym, ThreadState& ts) const {
+    const size_t n = sym.size();
+    if (n < 2) return;
+    auto& prev = ts.prev;
+    auto& next = ts.next;
+    prev.resize(n);
+    next.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      prev[i] = static_cast<int64_t>(i) - 1;
+      next[i] = i + 1 < n ? static_cast<int64_t>(i + 1) : -1;
+    }
+    auto& heap = ts.heap;
+    heap.clear();
+    // (rank, left position, result id); std::greater makes a min-heap: lowest rank, then leftmost.
+    auto push = [&](int64_t left) {
+      const int64_t right = next[static_cast<size_t>(left)];
+      if (right < 0) return;
+      auto m = merges.find(pair_key(sym[static_cast<size_t>(left)], sym[static_cast<size_t>(right)]));
+      if (m == merges.end()) return;
+      heap.push_back({m->second.rank, left, m->second.id});
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int64_t>(i));
+    std::vector<bool>& removed = ts.removed;
+    removed.assign(n, false);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const auto [rank, left, id] = heap.back();
+      heap.pop_back();
+      const auto l = static_cast<size_t>(left);
+      if (removed[l]) continue;
+      const int64_t right = next[l];
+      if (right < 0) continue;
+      // Stale entry: the pair at `left` changed since it was pushed (a neighbour merged).
+      auto m = merges.find(pair_key(sym[l], sym[static_cast<size_t>(right)]));
+      if (m == merges.end() || m->second.id != id || m->second.rank != rank) continue;
+      sym[l] = id;
+      removed[static_cast<size_t>(right)] = true;
+      next[l] = next[static_cast<size_t>(right)];
+      if (next[l] >= 0) prev[static_cast<size_t>(next[l])] = left;
+      if (prev[l] >= 0) push(prev[l]);
+      push(left);
+    }
+    size_t w = 0;
+    for (int64_t i = 0; i >= 0; i = next[static_cast<size_t>(i)]) sym[w++] = sym[static_cast<size_t>(i)];
+    sym.resize(w);
+  }
+
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+
   // BPE of one piece's bytes; appends ids to out.
   void bpe(std::string_view piece, std::vector<int32_t>& out, ThreadState& ts) const {
     if (piece.size() == 1) {
@@ -140,32 +203,7 @@ struct Gpt2Tokenizer::Impl {
     auto& sym = ts.symbols;
     sym.clear();
     for (char c : piece) sym.push_back(byte_id[static_cast<uint8_t>(c)]);
-    while (sym.size() > 1) {
-      int32_t best_rank = std::numeric_limits<int32_t>::max();
-      uint64_t best_key = 0;
-      int32_t best_id = -1;
-      for (size_t i = 0; i + 1 < sym.size(); ++i) {
-        const uint64_t k = (static_cast<uint64_t>(static_cast<uint32_t>(sym[i])) << 32) | static_cast<uint32_t>(sym[i + 1]);
-        auto m = merges.find(k);
-        if (m != merges.end() && m->second.rank < best_rank) {
-          best_rank = m->second.rank;
-          best_key = k;
-          best_id = m->second.id;
-        }
-      }
-      if (best_id < 0) break;
-      const auto left = static_cast<int32_t>(best_key >> 32), right = static_cast<int32_t>(best_key & 0xFFFFFFFFu);
-      size_t w = 0;
-      for (size_t i = 0; i < sym.size();) {
-        if (i + 1 < sym.size() && sym[i] == left && sym[i + 1] == right) {
-          sym[w++] = best_id;
-          i += 2;
-        } else {
-          sym[w++] = sym[i++];
-        }
-      }
-      sym.resize(w);
-    }
+    merge_all(sym, ts);
     out.insert(out.end(), sym.begin(), sym.end());
     if (ts.cache.size() >= kCacheLimit) ts.cache.clear();
     ts.cache.emplace(ts.key, sym);

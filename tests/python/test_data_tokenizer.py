@@ -64,6 +64,23 @@ def test_every_assigned_code_point(tmp_path, ref):
     assert not bad, f"chunks {bad[:5]} differ"
 
 
+def test_long_words_without_spaces_match_reference(tmp_path, ref):
+    """One pre-tokenisation piece of 100 KB (letters, digits, a repeated letter, mixed scripts):
+    Loom's heap-based merge order must give exactly the reference's ids."""
+    import random
+    rnd = random.Random(5)
+    docs = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(100000)),
+            "a" * 50001, "ab" * 30000, "7" * 40000,
+            "".join(rnd.choice("abcdéèçßøæπλσ") for _ in range(30000))]
+    path = tmp_path / "words.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    r = preprocess(path, tmp_path / "words")
+    assert r.returncode == 0, r.stderr
+    seqs, _ = read_indexed(tmp_path / "words_text_document")
+    want = ref.encode_batch(docs)
+    assert [s.tolist() for s in seqs] == [w.ids for w in want]
+
+
 def test_ill_formed_utf8_text(tmp_path, ref):
     raw = (b"caf\xc3\xa9 \xff\xfe ok\n\xe2\x82 cut \xf0\x9f\x98\x80 \xed\xa0\x80 sur\n\n"
            b"second \xc0\xaf doc \xf4\x90\x80\x80 end \xe2\x82\xac\n")
