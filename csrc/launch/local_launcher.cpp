@@ -17,7 +17,12 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <optional>
+#include <set>
 #include <stdexcept>
+
+#include "launch/failure_report.h"
+#include "launch/file_util.h"
 
 namespace loom::launch {
 namespace {
@@ -45,7 +50,16 @@ struct Child {
   bool exited = false;
   RankExit exit;
   std::deque<std::string> last_err_lines;
+  std::optional<double> stop_s;  // when the launcher first signalled it (seconds since launch)
+  std::set<int> signals_sent;
+  double exit_system_s = 0;      // when it was reaped, on the clock ranks record errors with
 };
+
+using SystemClock = std::chrono::system_clock;
+
+double seconds_between(SystemClock::time_point from, SystemClock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
 
 void emit_line(Child& c, Stream& s, const std::string& line, const LaunchOptions& opt) {
   if (s.is_err) {
@@ -84,9 +98,12 @@ bool drain(Child& c, Stream& s, const LaunchOptions& opt) {
   return true;
 }
 
-void signal_all(std::vector<Child>& children, int sig) {
+void signal_all(std::vector<Child>& children, int sig, SystemClock::time_point start) {
   for (auto& c : children) {
-    if (!c.exited && c.pid > 0) kill(-c.pid, sig);  // the rank's whole process group
+    if (c.exited || c.pid <= 0) continue;
+    kill(-c.pid, sig);  // the rank's whole process group
+    if (!c.stop_s) c.stop_s = seconds_between(start, SystemClock::now());
+    c.signals_sent.insert(sig);
   }
 }
 
@@ -146,8 +163,8 @@ int LaunchResult::exit_code() const {
     if (r.rank != first_failed_rank) continue;
     if (!r.signaled) return r.exit_code != 0 ? r.exit_code : 1;
   }
-  // The first failing rank was stopped by a signal (often ours, after a peer exited first):
-  // report the status of a rank that exited by itself, if any did.
+  // The first failing rank was killed by a signal: report the status of a rank that exited by
+  // itself, if any did (its peers' errors say what the run lost), else a runtime failure.
   for (const auto& r : ranks) {
     if (r.exit_code != 0 && !r.signaled) return r.exit_code;
   }
@@ -156,48 +173,50 @@ int LaunchResult::exit_code() const {
 
 std::string LaunchResult::summary() const {
   if (first_failed_rank < 0) return "all " + std::to_string(ranks.size()) + " ranks succeeded";
-  std::string s = "rank " + std::to_string(first_failed_rank) + " failed first";
-  for (const auto& r : ranks) {
-    if (r.rank != first_failed_rank) continue;
-    s += r.signaled ? " (killed by signal " + std::to_string(r.exit_code - 128) + ")"
-                    : " (exit " + std::to_string(r.exit_code) + ")";
-  }
-  if (timed_out) s += " after the launch timeout";
-  if (!first_error.empty()) s += ":\n" + first_error;
+  std::string s = failure_report;
+  if (timed_out) s += "\n(the launch timeout stopped the run)";
   return s;
 }
 
-void record_rank_error(const std::string& message) {
+void record_rank_error(const std::string& message, bool consequence) {
   const char* path = std::getenv("LOOM_ERROR_FILE");
   if (!path || !*path) return;
+  // The first error a rank records is the one that counts: handlers further up (and the
+  // command's own catch, after the stack has unwound) must not move it later.
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return;
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                 std::chrono::system_clock::now().time_since_epoch()).count();
-  std::ofstream out(path, std::ios::trunc);
-  out << ns << "\n" << message << "\n";
+  const std::string text =
+      std::to_string(ns) + (consequence ? " consequence" : "") + "\n" + message + "\n";
+  [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
 }
 
 namespace {
-// Earliest recorded error among the failed ranks; -1 when none recorded one.
-int earliest_recorded_error(const std::vector<RankExit>& ranks, const std::string& dir,
-                            std::string* message) {
-  long long best = 0;
-  int best_rank = -1;
-  for (const auto& r : ranks) {
-    if (r.exit_code == 0) continue;
-    std::ifstream in(dir + "/rank_" + std::to_string(r.rank) + ".err");
-    long long ns = 0;
-    if (!(in >> ns)) continue;
-    if (best_rank < 0 || ns < best) {
-      best = ns;
-      best_rank = r.rank;
-      std::string line, text;
-      std::getline(in, line);  // rest of the timestamp line
-      while (std::getline(in, line)) text += (text.empty() ? "" : "\n") + line;
-      *message = text;
-    }
+
+struct RecordedError {
+  long long ns = 0;
+  bool consequence = false;
+  std::string message;
+};
+
+std::optional<RecordedError> read_recorded_error(const std::string& path) {
+  std::ifstream in(path);
+  RecordedError e;
+  std::string first;
+  if (!std::getline(in, first)) return std::nullopt;
+  try {
+    e.ns = std::stoll(first);
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
-  return best_rank;
+  e.consequence = first.find("consequence") != std::string::npos;
+  std::string line;
+  while (std::getline(in, line)) e.message += (e.message.empty() ? "" : "\n") + line;
+  return e;
 }
+
 }  // namespace
 
 int find_free_port() {
@@ -248,35 +267,49 @@ LaunchResult launch_local(const LaunchOptions& opt) {
 
   char dir_template[] = "/tmp/loom-launch-XXXXXX";
   const std::string error_dir = mkdtemp(dir_template) ? dir_template : "";
+  const auto system_start = SystemClock::now();
   std::vector<Child> children(static_cast<size_t>(opt.nproc));
   try {
     for (int r = 0; r < opt.nproc; ++r) {
-      int out[2], err[2];
-      if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-        throw std::runtime_error("pipe2 failed for rank " + std::to_string(r));
+      int out[2] = {-1, -1}, err[2] = {-1, -1};
+      try {
+        if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+          throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+        }
+        Child& c = children[static_cast<size_t>(r)];
+        c.rank = r;
+        c.exit.rank = r;
+        c.pid = spawn(opt, r, port, out[1], err[1], error_dir);
+      } catch (const std::exception& e) {
+        for (int fd : {out[0], out[1], err[0], err[1]})
+          if (fd >= 0) close(fd);
+        throw std::runtime_error("cannot start rank " + std::to_string(r) + " of " + std::to_string(opt.nproc) +
+                                 ": " + e.what());
       }
       Child& c = children[static_cast<size_t>(r)];
-      c.rank = r;
-      c.exit.rank = r;
-      c.pid = spawn(opt, r, port, out[1], err[1], error_dir);
       close(out[1]);
       close(err[1]);
       c.out = {out[0], false, {}};
       c.err = {err[0], true, {}};
     }
   } catch (...) {
-    signal_all(children, SIGKILL);
+    signal_all(children, SIGKILL, system_start);
     for (auto& c : children) {
       if (c.pid > 0) waitpid(c.pid, nullptr, 0);
+      for (int fd : {c.out.fd, c.err.fd})
+        if (fd >= 0) close(fd);
     }
+    if (!error_dir.empty()) remove_tree(error_dir);
     restore();
     throw;
   }
 
   LaunchResult result;
   const auto start = Clock::now();
+  int interrupts = 0;  // SIGINTs received: the second one stops the ranks at once
   Clock::time_point kill_deadline = Clock::time_point::max();
   int alive = opt.nproc;
+  bool stopping_after_failure = false;
   while (alive > 0) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Child*, Stream*>> owners;
@@ -296,11 +329,12 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       if (i == 0) {
         unsigned char sig;
         while (read(g_signal_pipe[0], &sig, 1) == 1) {
-          signal_all(children, sig);  // forward SIGINT/SIGTERM
-          if (kill_deadline == Clock::time_point::max()) {
-            kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(opt.grace_s));
-          }
+          signal_all(children, sig, system_start);  // forward SIGINT/SIGTERM
+          // A second Ctrl-C means "now": the ranks exit at once on theirs; kill what lingers.
+          const double grace = (sig == SIGINT && ++interrupts >= 2) ? std::min(opt.grace_s, 2.0) : opt.grace_s;
+          const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(grace));
+          kill_deadline = std::min(kill_deadline, deadline);
         }
       } else {
         drain(*owners[i].first, *owners[i].second, opt);
@@ -320,6 +354,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       }
       c.exited = true;
       c.exit.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      c.exit_system_s = seconds_between(system_start, SystemClock::now());
       --alive;
       if (WIFEXITED(status)) {
         c.exit.exit_code = WEXITSTATUS(status);
@@ -327,14 +362,12 @@ LaunchResult launch_local(const LaunchOptions& opt) {
         c.exit.exit_code = 128 + WTERMSIG(status);
         c.exit.signaled = true;
       }
-      if (c.exit.exit_code != 0 && result.first_failed_rank < 0) {
-        result.first_failed_rank = c.rank;
-        for (const auto& l : c.last_err_lines) result.first_error += l + "\n";
-        if (!result.first_error.empty()) result.first_error.pop_back();
+      if (c.exit.exit_code != 0 && !stopping_after_failure) {
+        stopping_after_failure = true;
         if (opt.stop_all_on_failure) {
-          signal_all(children, SIGTERM);
-          kill_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(opt.grace_s));
+          signal_all(children, SIGTERM, system_start);
+          kill_deadline = std::min(kill_deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                                     std::chrono::duration<double>(opt.grace_s)));
         }
       }
     }
@@ -342,32 +375,42 @@ LaunchResult launch_local(const LaunchOptions& opt) {
     if (opt.timeout_s > 0 && !result.timed_out &&
         now - start > std::chrono::duration<double>(opt.timeout_s)) {
       result.timed_out = true;
-      signal_all(children, SIGTERM);
+      signal_all(children, SIGTERM, system_start);
       kill_deadline = now + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(opt.grace_s));
     }
-    if (now > kill_deadline) signal_all(children, SIGKILL);
+    if (now > kill_deadline) signal_all(children, SIGKILL, system_start);
   }
   restore();
-  for (auto& c : children) result.ranks.push_back(std::move(c.exit));
-  if (!error_dir.empty()) {
-    std::string message;
-    int first = earliest_recorded_error(result.ranks, error_dir, &message);
-    if (first >= 0) {
-      result.first_failed_rank = first;
-      result.first_error = message;
+  // What each rank said and when, for naming the failure that caused the others.
+  std::vector<RankOutcome> outcomes;
+  for (auto& c : children) {
+    RankOutcome o;
+    o.rank = c.rank;
+    o.exit_code = c.exit.exit_code;
+    o.signal = c.exit.signaled ? c.exit.exit_code - 128 : 0;
+    o.signal_sent_by_launcher = o.signal != 0 && c.signals_sent.count(o.signal) > 0;
+    o.exit_s = c.exit_system_s;
+    o.stop_s = c.stop_s;
+    const std::string file = error_dir.empty() ? "" : error_dir + "/rank_" + std::to_string(c.rank) + ".err";
+    if (const auto recorded = file.empty() ? std::nullopt : read_recorded_error(file)) {
+      o.error_s = double(recorded->ns) / 1e9 -
+                  std::chrono::duration<double>(system_start.time_since_epoch()).count();
+      o.error = recorded->message;
+      o.error_is_consequence = recorded->consequence;
+    } else {
+      for (const auto& l : c.last_err_lines) o.error += (o.error.empty() ? "" : "\n") + l;
     }
-    for (const auto& r : result.ranks) unlink((error_dir + "/rank_" + std::to_string(r.rank) + ".err").c_str());
-    rmdir(error_dir.c_str());
+    if (!file.empty()) unlink(file.c_str());
+    outcomes.push_back(std::move(o));
   }
-  if (result.timed_out && result.first_failed_rank < 0) {
-    // Every rank was stopped by the timeout: report the lowest one.
-    for (const auto& r : result.ranks) {
-      if (r.exit_code != 0) {
-        result.first_failed_rank = r.rank;
-        break;
-      }
-    }
+  if (!error_dir.empty()) rmdir(error_dir.c_str());
+  for (auto& c : children) result.ranks.push_back(std::move(c.exit));
+  const int primary = primary_failure(outcomes);
+  if (primary >= 0) {
+    result.first_failed_rank = outcomes[static_cast<size_t>(primary)].rank;
+    result.first_error = outcomes[static_cast<size_t>(primary)].error;
+    result.failure_report = describe_failures(outcomes, primary);
   }
   return result;
 }

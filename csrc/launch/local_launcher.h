@@ -1,6 +1,7 @@
 // Starting N local ranks of a program, the way torchrun does on one node: each child gets
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Every output line
-// of a child is prefixed "[rank N] "; SIGINT/SIGTERM received by the launcher are forwarded;
+// of a child is prefixed "[rank N] "; SIGINT/SIGTERM received by the launcher are forwarded
+// (a second SIGINT gives the ranks at most 2 s more before SIGKILL);
 // when a rank fails, the others are terminated (SIGTERM, then SIGKILL after a grace period),
 // so no process is left behind. No torch dependency.
 #pragma once
@@ -37,22 +38,27 @@ struct RankExit {
 
 struct LaunchResult {
   std::vector<RankExit> ranks;
-  /// The rank that failed first (-1: all succeeded): the earliest recorded error
-  /// (record_rank_error), else the earliest non-zero exit.
+  /// The rank whose failure caused the others (-1: all succeeded), by launch/failure_report.h:
+  /// a rank killed by a signal the launcher did not send or that recorded its own error, before
+  /// ranks reporting a lost peer, before ranks the launcher stopped; then the earliest.
   int first_failed_rank = -1;
   bool timed_out = false;
-  std::string first_error;       ///< last lines of the first failing rank's stderr
+  std::string first_error;       ///< that rank's recorded error, else its last stderr lines
+  std::string failure_report;    ///< describe_failures: that rank first, then the consequences
   /// Exit status for the launcher: 0, or the first failing rank's status.
   int exit_code() const;
-  /// "rank 2 failed first (exit 1): <error>" or "all N ranks succeeded".
+  /// "rank 2 failed first (exit 1): <error>\nthen, as a consequence: ..." or
+  /// "all N ranks succeeded".
   std::string summary() const;
 };
 
-/// For a rank's top-level error handler: records `message` with the current time in the file
-/// named by LOOM_ERROR_FILE (set by launch_local for each rank), so the launcher can tell the
-/// rank that failed first from the ranks that failed because of it (a peer's closed socket).
-/// Does nothing outside the local launcher.
-void record_rank_error(const std::string& message);
+/// For a rank's error handler: records `message` with the current time in the file named by
+/// LOOM_ERROR_FILE (set by launch_local for each rank), so the launcher can tell the rank that
+/// failed first from the ranks that failed because of it. Only a rank's first record counts:
+/// call it before unwinding closes the rank's sockets (which makes the peers fail).
+/// `consequence`: this rank stops because another rank failed. Does nothing outside the local
+/// launcher.
+void record_rank_error(const std::string& message, bool consequence = false);
 
 /// Starts the ranks and waits for all of them. Throws std::runtime_error if a process cannot
 /// be started (the ones already started are stopped first).
