@@ -5,6 +5,9 @@
 
 #include <stdexcept>
 
+#include "runtime/error_text.h"
+#include "runtime/run_device.h"
+
 namespace loom::runtime {
 namespace {
 
@@ -25,11 +28,11 @@ void run(const std::string& group, const char* what, F&& issue) {
     work->wait();
   } catch (const std::exception& e) {
     throw std::runtime_error("collective " + std::string(what) + " on process group '" + group +
-                             "' failed: " + e.what());
+                             "' failed: " + error_text(e));
   }
 }
 
-// The dtypes NCCL reduces and moves (gpu.md); Gloo has them all too.
+// The dtypes NCCL reduces and moves (docs/design/devices.md); Gloo has them all too.
 bool every_backend_has(at::ScalarType t) {
   switch (t) {
     case at::kByte: case at::kChar: case at::kInt: case at::kLong:
@@ -174,7 +177,7 @@ class C10dWork final : public AsyncWork {
     try {
       work_->wait();
     } catch (const std::exception& e) {
-      throw std::runtime_error(what_ + " failed: " + e.what());
+      throw std::runtime_error(what_ + " failed: " + error_text(e));
     }
   }
   bool completed() override { return work_->isCompleted(); }
@@ -199,9 +202,11 @@ std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, in
 void Communicator::barrier() {
   if (size() == 1) return;
   // A barrier as a one-element all-reduce on the group's device: same timeout and error path
-  // as other collectives (NCCL's own barrier guesses the device).
+  // as other collectives (NCCL's own barrier guesses the device). On a device, waiting for the
+  // work only orders the current stream; synchronizing makes it a barrier for the host too.
   at::Tensor one = at::ones({1}, at::TensorOptions().device(device_));
   all_reduce(one);
+  synchronize(device_);
 }
 
 void Communicator::shutdown() {

@@ -1,5 +1,9 @@
-// One process group as Loom's model and training code see it: the collectives they need,
-// synchronous, each bounded by the group's timeout. A group lives on one device (the run's:
+// One process group as Loom's model and training code see it: the collectives they need, each
+// bounded by the group's timeout. On host tensors (Gloo) a call returns when the collective is
+// done; on a device (NCCL) it returns once the collective is queued on the device, in order
+// with the kernels before and after it, so results are read in stream order (and a collective
+// that never completes is caught by NCCL's watchdog at the timeout, which ends the process).
+// A group lives on one device (the run's:
 // runtime/run_device.h) and takes tensors on that device only, of a dtype every backend has
 // (NCCL has no bool). Anything else is a programming error, refused with std::logic_error
 // naming the collective, the group and the tensor's device or dtype: the check NCCL makes,
@@ -26,7 +30,7 @@ namespace loom::runtime {
 enum class ReduceOp { kSum, kMax, kMin };
 
 /// A point-to-point operation in flight (Communicator::isend). wait() throws like the
-/// blocking calls; the tensor must stay alive until the work completed.
+/// blocking calls; the work keeps the tensor (or its host copy) alive until it completed.
 class AsyncWork {
  public:
   virtual ~AsyncWork() = default;
@@ -66,6 +70,8 @@ class Communicator {
   void recv(at::Tensor& t, int peer, int tag = 0);
   /// Non-blocking send: returns at once; messages to one (peer, tag) arrive in order.
   std::unique_ptr<AsyncWork> isend(const at::Tensor& t, int peer, int tag = 0);
+  /// Returns once every member has reached it, on the host as well (a device group waits for
+  /// its device too).
   void barrier();
 
   /// Waits for pending work and shuts the backend down; later calls throw. Idempotent.
@@ -74,7 +80,7 @@ class Communicator {
  private:
   Communicator(int global_rank, c10::Device device);  // solo
   c10d::Backend& live();                   // the backend; throws after shutdown()
-  /// Throws std::invalid_argument unless `t` is on device() with a dtype every backend has.
+  /// Throws std::logic_error unless `t` is on device() with a dtype every backend has.
   void check(const char* what, const at::Tensor& t) const;
   /// The tensor the backend sees: `t`, or its host copy when staging.
   at::Tensor to_backend(const at::Tensor& t) const;

@@ -9,6 +9,7 @@
 #include "launch/env_rendezvous.h"
 #include "runtime/communicator.h"
 #include "runtime/parallel_layout.h"
+#include "runtime/pipeline_links.h"
 #include "runtime/run_device.h"
 
 namespace loom::runtime {
@@ -46,6 +47,9 @@ class ProcessGroups {
   Communicator& tensor() { return *tensor_; }
   Communicator& data() { return *data_; }
   Communicator& pipeline() { return *pipeline_; }
+  /// Point-to-point links of this rank's stage to its neighbours, one communicator per
+  /// direction (pipeline_links.h). Only these carry pipeline activations and gradients.
+  PipelineLinks& pipeline_links() { return *links_; }
   Communicator& model_parallel() { return *model_parallel_; }
   /// First and last pipeline stage of this rank's pipeline (tied word embeddings).
   /// Only meaningful on those stages (size 1 elsewhere, and when p = 1).
@@ -70,6 +74,7 @@ class ProcessGroups {
   int rank_;
   c10::Device device_;
   CommunicatorPtr world_, tensor_, data_, pipeline_, model_parallel_, embedding_, host_world_;
+  std::unique_ptr<PipelineLinks> links_;
   struct StoreHolder;
   std::shared_ptr<StoreHolder> store_;
 };

@@ -76,7 +76,7 @@ at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
   loss_scale_ = loss_scale;
   ScheduleConfig sc = train_schedule_;
   sc.after_backward = after_backward;
-  auto result = run_pipeline_schedule(sc, groups_.pipeline(), [&](int chunk, int k, const at::Tensor& in) {
+  auto result = run_pipeline_schedule(sc, groups_.pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
     model::DropoutContext c = dropout;
     c.batch_offset = batches[k].global_row;
     return forward(chunk, batches[k], in, c, false);
@@ -96,7 +96,7 @@ at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
 at::Tensor GptStep::evaluate(const std::vector<MicroBatch>& batches) {
   model::DropoutContext off;
   off.training = false;
-  auto result = run_pipeline_schedule(eval_schedule_, groups_.pipeline(), [&](int chunk, int k, const at::Tensor& in) {
+  auto result = run_pipeline_schedule(eval_schedule_, groups_.pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
     return forward(chunk, batches[k], in, off, true);
   });
   at::Tensor totals = device_zeros(2, groups_.device());

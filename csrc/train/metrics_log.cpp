@@ -69,7 +69,9 @@ std::string format_metrics_line(const nlohmann::json& r) {
       num("loss_scale"), 1000.0 * num("step_time_s"), num("tokens_per_s"),
       num("model_tflops_per_device"));
   if (r.contains("mfu") && r["mfu"].is_number()) line += fmt::format(" | MFU {:.1f}%", 100.0 * num("mfu"));
-  if (r.contains("max_rss_mib")) line += fmt::format(" | mem {:.0f} MiB", num("max_rss_mib"));
+  if (r.contains("peak_device_memory_mib"))
+    line += fmt::format(" | device mem {:.0f} MiB", num("peak_device_memory_mib"));
+  if (r.contains("max_rss_mib")) line += fmt::format(" | host mem {:.0f} MiB", num("max_rss_mib"));
   if (r.value("skipped", false)) line += " | step skipped (inf/NaN)";
   return line;
 }

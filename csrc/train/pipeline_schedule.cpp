@@ -14,10 +14,6 @@
 namespace loom::train {
 namespace {
 
-// Tags keep activations and gradients apart; messages of one (peer, tag) arrive in order.
-constexpr int kActivationTag = 1;
-constexpr int kGradientTag = 2;
-
 struct Stashed {
   at::Tensor input;   // received activation (leaf), undefined on virtual stage 0
   at::Tensor output;  // sent activation (storage may be released) or the loss
@@ -84,7 +80,7 @@ std::vector<ScheduledOp> schedule_order(int p, int r, int m, int v, bool forward
   return ops;
 }
 
-ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Communicator& pipeline,
+ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::PipelineLinks& pipeline,
                                      const ForwardStep& forward_step) {
   const int p = pipeline.size(), r = pipeline.rank(), v = config.virtual_stages;
   const int m = config.num_microbatches;
@@ -116,7 +112,7 @@ ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Comm
       at::Tensor input;
       if (!is_first_virtual(op.chunk)) {
         input = at::empty(config.activation_shape, act_options);
-        pipeline.recv(input, prev, kActivationTag);
+        pipeline.recv(input, prev);
         if (!config.forward_only) input.requires_grad_(true);
       }
       at::Tensor output = forward_step(op.chunk, op.microbatch, input);
@@ -130,7 +126,7 @@ ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Comm
         }
         bool release = config.free_sent_activations && !config.forward_only &&
                        to_send.is_same(output) && output.requires_grad();
-        sends.push_back({pipeline.isend(to_send, next, kActivationTag), to_send, release});
+        sends.push_back({pipeline.isend(to_send, next), to_send, release});
       }
       if (!config.forward_only) {
         stash[key] = {input, output};
@@ -144,7 +140,7 @@ ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Comm
       at::Tensor grad;
       if (!is_last_virtual(op.chunk)) {
         grad = at::empty(config.activation_shape, act_options);
-        pipeline.recv(grad, next, kGradientTag);
+        pipeline.recv(grad, next);
       }
       reap_sends(false);
       backward_from(s.output, grad);
@@ -153,7 +149,7 @@ ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Comm
       if (!is_first_virtual(op.chunk)) {
         at::Tensor g = s.input.grad();
         if (!g.defined()) g = at::zeros(config.activation_shape, act_options);
-        sends.push_back({pipeline.isend(g.contiguous(), prev, kGradientTag), g.contiguous(), false});
+        sends.push_back({pipeline.isend(g.contiguous(), prev), g.contiguous(), false});
       }
     }
     reap_sends(false);

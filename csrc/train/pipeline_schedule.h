@@ -7,15 +7,18 @@
 //  - interleaved 1F1B with v model chunks per stage: chunk c of stage r holds virtual stage
 //    c·p + r; needs m % p == 0.
 // Activations [s/t, b, h] (or [s, b, h] without SP) travel between neighbouring stages with
-// non-blocking sends and blocking receives; an output's storage is released as soon as its send
-// completed (the autograd node stays; backward starts from it with the received gradient).
+// non-blocking sends and blocking receives on the stage's pipeline links, one communicator per
+// direction (runtime/pipeline_links.h: safe with NCCL's in-order, rendezvous point-to-point);
+// messages carry no tags, each direction's messages are received in the order they were sent.
+// An output's storage is released as soon as its send completed (the autograd node stays;
+// backward starts from it with the received gradient).
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <vector>
 
-#include "runtime/communicator.h"
+#include "runtime/pipeline_links.h"
 
 namespace loom::train {
 
@@ -55,11 +58,11 @@ struct ScheduleResult {
   ScheduleStats stats;
 };
 
-/// Runs one step's forward (and backward) passes over `pipeline` (this rank's pipeline group;
+/// Runs one step's forward (and backward) passes over `pipeline` (this rank's pipeline links;
 /// size 1 = no pipelining). Gradients accumulate into the parameters' .grad. Throws
 /// std::invalid_argument for an interleaved schedule with m % p != 0, and whatever the forward
 /// step or the communication throws.
-ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::Communicator& pipeline,
+ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::PipelineLinks& pipeline,
                                      const ForwardStep& forward_step);
 
 /// The order of operations a stage performs: +(k+1) = forward of virtual micro-batch k,

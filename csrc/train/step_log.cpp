@@ -19,48 +19,48 @@ double max_rss_mib() {
   return double(u.ru_maxrss) / 1024.0;
 }
 
-// The largest rank's peak device memory in MiB, or -1 on CPU ranks (collective).
-double largest_peak_device_mib(runtime::ProcessGroups& groups) {
+// The peak device memory in MiB of this rank, or with `collective` of the largest rank (a
+// reduction over the host group); -1 on CPU ranks.
+double peak_device_mib(runtime::ProcessGroups& groups, bool collective) {
   const auto bytes = runtime::peak_device_memory_bytes(groups.device());
+  const double mine = bytes ? double(*bytes) / (1024.0 * 1024.0) : -1.0;
+  if (!collective) return mine;
   // host: a host value, reduced on the host group.
-  at::Tensor peak = at::full({1}, bytes ? double(*bytes) / (1024.0 * 1024.0) : -1.0,
-                             at::TensorOptions().dtype(at::kDouble));
+  at::Tensor peak = at::full({1}, mine, at::TensorOptions().dtype(at::kDouble));
   groups.host_world().all_reduce(peak, runtime::ReduceOp::kMax);
   return peak.item<double>();
 }
 
+bool printed_step(int64_t step, int64_t every) { return step % std::max<int64_t>(1, every) == 0 || step == 1; }
+
 }  // namespace
 
 StepLog::StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLog* log)
-    : config_(config),
-      groups_(groups),
-      log_(log),
-      last_loss_(NAN),
-      start_(std::chrono::steady_clock::now()) {}
+    : config_(config), groups_(groups), log_(log), last_loss_(NAN) {}
 
 void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
                   double seconds, int64_t consumed_samples) {
   pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples});
-  if (step % std::max<int64_t>(1, config_.print_every) == 0 || step == 1) {
+  seconds_timed_ += seconds;
+  ++steps_timed_;
+  if (printed_step(step, config_.print_every)) {
     flush();
   } else if (log_) {
-    ++steps_timed_;
-    const double per_step =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() /
-        double(steps_timed_);
-    const double eta = per_step * double(config_.max_steps - step);
-    log_->progress(fmt::format("step {}/{} | loss {:.4f} (step {}) | ETA {:.0f}:{:02.0f}", step,
-                               config_.max_steps, last_loss_, step - int64_t(pending_.size()),
-                               std::floor(eta / 60), std::fmod(eta, 60.0)));
+    const double eta = seconds_timed_ / double(steps_timed_) * double(config_.max_steps - step);
+    const std::string loss_text =
+        std::isnan(last_loss_) ? "" : fmt::format(" | loss {:.4f} (step {})", last_loss_,
+                                                  step - int64_t(pending_.size()));
+    log_->progress(fmt::format("step {}/{}{} | ETA {:.0f}:{:02.0f}", step, config_.max_steps,
+                               loss_text, std::floor(eta / 60), std::fmod(eta, 60.0)));
   }
 }
 
-void StepLog::flush() {
+void StepLog::flush(bool collective) {
   if (pending_.empty()) return;
   std::vector<at::Tensor> losses;
   for (const auto& p : pending_) losses.push_back(p.loss.reshape({1}));
   const at::Tensor host = at::cat(losses).to(at::kCPU);  // the one sync
-  const double peak_device_mib = largest_peak_device_mib(groups_);
+  const double peak_device = peak_device_mib(groups_, collective);
   const double rss = max_rss_mib();
   std::vector<Pending> done;
   done.swap(pending_);
@@ -82,9 +82,9 @@ void StepLog::flush() {
                             {"model_tflops_per_device", tflops},
                             {"consumed_samples", p.consumed_samples},
                             {"max_rss_mib", rss}};
-      if (peak_device_mib >= 0) rec["peak_device_memory_mib"] = peak_device_mib;
+      if (peak_device >= 0) rec["peak_device_memory_mib"] = peak_device;
       if (config_.peak_tflops) rec["mfu"] = tflops / *config_.peak_tflops;
-      log_->write(rec, i + 1 == done.size());
+      log_->write(rec, printed_step(p.step, config_.print_every));
     }
     if (!std::isfinite(loss))
       throw std::runtime_error(fmt::format("loss became {} at step {}", loss, p.step));

@@ -1,9 +1,10 @@
 // The per-step training records of metrics.jsonl, read from the device in batches: a step's
 // loss stays a device tensor until the next flush (every trainer.log_every_n_steps steps, and
 // before validation, checkpoints and the end of the run), where one host sync reads every
-// pending loss (gpu.md: .item() waits for the device, so it stays out of the step loop).
-// Every rank keeps and flushes the same steps, so a non-finite loss stops all ranks at once;
-// only the rank given a MetricsLog writes.
+// pending loss (docs/design/devices.md: .item() waits for the device, so it stays out of the
+// step loop). Every rank keeps and flushes the same steps, so a non-finite loss stops all ranks
+// at once, at the flush that reads it (the updates of such steps were already skipped by the
+// optimizer: its gradient norm is non-finite too); only the rank given a MetricsLog writes.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -34,14 +35,16 @@ class StepLog {
   StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLog* log);
 
   /// Records step `step` (1-based, done) with its device loss and the optimizer's result;
-  /// `seconds` is the host time since the previous step ended. Flushes when `step` is a
-  /// multiple of print_every (or the first step).
+  /// `seconds` is the host time of the step itself (data, forward, backward, optimizer).
+  /// Flushes when `step` is a multiple of print_every (or the first step); those steps are the
+  /// ones printed.
   void add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
            double seconds, int64_t consumed_samples);
   /// Writes every pending record (one device sync). Collective over host_world (the largest
-  /// rank's peak device memory). Throws std::runtime_error naming the step when a loss is
-  /// not finite.
-  void flush();
+  /// rank's peak device memory) unless `collective` is false (an error path: this rank's
+  /// records only, so that a crash loses none). Throws std::runtime_error naming the step when
+  /// a loss is not finite.
+  void flush(bool collective = true);
   /// The loss of the last flushed step (NaN before any).
   double last_loss() const { return last_loss_; }
 
@@ -58,7 +61,7 @@ class StepLog {
   MetricsLog* log_;
   std::vector<Pending> pending_;
   double last_loss_;
-  std::chrono::steady_clock::time_point start_;
+  double seconds_timed_ = 0;  ///< host seconds of the steps added so far (for the ETA)
   int64_t steps_timed_ = 0;
 };
 

@@ -26,6 +26,11 @@ LAYOUTS = {
                        "model.optim.name=distributed_fused_adam"],
 }
 PRECISIONS = {"fp32": "trainer.precision=32", "bf16": "trainer.precision=bf16"}
+# The interleaved schedule sends between the last and the first stage too; the stand-in's
+# NCCL-like point-to-point (in order, sends wait for their receive) checks it cannot deadlock.
+INTERLEAVED = ["trainer.devices=4", "model.tensor_model_parallel_size=1",
+               "model.pipeline_model_parallel_size=4", "model.virtual_pipeline_model_parallel_size=2",
+               "model.num_layers=8", "model.sequence_parallel=false", "model.micro_batch_size=1"]
 
 
 def standin_library():
@@ -109,6 +114,14 @@ def test_standin_run_is_bit_identical_to_cpu_ranks(corpus, cpu_runs, tmp_path, l
     if precision == "fp32":
         # Peak device memory is reported where the device keeps statistics.
         assert all("peak_device_memory_mib" in r for r in metrics(tmp_path))
+
+
+def test_interleaved_pipeline_is_bit_identical_to_cpu_ranks(corpus, tmp_path):
+    cpu, standin = tmp_path / "cpu", tmp_path / "standin"
+    train(corpus, cpu, "cpu", "t1p2d2_distopt", "fp32", extra=INTERLEAVED)
+    train(corpus, standin, "standin", "t1p2d2_distopt", "fp32", extra=INTERLEAVED)
+    assert step_values(standin) == step_values(cpu)
+    assert checkpoint_files(standin) == checkpoint_files(cpu)
 
 
 def test_ranks_share_one_device_with_host_staged_gloo(corpus, cpu_runs, tmp_path):

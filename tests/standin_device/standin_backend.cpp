@@ -1,6 +1,13 @@
 // The stand-in device's communicator: a c10d backend for standin tensors that checks its
 // arguments the way ProcessGroupNCCL does and moves the data with a ProcessGroupGloo built over
 // the same store. Gloo reads and writes the standin memory directly (CPU aliases, no copies).
+//
+// It also keeps the NCCL semantics that decide whether a schedule deadlocks: the operations of
+// one communicator run one at a time, in the order they were issued (NCCL's one stream per
+// communicator); point-to-point messages carry no tags (each direction's messages match in
+// order); and a send completes only once the receiver has taken the data (a rendezvous, stricter
+// than NCCL's buffering of small messages). A schedule that could deadlock on GPUs therefore
+// deadlocks here too, and fails at the collective timeout instead of passing by luck.
 #include "standin_device.h"
 #include "standin_internal.h"
 
@@ -12,9 +19,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace loom::standin {
@@ -34,28 +44,68 @@ const char* nccl_dtype_hint(c10::ScalarType t) {
   }
 }
 
-// A Gloo work item whose tensors need one more step once it has finished (AVG = SUM / size).
-class FinishingWork final : public c10d::Work {
+// The work of one operation run by an OrderedStream: complete once the stream has run it.
+class OrderedWork final : public c10d::Work {
  public:
-  FinishingWork(c10::intrusive_ptr<c10d::Work> inner, std::function<void()> finish)
-      : inner_(std::move(inner)), finish_(std::move(finish)) {}
-  bool isCompleted() override { return inner_->isCompleted(); }
-  bool isSuccess() const override { return inner_->isSuccess(); }
-  std::exception_ptr exception() const override { return inner_->exception(); }
-  std::vector<at::Tensor> result() override { return inner_->result(); }
-  bool wait(std::chrono::milliseconds timeout) override {
-    const bool done = inner_->wait(timeout);
-    std::call_once(once_, finish_);
-    return done;
+  void complete(std::exception_ptr error) { finish(std::move(error)); }
+};
+
+// A worker thread that runs one communicator's operations one after another, in the order they
+// were submitted: the stand-in's counterpart of an NCCL communicator's stream.
+class OrderedStream {
+ public:
+  OrderedStream() : worker_([this] { run(); }) {}
+  ~OrderedStream() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
   }
-  void synchronize() override { wait(kNoTimeout); }
-  void abort() override { inner_->abort(); }
+
+  c10::intrusive_ptr<c10d::Work> submit(std::function<void()> task) {
+    auto work = c10::make_intrusive<OrderedWork>();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.emplace_back(std::move(task), work);
+    }
+    cv_.notify_all();
+    return work;
+  }
 
  private:
-  c10::intrusive_ptr<c10d::Work> inner_;
-  std::function<void()> finish_;
-  std::once_flag once_;
+  void run() {
+    for (;;) {
+      std::pair<std::function<void()>, c10::intrusive_ptr<OrderedWork>> item;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left to run
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        item.first();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      item.second->complete(error);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::function<void()>, c10::intrusive_ptr<OrderedWork>>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once the members above exist
 };
+
+// Gloo tags of the stand-in's point-to-point traffic: the data (callers' tags are ignored, as
+// NCCL ignores them) and the receiver's acknowledgement that makes a send a rendezvous.
+constexpr int kDataTag = 0;
+constexpr int kAckTag = 1;
 
 class StandinBackend final : public c10d::Backend {
  public:
@@ -69,6 +119,7 @@ class StandinBackend final : public c10d::Backend {
     gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
     setBoundDeviceId(device_);
     check_distinct_devices();
+    stream_ = std::make_unique<OrderedStream>();
   }
 
   const std::string getBackendName() const override { return "standin"; }
@@ -78,7 +129,7 @@ class StandinBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> broadcast(TensorVec& tensors,
                                            const c10d::BroadcastOptions& opts) override {
     auto cpu = check_all("broadcast", tensors);
-    return gloo_->broadcast(cpu, opts);
+    return in_order([=]() mutable { return gloo_->broadcast(cpu, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(TensorVec& tensors,
@@ -87,7 +138,7 @@ class StandinBackend final : public c10d::Backend {
     auto cpu = check_all("all_reduce", tensors);
     c10d::AllreduceOptions o = opts;
     const bool avg = take_avg(o.reduceOp);
-    return finish_avg(gloo_->allreduce(cpu, o), avg, tensors);
+    return in_order([=]() mutable { return gloo_->allreduce(cpu, o); }, avg, tensors);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -96,7 +147,7 @@ class StandinBackend final : public c10d::Backend {
     auto cpu = check_all("all_reduce_coalesced", tensors);
     c10d::AllreduceCoalescedOptions o = opts;
     const bool avg = take_avg(o.reduceOp);
-    return finish_avg(gloo_->allreduce_coalesced(cpu, o), avg, tensors);
+    return in_order([=]() mutable { return gloo_->allreduce_coalesced(cpu, o); }, avg, tensors);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(TensorVec& tensors,
@@ -106,42 +157,42 @@ class StandinBackend final : public c10d::Backend {
     c10d::ReduceOptions o = opts;
     const bool avg = take_avg(o.reduceOp);
     TensorVec on_root = getRank() == o.rootRank ? tensors : TensorVec{};
-    return finish_avg(gloo_->reduce(cpu, o), avg, on_root);
+    return in_order([=]() mutable { return gloo_->reduce(cpu, o); }, avg, on_root);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<TensorVec>& outputs, TensorVec& inputs,
                                            const c10d::AllgatherOptions& opts) override {
     auto in = check_all("all_gather", inputs);
     auto out = check_all("all_gather", outputs);
-    return gloo_->allgather(out, in, opts);
+    return in_order([=]() mutable { return gloo_->allgather(out, in, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override {
     at::Tensor in = check("all_gather_into_tensor", input);
     at::Tensor out = check("all_gather_into_tensor", output);
-    return gloo_->_allgather_base(out, in, opts);
+    return in_order([=]() mutable { return gloo_->_allgather_base(out, in, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       TensorVec& outputs, TensorVec& inputs, const c10d::AllgatherOptions& opts) override {
     auto in = check_all("all_gather_into_tensor_coalesced", inputs);
     auto out = check_all("all_gather_into_tensor_coalesced", outputs);
-    return gloo_->allgather_into_tensor_coalesced(out, in, opts);
+    return in_order([=]() mutable { return gloo_->allgather_into_tensor_coalesced(out, in, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<TensorVec>& outputs, TensorVec& inputs,
                                         const c10d::GatherOptions& opts) override {
     auto in = check_all("gather", inputs);
     auto out = check_all("gather", outputs);
-    return gloo_->gather(out, in, opts);
+    return in_order([=]() mutable { return gloo_->gather(out, in, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(TensorVec& outputs, std::vector<TensorVec>& inputs,
                                          const c10d::ScatterOptions& opts) override {
     auto out = check_all("scatter", outputs);
     auto in = check_all("scatter", inputs);
-    return gloo_->scatter(out, in, opts);
+    return in_order([=]() mutable { return gloo_->scatter(out, in, opts); });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(TensorVec& outputs,
@@ -152,7 +203,7 @@ class StandinBackend final : public c10d::Backend {
     auto in = check_all("reduce_scatter", inputs);
     c10d::ReduceScatterOptions o = opts;
     const bool avg = take_avg(o.reduceOp);
-    return finish_avg(gloo_->reduce_scatter(out, in, o), avg, outputs);
+    return in_order([=]() mutable { return gloo_->reduce_scatter(out, in, o); }, avg, outputs);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -162,7 +213,7 @@ class StandinBackend final : public c10d::Backend {
     at::Tensor in = check("reduce_scatter_tensor", input);
     c10d::ReduceScatterOptions o = opts;
     const bool avg = take_avg(o.reduceOp);
-    return finish_avg(gloo_->_reduce_scatter_base(out, in, o), avg, {output});
+    return in_order([=]() mutable { return gloo_->_reduce_scatter_base(out, in, o); }, avg, {output});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
@@ -172,7 +223,8 @@ class StandinBackend final : public c10d::Backend {
     auto in = check_all("reduce_scatter_tensor_coalesced", inputs);
     c10d::ReduceScatterOptions o = opts;
     const bool avg = take_avg(o.reduceOp);
-    return finish_avg(gloo_->reduce_scatter_tensor_coalesced(out, in, o), avg, outputs);
+    return in_order([=]() mutable { return gloo_->reduce_scatter_tensor_coalesced(out, in, o); }, avg,
+                    outputs);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -181,17 +233,27 @@ class StandinBackend final : public c10d::Backend {
                                                const c10d::AllToAllOptions& opts) override {
     at::Tensor out = check("all_to_all_single", output);
     at::Tensor in = check("all_to_all_single", input);
-    return gloo_->alltoall_base(out, in, output_splits, input_splits, opts);
+    return in_order([=]() mutable { return gloo_->alltoall_base(out, in, output_splits, input_splits, opts); });
   }
 
-  c10::intrusive_ptr<c10d::Work> send(TensorVec& tensors, int dst, int tag) override {
+  // A send is done when the receiver has acknowledged the data (a rendezvous); the caller's
+  // tag is ignored, as NCCL ignores it.
+  c10::intrusive_ptr<c10d::Work> send(TensorVec& tensors, int dst, int /*tag*/) override {
     auto cpu = check_all("send", tensors);
-    return gloo_->send(cpu, dst, tag);
+    return stream().submit([this, cpu, dst]() mutable {
+      gloo_->send(cpu, dst, kDataTag)->wait();
+      TensorVec ack{at::zeros({1}, at::kByte)};
+      gloo_->recv(ack, dst, kAckTag)->wait();
+    });
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(TensorVec& tensors, int src, int tag) override {
+  c10::intrusive_ptr<c10d::Work> recv(TensorVec& tensors, int src, int /*tag*/) override {
     auto cpu = check_all("recv", tensors);
-    return gloo_->recv(cpu, src, tag);
+    return stream().submit([this, cpu, src]() mutable {
+      gloo_->recv(cpu, src, kDataTag)->wait();
+      TensorVec ack{at::zeros({1}, at::kByte)};
+      gloo_->send(ack, src, kAckTag)->wait();
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(TensorVec&, int) override {
@@ -200,13 +262,16 @@ class StandinBackend final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
-    return gloo_->barrier(opts);
+    return in_order([=] { return gloo_->barrier(opts); });
   }
 
   void setSequenceNumberForGroup() override { gloo_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return gloo_->getSequenceNumberForGroup(); }
   void abort() override { gloo_->abort(); }
-  void shutdown() override { gloo_->shutdown(); }
+  void shutdown() override {
+    stream_.reset();  // runs what was submitted, then stops
+    gloo_->shutdown();
+  }
 
  private:
   // NCCL refuses a communicator with two ranks on one GPU ("Duplicate GPU detected"); so does
@@ -306,11 +371,14 @@ class StandinBackend final : public c10d::Backend {
     return true;
   }
 
-  c10::intrusive_ptr<c10d::Work> finish_avg(c10::intrusive_ptr<c10d::Work> work, bool avg,
-                                            TensorVec tensors) const {
-    if (!avg) return work;
+  // Runs a Gloo operation on the stream, in issue order, waiting for it there; AVG divides the
+  // sum by the group size once it is done.
+  template <class Issue>
+  c10::intrusive_ptr<c10d::Work> in_order(Issue issue, bool avg = false, TensorVec tensors = {}) {
     const int64_t size = getSize();
-    return c10::make_intrusive<FinishingWork>(std::move(work), [tensors, size] {
+    return stream().submit([issue = std::move(issue), avg, tensors = std::move(tensors), size]() mutable {
+      issue()->wait();
+      if (!avg) return;
       for (const auto& t : tensors) {
         if (at::isFloatingType(t.scalar_type())) {
           t.div_(size);
@@ -321,8 +389,14 @@ class StandinBackend final : public c10d::Backend {
     });
   }
 
+  OrderedStream& stream() {
+    TORCH_CHECK(stream_ != nullptr, "standin communicator: used after shutdown()");
+    return *stream_;
+  }
+
   c10::Device device_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo_;
+  std::unique_ptr<OrderedStream> stream_;  // this communicator's operations, in order
 };
 
 }  // namespace

@@ -577,7 +577,9 @@ class Call {
         if (d.index() != device_->index()) refuse(op_, "an argument", d, *device_, name);
       } else if (d.type() == c10::kCPU) {
         host_storages_.push_back(t.storage().unsafeGetStorageImpl());
-        if (t.dim() == 0) return;   // CPU scalars are fine, as with CUDA
+        // CUDA accepts 0-dim CPU tensors as scalars in elementwise (TensorIterator) kernels
+        // only, the ops tagged pointwise; anywhere else a host tensor is refused.
+        if (t.dim() == 0 && op_.hasTag(at::Tag::pointwise)) return;
         if (index_list && host_indices_ok) return;
         refuse(op_, "an argument", d, *device_, name);
       } else {

@@ -218,16 +218,24 @@ void collectives(int rank, const StorePtr& store, int world) {
     wait(g->_reduce_scatter_base(hout, h));
     EXPECT(same_bits(dout, hout), "_reduce_scatter_base");
   }
-  {   // send / recv around a ring
+  {   // send / recv around a ring: even ranks send first, odd ranks receive first (the
+      // stand-in's sends wait for their receive, as NCCL's do: all sending first would deadlock)
     auto [d, h] = both(at::randn({2, 5}, gen));
     const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
     at::Tensor drecv = at::empty({2, 5}, at::TensorOptions().device(dev));
     at::Tensor hrecv = at::empty({2, 5});
     std::vector<at::Tensor> ds{d}, dr{drecv}, hs{h}, hr{hrecv};
-    auto w1 = s->send(ds, next, 7);
-    auto w2 = s->recv(dr, prev, 7);
-    wait(w1);
-    wait(w2);
+    if (rank % 2 == 0) {
+      auto w1 = s->send(ds, next, 7);
+      auto w2 = s->recv(dr, prev, 7);
+      wait(w1);
+      wait(w2);
+    } else {
+      auto w2 = s->recv(dr, prev, 7);
+      auto w1 = s->send(ds, next, 7);
+      wait(w2);
+      wait(w1);
+    }
     auto w3 = g->send(hs, next, 7);
     auto w4 = g->recv(hr, prev, 7);
     wait(w3);

@@ -96,7 +96,7 @@ LOOM_WORKER("toy_pipeline") {
   runtime::ProcessGroupOptions opt;
   opt.pipeline_parallel = test::env_int("P");
   auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
-  auto& pipe = groups->pipeline();
+  auto& pipe = groups->pipeline_links();
   const int p = pipe.size(), r = pipe.rank();
   const int per_virtual = kLayers / (p * v);
   auto inputs = toy_inputs(m);

@@ -9,6 +9,7 @@
 #include "harness/standin_device.h"
 #include "harness/worker_groups.h"
 #include "model/gpt_stage.h"
+#include "model/model_test_util.h"
 #include "runtime/run_device.h"
 #include "train/pipeline_schedule.h"
 
@@ -20,17 +21,6 @@ namespace {
 runtime::RunDevice standin_device(int local_rank = 0) {
   test::use_standin_device();
   return runtime::select_run_device(runtime::DeviceKind::kAccelerator, local_rank);
-}
-
-model::GptConfig tiny_config() {
-  model::GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.vocab_size = 64;
-  c.max_position_embeddings = 8;
-  c.seq_length = 8;
-  return c;
 }
 
 }  // namespace
@@ -88,14 +78,14 @@ LOOM_WORKER("standin_pipeline_send_of_host_activation") {
   sc.activation_device = groups->device();
   std::string error;
   try {
-    train::run_pipeline_schedule(sc, groups->pipeline(), [&](int, int, const at::Tensor&) {
+    train::run_pipeline_schedule(sc, groups->pipeline_links(), [&](int, int, const at::Tensor&) {
       at::Tensor w = at::ones({4, 1, 8}, at::TensorOptions().device(groups->device())).requires_grad_(true);
       return (w * 2).cpu();  // the mistake: the activation left the device
     });
   } catch (const std::logic_error& e) {
     error = e.what();
   }
-  LOOM_WCHECK(error.find("isend on process group 'pipeline[0]' got a tensor on cpu, expected standin:0") !=
+  LOOM_WCHECK(error.find("isend on process group 'pipe_link_0_to_1[0]' got a tensor on cpu, expected standin:0") !=
                   std::string::npos, "(got: " + error + ")");
   groups->shutdown();
 }
@@ -107,10 +97,12 @@ TEST_CASE("a pipeline send of a host activation on the stand-in is refused", "[s
 
 TEST_CASE("a model forward with host token ids on the stand-in is refused", "[standin]") {
   const auto d = standin_device();
-  model::GptStage stage(tiny_config(), runtime::Communicator::solo(0, d.device), {}, d.device);
+  const model::GptConfig config = model::test::tiny_config();
+  model::GptStage stage(config, runtime::Communicator::solo(0, d.device), {}, d.device);
+  const auto batch = model::test::make_batch(config, 2);
   model::StageInputs in;
-  in.tokens = at::randint(0, 64, {2, 8}, at::TensorOptions().dtype(at::kLong));  // host: the mistake
-  in.position_ids = at::arange(8, at::TensorOptions().dtype(at::kLong)).expand({2, 8});
+  in.tokens = batch.tokens;  // host ids for a model on the device: the mistake
+  in.position_ids = batch.positions;
   model::DropoutContext off;
   off.training = false;
   REQUIRE_THROWS_WITH(stage.forward(in, off), Contains("cpu") && Contains("standin:0"));
@@ -119,5 +111,45 @@ TEST_CASE("a model forward with host token ids on the stand-in is refused", "[st
   in.position_ids = in.position_ids.contiguous().to(d.device);
   at::Tensor logits = stage.forward(in, off);
   CHECK(logits.device() == d.device);
-  CHECK(logits.sizes() == at::IntArrayRef({8, 2, stage.padded_vocab_size()}));
+  CHECK(logits.sizes() == at::IntArrayRef({config.seq_length, 2, stage.padded_vocab_size()}));
+}
+
+// The lane also keeps NCCL's point-to-point semantics (in order per communicator, a send waits
+// for its receive): two stages that each send to the other before receiving on one shared
+// communicator deadlock, as on GPUs (the 1F1B steady state), while the per-direction pipeline
+// links carry the same traffic.
+LOOM_WORKER("standin_crossed_sends") {
+  const bool shared = test::env_str("SHARED") == "1";
+  auto groups = test::worker_groups(1, 2, std::chrono::seconds(shared ? 4 : 30),
+                                    standin_device(test::env_int("LOCAL_RANK")));
+  const int me = groups->coords().pp, peer = 1 - me;
+  const auto on = at::TensorOptions().device(groups->device());
+  at::Tensor out = at::full({1024}, double(me + 1), on), in = at::zeros({1024}, on);
+  std::string error;
+  try {
+    if (shared) {
+      auto work = groups->pipeline().isend(out, peer);
+      groups->pipeline().recv(in, peer);
+      work->wait();
+    } else {
+      auto work = groups->pipeline_links().isend(out, peer);
+      groups->pipeline_links().recv(in, peer);
+      work->wait();
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (shared) {
+    LOOM_WCHECK(!error.empty(), "(crossed sends on one communicator completed: the stand-in is not strict)");
+  } else {
+    LOOM_WCHECK(error.empty(), "(" + error + ")");
+    LOOM_WCHECK(in.cpu().eq(double(peer + 1)).all().item<bool>());
+  }
+}
+
+TEST_CASE("on the stand-in, crossed sends on one communicator deadlock and per-direction links do not",
+          "[standin][multiprocess]") {
+  test::use_standin_device();
+  CHECK(test::run_ranks("standin_crossed_sends", 2, {{"SHARED", "1"}}, 60).exit_code() == 0);
+  CHECK(test::run_ranks("standin_crossed_sends", 2, {{"SHARED", "0"}}, 60).exit_code() == 0);
 }
