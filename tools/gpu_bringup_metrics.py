@@ -80,6 +80,19 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+def wall_clock_rate(recs, key):
+    """`key` (a per-second rate of each step) over the wall clock between the first and the last
+    record (their elapsed_s): what the steps really delivered, device work each step left queued
+    included. Falls back to the per-step times when the records have no elapsed_s."""
+    have = [r for r in recs if isinstance(r.get(key), (int, float)) and isinstance(r.get("step_time_s"), (int, float))]
+    if not have:
+        return None
+    per_step = have[-1][key] * have[-1]["step_time_s"]  # tokens (or FLOPs) of one step
+    if len(have) > 1 and all(isinstance(r.get("elapsed_s"), (int, float)) for r in have):
+        return per_step * (len(have) - 1) / (have[-1]["elapsed_s"] - have[0]["elapsed_s"])
+    return per_step * len(have) / sum(r["step_time_s"] for r in have)
+
+
 def cmd_throughput(args):
     recs = train_records(args.run)
     timed = recs[args.skip:] if len(recs) > args.skip else recs[-1:]
@@ -87,9 +100,9 @@ def cmd_throughput(args):
     peak_dev = [r["peak_device_memory_mib"] for r in recs if isinstance(r.get("peak_device_memory_mib"), (int, float))]
     out = {
         "steps": len(recs), "timed_steps": len(timed),
-        "tokens_per_s": mean(get("tokens_per_s")),
-        "model_tflops_per_device": mean(get("model_tflops_per_device")),
-        "mfu": mean(get("mfu")), "step_time_s": mean(get("step_time_s")),
+        "tokens_per_s": wall_clock_rate(timed, "tokens_per_s"),
+        "model_tflops_per_device": wall_clock_rate(timed, "model_tflops_per_device"),
+        "mfu": wall_clock_rate(timed, "mfu"), "step_time_s": mean(get("step_time_s")),
         "peak_device_memory_mib": max(peak_dev) if peak_dev else None,
         "max_rss_mib": max(get("max_rss_mib")) if get("max_rss_mib") else None,
         "first_loss": recs[0]["loss"] if recs else None, "last_loss": recs[-1]["loss"] if recs else None,

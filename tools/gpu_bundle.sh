@@ -8,9 +8,10 @@
 #             replaced by copies, .pc files made relocatable; prefix.cmake and env.sh point
 #             CMake, the compiler, the linker, pkg-config and the loader at it
 #   data/     the preprocessed tinyshakespeare corpus (.bin/.idx)
-#   python/   megatron-core's Python sources (tar.gz) and the wheels it needs beyond torch:
-#             packaging (pure Python) and numpy for cp310-cp312 (compiled; used only when the
-#             host's python lacks numpy)
+#   python/   megatron-core's Python sources (tar.gz); the lent host's python (3.12) has
+#             numpy, packaging and einops, what it imports beyond torch
+#   reference/  the tiny recipe's CPU fp32 run (metrics.jsonl), made here, so that the GPU
+#             host's minutes do not go to a CPU run (tools/gpu_bringup.sh --make-reference)
 #   MANIFEST.txt  every file with its size, and the total
 # Exits non-zero when the bundle would exceed the carry limit (64 MiB), and prints the carry
 # list for the device `run` tool. Idempotent: downloads are cached in build-bundle/.
@@ -32,8 +33,6 @@ MULTIARCH=x86_64-linux-gnu
 APT_PACKAGES=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 libspdlog-dev libspdlog1.10
               libcli11-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libgloo-dev
               pkgconf-bin libpkgconf3)
-NUMPY_VERSION=2.2.6           # the newest numpy with wheels for cp310 up to cp313
-NUMPY_PYTHONS=(310 311 312)   # cp313 does not fit the carry limit beside the rest
 DATA_NAME=tinyshakespeare_text_document
 
 py=${LOOM_PYTHON:-.venv/bin/python}
@@ -174,32 +173,19 @@ bundle_python() {
   site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || die "no $py"
   mc_version=$("$py" -c 'import importlib.metadata as m; print(m.version("megatron-core"))') ||
     die "megatron-core is not installed in $py (tools/setup.sh installs it)"
-  pk_version=$("$py" -c 'import importlib.metadata as m; print(m.version("packaging"))') ||
-    die "packaging is not installed in $py"
-  mkdir -p "$BUNDLE/python" "$CACHE/wheels"
+  mkdir -p "$BUNDLE/python"
   rm -f "$BUNDLE/python/"*
   tar -C "$site" -czf "$BUNDLE/python/megatron_core-$mc_version.tar.gz" \
       --exclude=__pycache__ --exclude='*.so' --exclude='*.cpp' --exclude=Makefile \
       --sort=name --mtime=2020-01-01 --owner=0 --group=0 megatron ||
     die "packing megatron failed"
-  fetch_wheel "packaging==$pk_version" "packaging-$pk_version-py3-none-any.whl" || die "pip download packaging failed"
-  cp "$CACHE/wheels/packaging-$pk_version-py3-none-any.whl" "$BUNDLE/python/"
-  for v in "${NUMPY_PYTHONS[@]}"; do
-    fetch_wheel "numpy==$NUMPY_VERSION" "numpy-$NUMPY_VERSION-cp$v-cp$v-manylinux_2_17_x86_64.manylinux2014_x86_64.whl" \
-      --platform manylinux2014_x86_64 --python-version "${v:0:1}.${v:1}" --implementation cp --abi "cp$v" ||
-      die "pip download numpy for cp$v failed"
-    cp "$CACHE/wheels/numpy-$NUMPY_VERSION-cp$v-"*.whl "$BUNDLE/python/"
-  done
 }
 
-# fetch_wheel SPEC FILE [pip options]: pip download into the cache unless FILE is there.
-fetch_wheel() {
-  local spec=$1 file=$2
-  shift 2
-  [ -f "$CACHE/wheels/$file" ] && return 0
-  log "downloading $spec $*"
-  "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-    "$@" "$spec" -d "$CACHE/wheels" && [ -f "$CACHE/wheels/$file" ]
+# The tiny recipe's CPU fp32 reference, with the very overrides of the bring-up's tiny step.
+bundle_reference() {
+  [ -x "$loom" ] || die "no $loom to make the CPU reference (tools/build.sh loom)"
+  rm -rf "$BUNDLE/reference"
+  LOOM_BIN=$loom tools/gpu_bringup.sh --make-reference "$BUNDLE/reference" || die "the CPU reference run failed"
 }
 
 # MANIFEST.txt and the hard size check over everything carried (the whole bundle).
@@ -227,6 +213,7 @@ fix_up_prefix
 write_config_files
 bundle_data
 bundle_python
+bundle_reference
 write_manifest || exit 1
 echo "carry: [\"$BUNDLE\"]"
 echo "run on the GPU host: tools/gpu_bringup.sh   (see its header for --steps and time budgets)"

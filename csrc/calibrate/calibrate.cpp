@@ -125,7 +125,8 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
     r.device_name = prop->name;
     r.memory_gib = double(prop->totalGlobalMem) / 1073741824.0;
   } else {
-    r.device_name = "cpu";
+    // CPU ranks, or a device plugin's device (its memory is the host's for the stand-in).
+    r.device_name = c10::DeviceTypeName(dev.type(), /*lower_case=*/true);
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     r.memory_gib = ram / 1073741824.0 / std::max(1, r.ranks);  // ranks share the node's RAM
   }
@@ -209,7 +210,8 @@ std::string to_profile_json(const CalibrationResult& r) {
   } else {
     // Unknown device (CPU ranks): the measurements are the peaks. Loom's Gloo collectives are
     // synchronous on CPU, so nothing overlaps with compute there.
-    device = {{"name", r.cuda ? r.device_name : fmt::format("cpu-{}x{}t", r.ranks, r.threads_per_rank)},
+    device = {{"name", r.cuda ? r.device_name
+                              : fmt::format("{}-{}x{}t", r.device_name, r.ranks, r.threads_per_rank)},
               {"peak_tflops", best},
               {"memory_gib", r.memory_gib},
               {"memory_bandwidth_gbs", r.copy_gbs},

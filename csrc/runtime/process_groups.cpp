@@ -8,6 +8,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -182,7 +183,10 @@ std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInf
                                                      const ProcessGroupOptions& options) {
   ParallelLayout layout(info.world_size, options.tensor_parallel, options.pipeline_parallel);
   const c10::Device device = options.device.device;
-  if (info.world_size == 1) return single_process(device);
+  const char* real_solo_env = std::getenv("LOOM_SINGLE_RANK_GROUPS");
+  const bool real_solo =
+      options.single_rank_backends || (real_solo_env && std::string(real_solo_env) == "1");
+  if (info.world_size == 1 && !real_solo) return single_process(device);
   auto groups = std::shared_ptr<ProcessGroups>(new ProcessGroups(layout, info.rank, device));
   groups->store_ = std::make_shared<StoreHolder>();
   groups->store_->store = connect_store(info, options.timeout);
@@ -197,7 +201,7 @@ std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInf
     }
     if (group_rank < 0) throw std::logic_error("rank not in its own " + kind + " group");
     std::string name = kind + "[" + std::to_string(members.front()) + "]";
-    if (members.size() == 1) return Communicator::solo(info.rank, device);
+    if (members.size() == 1 && !real_solo) return Communicator::solo(info.rank, device);
     auto backend = make_backend(store, "loom/" + name + "/", group_rank,
                                 static_cast<int>(members.size()), options, info.master_addr);
     return std::make_shared<Communicator>(std::move(backend), members, name, device,

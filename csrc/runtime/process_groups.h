@@ -21,6 +21,11 @@ struct ProcessGroupOptions {
   RunDevice device;
   /// Bounds every collective and the rendezvous; a dead or stuck peer makes the call throw.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// Real backends even for a world of one and for one-member groups (also set by the
+  /// environment variable LOOM_SINGLE_RANK_GROUPS=1): a single-GPU run then goes through NCCL
+  /// exactly as a multi-GPU run does (the GPU bring-up's NCCL check). Off: one rank needs no
+  /// c10d at all.
+  bool single_rank_backends = false;
 };
 
 /// The groups of parallel_layout.md for this rank. Every rank of the world must build it with

@@ -51,8 +51,10 @@ RunDevice select_run_device(DeviceKind kind, int local_rank) {
   const int count = guard->deviceCount();
   const std::string what = plugin ? "'" + plugin->device_name + "' device" : "CUDA device";
   if (count < 1)
-    throw std::invalid_argument("trainer.accelerator is gpu but torch sees no " + what +
-                             " on this host; use trainer.accelerator=cpu for CPU ranks");
+    throw std::invalid_argument("the run asks for an accelerator but torch sees no " + what +
+                                " on this host; run on CPU ranks instead (loom train: "
+                                "trainer.accelerator=cpu; loom generate and loom plan calibrate: "
+                                "--accelerator cpu)");
   int index = local_rank;
   if (local_rank >= count) {
     if (!out.host_staged)
@@ -82,10 +84,6 @@ std::optional<int64_t> peak_device_memory_bytes(c10::Device device) {
   if (!allocator) return std::nullopt;
   const auto stats = allocator->getDeviceStats(device.index());
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
-}
-
-void reset_peak_device_memory(c10::Device device) {
-  if (auto* allocator = device_allocator(device)) allocator->resetPeakStats(device.index());
 }
 
 void synchronize(c10::Device device) {

@@ -44,7 +44,6 @@ RunDevice select_run_device(DeviceKind kind, int local_rank);
 /// device's caching allocator (CUDA's, or a plugin's that implements c10::DeviceAllocator);
 /// nullopt on the CPU or when the allocator keeps no statistics.
 std::optional<int64_t> peak_device_memory_bytes(c10::Device device);
-void reset_peak_device_memory(c10::Device device);
 
 /// Waits for all work queued on `device` (no-op on the CPU). For timing at log intervals only.
 void synchronize(c10::Device device);

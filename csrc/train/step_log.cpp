@@ -40,7 +40,9 @@ StepLog::StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLo
 
 void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
                   double seconds, int64_t consumed_samples) {
-  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples});
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed});
   seconds_timed_ += seconds;
   ++steps_timed_;
   if (printed_step(step, config_.print_every)) {
@@ -78,6 +80,9 @@ void StepLog::flush(bool collective) {
                             {"loss_scale", p.result.loss_scale},
                             {"skipped", p.result.skipped},
                             {"step_time_s", p.seconds},
+                            // wall clock since training began: throughput over many steps
+                            // includes what a step leaves queued on the device
+                            {"elapsed_s", p.elapsed},
                             {"tokens_per_s", double(config_.tokens_per_step) / p.seconds},
                             {"model_tflops_per_device", tflops},
                             {"consumed_samples", p.consumed_samples},

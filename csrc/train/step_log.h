@@ -55,12 +55,14 @@ class StepLog {
     optim::StepResult result;
     double lr, seconds;
     int64_t consumed_samples;
+    double elapsed;  ///< seconds since the log was made, when the step was added
   };
   StepLogConfig config_;
   runtime::ProcessGroups& groups_;
   MetricsLog* log_;
   std::vector<Pending> pending_;
   double last_loss_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double seconds_timed_ = 0;  ///< host seconds of the steps added so far (for the ETA)
   int64_t steps_timed_ = 0;
 };

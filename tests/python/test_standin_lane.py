@@ -124,6 +124,19 @@ def test_interleaved_pipeline_is_bit_identical_to_cpu_ranks(corpus, tmp_path):
     assert checkpoint_files(standin) == checkpoint_files(cpu)
 
 
+def test_one_rank_through_real_groups_computes_the_one_rank_run(corpus, tmp_path):
+    # LOOM_SINGLE_RANK_GROUPS=1 builds the device's communicators even for one rank (how the
+    # GPU bring-up runs NCCL on its one GPU); the run must not change.
+    one_rank = ["trainer.devices=1", "model.tensor_model_parallel_size=1",
+                "model.pipeline_model_parallel_size=1", "model.sequence_parallel=false",
+                "model.global_batch_size=4"]
+    plain, groups = tmp_path / "plain", tmp_path / "groups"
+    train(corpus, plain, "cpu", "t2p2_sp_selective", "fp32", steps=2, extra=one_rank)
+    train(corpus, groups, "standin", "t2p2_sp_selective", "fp32", steps=2, extra=one_rank,
+          env_extra={"LOOM_SINGLE_RANK_GROUPS": "1"})
+    assert step_values(groups) == step_values(plain)
+
+
 def test_ranks_share_one_device_with_host_staged_gloo(corpus, cpu_runs, tmp_path):
     # NCCL (and the stand-in's communicator) refuse two ranks on one device; with
     # LOOM_DEVICE_COLLECTIVES=gloo the 4 ranks share standin:0 and compute the same run.

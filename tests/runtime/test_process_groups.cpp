@@ -191,3 +191,20 @@ TEST_CASE("a rank that hangs: the others time out and exit non-zero", "[runtime]
     CHECK(rank.seconds < r.ranks[1].seconds);  // before the silent rank even finished
   }
 }
+
+TEST_CASE("one rank gets real groups when asked (the GPU bring-up's NCCL check)", "[runtime]") {
+  launch::RendezvousInfo info;  // a single process: rank 0 of 1, loopback, any free port
+  ProcessGroupOptions opt;
+  opt.single_rank_backends = true;
+  opt.timeout = std::chrono::seconds(20);
+  auto g = ProcessGroups::create(info, opt);
+  CHECK(g->world().name() == "world[0]");  // a c10d backend, not the solo shortcut
+  CHECK(g->tensor().name() == "tensor[0]");
+  at::Tensor x = at::full({3}, 2.0);
+  g->data().all_reduce(x);
+  CHECK(x.eq(2.0).all().item<bool>());
+  CHECK(g->data().all_gather_dim0(x).size(0) == 3);
+  g->world().barrier();
+  g->shutdown();
+  CHECK(ProcessGroups::create(info, ProcessGroupOptions{})->world().name() == "solo");
+}
