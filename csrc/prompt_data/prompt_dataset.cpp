@@ -34,11 +34,20 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 PromptDataset::PromptDataset(const std::vector<std::string>& files, std::vector<ParsedTemplate> templates,
-                             const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options)
-    : files_(files), templates_(std::move(templates)), options_(options), dropped_(templates_.size(), 0) {
+                             const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options,
+                             const std::string& default_task)
+    : files_(files),
+      templates_(std::move(templates)),
+      options_(options),
+      default_task_(default_task),
+      dropped_(templates_.size(), 0) {
   if (options_.max_seq_length < 1) {
     throw data::DataError(
         fmt::format("prompt dataset: max_seq_length is {}; expected at least 1", options_.max_seq_length));
+  }
+  if (!default_task_.empty() && find_task(templates_, default_task_) < 0) {
+    throw data::DataError(fmt::format("prompt dataset: unknown default task '{}'; expected one of the tasks {}",
+                                      default_task_, task_names(templates_)));
   }
   for (size_t f = 0; f < files_.size(); ++f) read_file(files_[f], static_cast<int32_t>(f), tokenizer);
 }
@@ -73,14 +82,14 @@ void PromptDataset::read_file(const std::string& path, int32_t file_index, const
     if (!duplicate.empty()) fail(fmt::format("key '{}' appears twice in the record", duplicate));
 
     auto name_it = j.find("taskname");
-    if (name_it == j.end()) {
+    if (name_it == j.end() && default_task_.empty()) {
       fail(fmt::format("the record has no 'taskname'; expected one of the tasks {}", task_names(templates_)));
     }
-    if (!name_it->is_string()) {
+    if (name_it != j.end() && !name_it->is_string()) {
       fail(fmt::format("'taskname' is {}; expected a string naming one of the tasks {}", a_type(*name_it),
                        task_names(templates_)));
     }
-    const std::string taskname = name_it->get<std::string>();
+    const std::string taskname = name_it == j.end() ? default_task_ : name_it->get<std::string>();
     const int64_t task = find_task(templates_, taskname);
     if (task < 0) fail(fmt::format("unknown task '{}'; expected one of the tasks {}", taskname, task_names(templates_)));
     const ParsedTemplate& tmpl = templates_[static_cast<size_t>(task)];
@@ -109,6 +118,7 @@ void PromptDataset::read_file(const std::string& path, int32_t file_index, const
     }
     if (ex->truncated > 0) ++truncated_;
     examples_.push_back(std::move(*ex));
+    records_.push_back(std::move(record));
     sources_.emplace_back(file_index, line_no);
   }
   if (in.bad()) throw data::DataError(fmt::format("{}: read error after line {}", path, line_no));

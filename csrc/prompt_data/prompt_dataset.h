@@ -2,8 +2,8 @@
 // turned into PromptExamples (prompt_example.h), and the run's sequence length.
 //
 // A file holds one JSON object per line (blank lines are skipped; line numbers count every
-// line from 1). Each object has "taskname" (a string naming one of the templates) and the
-// task's fields as strings. Every error is a data::DataError starting "FILE:LINE: " and naming
+// line from 1). Each object has "taskname" (a string naming one of the templates; optional
+// with a default task) and the task's fields as strings. Every error is a data::DataError starting "FILE:LINE: " and naming
 // the task and the key:
 //   not valid JSON; not an object; a key twice; no "taskname" / not a string / unknown task
 //   (the message lists the known tasks); a key that is neither "taskname" nor a field of the
@@ -25,10 +25,12 @@ namespace loom::prompt_data {
 class PromptDataset {
  public:
   /// Reads `files` in order. `templates` is the parsed task list (examples carry indices into
-  /// it); it is copied. Throws data::DataError as described above, and when a file cannot be
-  /// opened.
+  /// it); it is copied. A record without "taskname" belongs to `default_task` when that is
+  /// given (e.g. `loom generate --task NAME`; it must name a template), else it is an error.
+  /// Throws data::DataError as described above, and when a file cannot be opened.
   PromptDataset(const std::vector<std::string>& files, std::vector<ParsedTemplate> templates,
-                const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options);
+                const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options,
+                const std::string& default_task = "");
 
   int64_t size() const { return static_cast<int64_t>(examples_.size()); }
   const PromptExample& operator[](int64_t i) const { return examples_.at(static_cast<size_t>(i)); }
@@ -38,6 +40,9 @@ class PromptDataset {
 
   /// "FILE:LINE" of example i.
   std::string source(int64_t i) const;
+  /// The string fields of example i's record (without "taskname"), e.g. to echo them next to a
+  /// prediction.
+  const PromptRecord& record(int64_t i) const { return records_.at(static_cast<size_t>(i)); }
   /// Records dropped (too long), per task index.
   const std::vector<int64_t>& dropped_per_task() const { return dropped_; }
   int64_t dropped() const;
@@ -57,7 +62,9 @@ class PromptDataset {
   std::vector<std::string> files_;
   std::vector<ParsedTemplate> templates_;
   ExampleOptions options_;
+  std::string default_task_;
   std::vector<PromptExample> examples_;
+  std::vector<PromptRecord> records_;
   std::vector<std::pair<int32_t, int64_t>> sources_;  // (file index, line) per example
   std::vector<int64_t> dropped_;
   int64_t truncated_ = 0;

@@ -44,7 +44,7 @@ TEST_CASE("the stream is reproducible and pinned", "[epoch_order]") {
   CHECK(a.permutation(1) == Ids{0, 5, 6, 3, 4, 7, 8, 2, 1, 9});
 }
 
-TEST_CASE("stream index i is example permutation(i / n)[i % n]; resume anywhere", "[epoch_order]") {
+TEST_CASE("stream index i is example permutation(i / n)[i % n], resumable anywhere", "[epoch_order]") {
   const int64_t n = 13;
   const EpochOrder order(n, 7);
   Ids stream;

@@ -100,6 +100,20 @@ TEST_CASE("inference datasets may leave out the answer", "[dataset]") {
   CHECK(ds[0].answer_tokens.empty());
   CHECK(ds[1].answer_tokens == ids(" Romeo"));
   CHECK(ds.summary() == "2 examples from 1 file (task 'speaker': 2)");
+  CHECK(ds.record(0) == PromptRecord{{"text", "I am here"}});
+  CHECK(ds.record(1) == PromptRecord{{"text", "I am here"}, {"name", "Romeo"}});
+
+  // With a default task (loom generate --task) records may leave out "taskname".
+  const std::string g = dir.write("generate.jsonl",
+                                  "{\"text\": \"I am here\"}\n"
+                                  "{\"taskname\": \"sentiment\", \"review\": \"great movie\"}\n");
+  const PromptDataset gen({g}, two_tasks(), gpt2(), options(32, true), "speaker");
+  REQUIRE(gen.size() == 2);
+  CHECK(gen[0].task == 1);
+  CHECK(gen[0].tokens == ds[0].tokens);
+  CHECK(gen[1].task == 0);
+  CHECK_THROWS_WITH(PromptDataset({g}, two_tasks(), gpt2(), options(32, true), "poetry"),
+                    "prompt dataset: unknown default task 'poetry'; expected one of the tasks 'sentiment', 'speaker'");
   // Not a dataset to size training batches by.
   CHECK_THROWS_AS(run_sequence_length({&ds}), std::invalid_argument);
 }

@@ -104,7 +104,7 @@ TEST_CASE("markers at the start, middle and end are laid out in order", "[exampl
   CHECK(ex2.answer_tokens.empty());
 }
 
-TEST_CASE("field values are plain text; empty and spaced values keep the natural ids", "[example]") {
+TEST_CASE("field values are plain text, empty and spaced values keep the natural ids", "[example]") {
   const auto t = parse_task_template(
       task("s", "<|VIRTUAL_PROMPT_0|> Line: {text} Speaker: {label}", {"text", "label"}, {1}, "label"), 64);
   SECTION("markers and braces inside a value are text") {
@@ -224,7 +224,7 @@ TEST_CASE("inference examples stop before the answer", "[example]") {
   }
 }
 
-TEST_CASE("examples without a label are dropped; bad records are errors", "[example]") {
+TEST_CASE("examples without a label are dropped, bad records are errors", "[example]") {
   const auto t = parse_task_template(task("x", "{text}", {"text"}, {}), 64);
   auto o = options();
   o.add_eos = false;
