@@ -48,7 +48,7 @@ bool has_interpolation(const std::string& s) { return s.find("${") != std::strin
 
 class Resolver {
  public:
-  Resolver(Node& root, Diagnostics& diag) : root_(root), diag_(diag) {}
+  Resolver(Node& root, Diagnostics& diag, RecipeKind kind) : root_(root), diag_(diag), kind_(kind) {}
 
   void resolve_tree(Node& n, std::vector<std::string>& path) {
     if (n.kind == Node::Kind::kScalar) {
@@ -278,10 +278,10 @@ class Resolver {
       }
       if (!next) {
         std::string hint;
-        if (key_index().fields.count(target_path) || key_index().sections.count(target_path)) {
+        if (key_index(kind_).fields.count(target_path) || key_index(kind_).sections.count(target_path)) {
           hint = " (references see only keys written in the recipe or set by overrides, not defaults)";
         } else {
-          hint = suggest_key(target_path);
+          hint = suggest_key(target_path, kind_);
         }
         throw InterpolationError("interpolation ${" + ref + "} refers to '" + target_path +
                                  "', which is not set" + hint);
@@ -298,6 +298,7 @@ class Resolver {
 
   Node& root_;
   Diagnostics& diag_;
+  RecipeKind kind_;  // whose keys the hints name
   std::vector<std::string> in_progress_;
   int nesting_ = 0;
   size_t budget_left_ = kInterpolationBudget;
@@ -305,8 +306,8 @@ class Resolver {
 
 }  // namespace
 
-void resolve_interpolations(Node& root, Diagnostics& diag) {
-  Resolver resolver(root, diag);
+void resolve_interpolations(Node& root, Diagnostics& diag, RecipeKind kind) {
+  Resolver resolver(root, diag, kind);
   std::vector<std::string> path;
   resolver.resolve_tree(root, path);
 }

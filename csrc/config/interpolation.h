@@ -11,6 +11,7 @@
 // location of the referencing value.
 #pragma once
 
+#include "config/recipe.h"
 #include "config/tree.h"
 
 namespace loom::config::detail {
@@ -25,7 +26,8 @@ inline constexpr int kMaxInterpolationNesting = 128;
 inline constexpr size_t kMaxInterpolatedBytes = size_t{1} << 20;
 inline constexpr size_t kInterpolationBudget = size_t{64} << 20;
 
-/// Resolves every interpolation in the tree in place; failed values are marked invalid.
-void resolve_interpolations(Node& root, Diagnostics& diag);
+/// Resolves every interpolation in the tree in place; failed values are marked invalid. `kind`
+/// names the recipe whose keys the error hints suggest.
+void resolve_interpolations(Node& root, Diagnostics& diag, RecipeKind kind = RecipeKind::kPretraining);
 
 }  // namespace loom::config::detail

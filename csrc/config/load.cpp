@@ -46,12 +46,15 @@ void apply_derived_defaults(Recipe& r, const std::set<std::string>& derived, std
   derive("cluster.gpus_per_node", "trainer.devices", r.cluster.gpus_per_node, r.trainer.devices);
   derive("model.use_distributed_optimizer", "model.optim.name", m.use_distributed_optimizer,
          m.optim.name == OptimizerName::kDistributedFusedAdam);
+  std::vector<std::string> every_task;
+  for (const auto& t : m.prompt.task_templates) every_task.push_back(t.taskname);
+  derive("model.new_tasks", "model.task_templates", m.prompt.new_tasks, every_task);
 }
 
 std::string located(const Recipe& r, const std::string& path, const std::string& message) {
   auto it = r.origin.locations.find(path);
   if (it != r.origin.locations.end()) return detail::format_issue(it->second, path, message);
-  const auto& need = detail::key_index().need;
+  const auto& need = detail::key_index(r.kind).need;
   auto n = need.find(path);
   const char* how = (n != need.end() && n->second == Need::kDerived) ? " (not set; derived)" : " (not set; default)";
   return detail::format_issue(SourceLocation{r.origin.file, 0, 0}, path + how, message);
@@ -60,9 +63,10 @@ std::string located(const Recipe& r, const std::string& path, const std::string&
 }  // namespace
 
 Recipe load_recipe_from_string(const std::string& yaml, const std::string& origin,
-                               const std::vector<std::string>& overrides) {
+                               const std::vector<std::string>& overrides, RecipeKind kind) {
   Diagnostics diag;
   Recipe r;
+  r.kind = kind;
   r.origin.file = origin;
   r.origin.overrides = overrides;
   const SourceLocation root_where{origin, 0, 0};
@@ -70,9 +74,9 @@ Recipe load_recipe_from_string(const std::string& yaml, const std::string& origi
   detail::Node root = detail::parse_yaml(yaml, origin, diag);
   if (root.kind == detail::Node::Kind::kNull && !diag.errors.empty()) throw RecipeError(diag.report());
   detail::apply_key_aliases(root, diag);
-  detail::apply_overrides(root, overrides, diag);
-  detail::resolve_interpolations(root, diag);
-  detail::check_keys(root, root_where, diag);
+  detail::apply_overrides(root, overrides, diag, kind);
+  detail::resolve_interpolations(root, diag, kind);
+  detail::check_keys(root, root_where, diag, kind);
   std::set<std::string> derived;
   detail::read_fields(root, root_where, r, diag, derived);
   apply_derived_defaults(r, derived, diag.bad_paths);
@@ -89,7 +93,7 @@ Recipe load_recipe_from_string(const std::string& yaml, const std::string& origi
   return r;
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, RecipeKind kind) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw RecipeError({path + ": cannot open recipe file (" + std::strerror(errno) + ")"});
@@ -104,7 +108,7 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   }
   std::ostringstream text;
   text << in.rdbuf();
-  return load_recipe_from_string(text.str(), path, overrides);
+  return load_recipe_from_string(text.str(), path, overrides, kind);
 }
 
 void check_input_files(const Recipe& r) {
@@ -118,11 +122,20 @@ void check_input_files(const Recipe& r) {
     if (fs::path(file).is_relative()) message += " (relative to the working directory " + cwd + ")";
     errors.push_back(located(r, path, message));
   };
-  check("model.tokenizer.vocab_file", r.model.tokenizer.vocab_file, "GPT-2 vocab file");
-  check("model.tokenizer.merge_file", r.model.tokenizer.merge_file, "GPT-2 merges file");
+  // A prompt-learning recipe may leave the tokenizer to the base's run.
+  if (!r.model.tokenizer.vocab_file.empty() || r.kind == RecipeKind::kPretraining)
+    check("model.tokenizer.vocab_file", r.model.tokenizer.vocab_file, "GPT-2 vocab file");
+  if (!r.model.tokenizer.merge_file.empty() || r.kind == RecipeKind::kPretraining)
+    check("model.tokenizer.merge_file", r.model.tokenizer.merge_file, "GPT-2 merges file");
   for (const auto& entry : r.model.data.data_prefix) {
     check("model.data.data_prefix", entry.path + ".bin", "indexed dataset file");
     check("model.data.data_prefix", entry.path + ".idx", "indexed dataset index");
+  }
+  for (const auto* list : {&r.model.data.train_ds, &r.model.data.validation_ds, &r.model.data.test_ds}) {
+    const char* field = list == &r.model.data.train_ds        ? "model.data.train_ds"
+                        : list == &r.model.data.validation_ds ? "model.data.validation_ds"
+                                                              : "model.data.test_ds";
+    for (const auto& file : *list) check(field, file, "JSONL file of records");
   }
   if (!errors.empty()) throw RecipeError(errors);
 }

@@ -22,8 +22,9 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
-void apply_overrides(Node& root, const std::vector<std::string>& overrides, Diagnostics& diag) {
-  const KeyIndex& index = key_index();
+void apply_overrides(Node& root, const std::vector<std::string>& overrides, Diagnostics& diag,
+                     RecipeKind kind) {
+  const KeyIndex& index = key_index(kind);
   for (const std::string& text : overrides) {
     const SourceLocation where{"override '" + text + "'", 0, 0};
     const size_t eq = text.find('=');
@@ -42,7 +43,7 @@ void apply_overrides(Node& root, const std::vector<std::string>& overrides, Diag
       while (depth + 1 < keys.size() && index.sections.count(join_path(keys, depth + 1))) ++depth;
       const std::string parent = join_path(keys, depth);
       const std::string in = parent.empty() ? "a top-level section" : "a key of section '" + parent + "'";
-      diag.error(where, key, "unknown key: expected " + in + ", found '" + keys[depth] + "'" + suggest_key(key));
+      diag.error(where, key, "unknown key: expected " + in + ", found '" + keys[depth] + "'" + suggest_key(key, kind));
       continue;
     }
     Diagnostics value_diag;

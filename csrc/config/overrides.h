@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe.h"
 #include "config/tree.h"
 
 namespace loom::config::detail {
@@ -13,6 +14,7 @@ namespace loom::config::detail {
 /// YAML (scalar, flow sequence `[a, b]`, flow mapping, or empty for null) and replaces whatever
 /// the file had there, creating sections as needed. Values keep the override text as their
 /// location, so later errors name the override.
-void apply_overrides(Node& root, const std::vector<std::string>& overrides, Diagnostics& diag);
+void apply_overrides(Node& root, const std::vector<std::string>& overrides, Diagnostics& diag,
+                     RecipeKind kind = RecipeKind::kPretraining);
 
 }  // namespace loom::config::detail

@@ -44,6 +44,16 @@ enum class OptimizerName { kAdam, kFusedAdam, kDistributedFusedAdam, kAdamW };
 enum class SchedulerName { kCosineAnnealing, kLinearDecay, kConstant };
 enum class TokenizerLibrary { kMegatron };
 enum class TokenizerType { kGpt2BpeTokenizer };
+/// What a recipe describes: pretraining a GPT (`loom train`) or prompt learning on a frozen
+/// one (`loom ptune`, docs/design/ptuning.md). The kind decides which keys the recipe has.
+enum class RecipeKind { kPretraining, kPromptLearning };
+/// model.virtual_prompt_style: p-tuning (an encoder makes the virtual tokens) or
+/// prompt-tuning (a table per task is trained directly).
+enum class VirtualPromptStyle { kPTuning, kPromptTuning };
+/// model.p_tuning.encoder_type: embedding | mlp | lstm | tpmlp (docs/design/ptuning.md).
+enum class PromptEncoderType { kEmbedding, kMlp, kLstm, kTpMlp };
+/// model.prompt_tuning.new_prompt_init_methods items: text | random.
+enum class PromptInitMethod { kText, kRandom };
 
 struct RunConfig {
   std::string name = "megatron_gpt";          ///< [default megatron_gpt]
@@ -92,13 +102,22 @@ struct DataBlendEntry {
 
 struct DataConfig {
   /// [required] `[w1, prefix1, w2, prefix2, ...]`, or a single prefix (string or one-item list)
-  /// which gets weight 1.
+  /// which gets weight 1. Pretraining only (as are splits_string .. num_workers).
   std::vector<DataBlendEntry> data_prefix;
   std::string splits_string = "900,50,50";    ///< [default 900,50,50] train,valid,test weights
   int64_t seq_length = 0;                     ///< [derived: model.encoder_seq_length]
   bool eod_mask_loss = false;                 ///< [default false]
   std::optional<std::string> index_mapping_dir;  ///< [default null] next to the data
   int64_t num_workers = 2;                    ///< [default 2]
+
+  // Prompt learning only (docs/design/ptuning.md): JSONL files of records.
+  std::vector<std::string> train_ds;          ///< [required] training records
+  std::vector<std::string> validation_ds;     ///< [default []] validation records
+  std::vector<std::string> test_ds;           ///< [default []] records for `loom generate`
+  bool add_bos = false;                       ///< [default false] <|endoftext|> before a record
+  bool add_eos = true;                        ///< [default true] <|endoftext|> after it
+  /// [default null: the base model's max_position_embeddings] longest record, in tokens.
+  std::optional<int64_t> max_seq_length;
 };
 
 struct TokenizerConfig {
@@ -106,6 +125,27 @@ struct TokenizerConfig {
   TokenizerType type = TokenizerType::kGpt2BpeTokenizer;   ///< [default GPT2BPETokenizer]
   std::string vocab_file;                     ///< [required] GPT-2 vocab.json
   std::string merge_file;                     ///< [required] GPT-2 merges.txt
+};
+
+/// One entry of model.task_templates (prompt learning; NeMo's field names). A template is text
+/// with `{field}` placeholders and `<|VIRTUAL_PROMPT_k|>` markers, marker k standing for
+/// virtual_token_splits[k] virtual tokens (docs/design/ptuning.md, "Templates and records").
+struct TaskTemplate {
+  std::string taskname;                             ///< [required]
+  std::string prompt_template;                      ///< [required]
+  std::vector<std::string> prompt_template_fields;  ///< [required] the {field} names, in order
+  int64_t total_virtual_tokens = 0;                 ///< [required] sum of the splits
+  std::vector<int64_t> virtual_token_splits;        ///< [required] tokens per marker
+  bool answer_only_loss = false;                    ///< [default false]
+  std::optional<std::string> answer_field;          ///< [default null] last in the template
+  std::optional<std::string> truncate_field;        ///< [default null] cut when too long
+  bool operator==(const TaskTemplate& o) const {
+    return taskname == o.taskname && prompt_template == o.prompt_template &&
+           prompt_template_fields == o.prompt_template_fields &&
+           total_virtual_tokens == o.total_virtual_tokens &&
+           virtual_token_splits == o.virtual_token_splits && answer_only_loss == o.answer_only_loss &&
+           answer_field == o.answer_field && truncate_field == o.truncate_field;
+  }
 };
 
 struct SchedConfig {
@@ -123,6 +163,35 @@ struct OptimConfig {
   std::array<double, 2> betas{0.9, 0.98};     ///< [default [0.9, 0.98]]
   double eps = 1e-8;                          ///< [default 1e-8]
   SchedConfig sched;
+};
+
+/// model.p_tuning (NeMo's keys): the prompt encoder of p-tuning.
+struct PTuningConfig {
+  PromptEncoderType encoder_type = PromptEncoderType::kTpMlp;  ///< [default tpmlp]
+  std::optional<int64_t> encoder_hidden;      ///< [default null: hidden_size / 2] H
+  int64_t num_layers = 2;                     ///< [default 2] MLP layers (mlp: >= 2; lstm: LSTM layers)
+  double dropout = 0.0;                       ///< [default 0.0] in the encoder
+  double init_std = 0.023;                    ///< [default 0.023] normal init of tpmlp's weights
+};
+
+/// model.prompt_tuning (NeMo's keys): how the tables of new tasks start. Each list has one
+/// entry per new task, or one entry for all of them; empty: random.
+struct PromptTuningConfig {
+  std::vector<PromptInitMethod> new_prompt_init_methods;  ///< [default []] text | random
+  std::vector<std::string> new_prompt_init_text;          ///< [default []] with method text
+};
+
+/// The prompt-learning part of model (recipe kind kPromptLearning): the frozen base, the style,
+/// the tasks. The base's shape fills the model's num_layers, hidden_size, ... when it is read.
+struct PromptLearningConfig {
+  std::string language_model_path;            ///< [required] run or checkpoints dir of the base
+  VirtualPromptStyle virtual_prompt_style = VirtualPromptStyle::kPTuning;  ///< [default p-tuning]
+  std::vector<TaskTemplate> task_templates;   ///< [required]
+  std::vector<std::string> new_tasks;         ///< [derived: every task of task_templates] trained now
+  std::vector<std::string> existing_tasks;    ///< [default []] kept from restore_path, not trained
+  std::optional<std::string> restore_path;    ///< [default null] an earlier prompt-learning run
+  PTuningConfig p_tuning;
+  PromptTuningConfig prompt_tuning;
 };
 
 struct ModelConfig {
@@ -155,6 +224,7 @@ struct ModelConfig {
   DataConfig data;
   TokenizerConfig tokenizer;
   OptimConfig optim;
+  PromptLearningConfig prompt;  ///< kPromptLearning recipes only
 };
 
 /// Slurm / container description for `loom` launch scripts and the planner (NeMo Framework
@@ -187,6 +257,7 @@ struct RecipeOrigin {
 };
 
 struct Recipe {
+  RecipeKind kind = RecipeKind::kPretraining;  ///< chosen by the command; not in the YAML
   RunConfig run;
   TrainerConfig trainer;
   ExpManagerConfig exp_manager;
@@ -207,12 +278,15 @@ class RecipeError : public std::runtime_error {
 /// Reads `path`, applies `overrides` ("section.key=value", value parsed as YAML, e.g.
 /// "model.optim.betas=[0.9,0.95]"), resolves `${a.b}` / `${.sibling}` / `${multiply:x,y}`
 /// interpolations, fills defaults and derived fields, and validates everything (see
-/// validate.h). Throws RecipeError listing every problem found.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+/// validate.h) for a recipe of `kind` (its keys: schema.h). Throws RecipeError listing every
+/// problem found.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
+                   RecipeKind kind = RecipeKind::kPretraining);
 
 /// Same as load_recipe for YAML text; `origin` names it in messages.
 Recipe load_recipe_from_string(const std::string& yaml, const std::string& origin = "<string>",
-                               const std::vector<std::string>& overrides = {});
+                               const std::vector<std::string>& overrides = {},
+                               RecipeKind kind = RecipeKind::kPretraining);
 
 /// The full resolved recipe as YAML: every field, defaults and derived values filled, enums in
 /// canonical spelling, floats in shortest round-trip form. Loading it again gives the same

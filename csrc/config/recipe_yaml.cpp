@@ -42,6 +42,34 @@ Node to_node(const std::vector<std::string>& v) {
   return n;
 }
 
+template <class T, std::enable_if_t<std::is_same_v<T, int64_t> || std::is_enum_v<T>, int> = 0>
+Node to_node(const std::vector<T>& v) {
+  Node n;
+  n.kind = Node::Kind::kSequence;
+  for (const auto& x : v) n.items.push_back(to_node(x));
+  return n;
+}
+
+Node to_node(const TaskTemplate& t) {
+  Node n = Node::map();
+  n.set("taskname", to_node(t.taskname));
+  n.set("prompt_template", to_node(t.prompt_template));
+  n.set("prompt_template_fields", to_node(t.prompt_template_fields));
+  n.set("total_virtual_tokens", to_node(t.total_virtual_tokens));
+  n.set("virtual_token_splits", to_node(t.virtual_token_splits));
+  n.set("answer_only_loss", to_node(t.answer_only_loss));
+  n.set("answer_field", to_node(t.answer_field));
+  n.set("truncate_field", to_node(t.truncate_field));
+  return n;
+}
+
+Node to_node(const std::vector<TaskTemplate>& v) {
+  Node n;
+  n.kind = Node::Kind::kSequence;
+  for (const auto& t : v) n.items.push_back(to_node(t));
+  return n;
+}
+
 Node to_node(const std::vector<DataBlendEntry>& v) {
   Node n;
   n.kind = Node::Kind::kSequence;

@@ -70,6 +70,31 @@ const std::vector<EnumSpelling<TokenizerType>>& enum_spellings<TokenizerType>() 
   return s;
 }
 
+template <>
+const std::vector<EnumSpelling<VirtualPromptStyle>>& enum_spellings<VirtualPromptStyle>() {
+  static const std::vector<EnumSpelling<VirtualPromptStyle>> s = {
+      {VirtualPromptStyle::kPTuning, {"p-tuning"}}, {VirtualPromptStyle::kPromptTuning, {"prompt-tuning"}}};
+  return s;
+}
+
+template <>
+const std::vector<EnumSpelling<PromptEncoderType>>& enum_spellings<PromptEncoderType>() {
+  // NeMo spells them in capitals in code (PromptEncoderType.TPMLP) and lower case in configs.
+  static const std::vector<EnumSpelling<PromptEncoderType>> s = {
+      {PromptEncoderType::kEmbedding, {"embedding", "EMBEDDING"}},
+      {PromptEncoderType::kMlp, {"mlp", "MLP"}},
+      {PromptEncoderType::kLstm, {"lstm", "LSTM"}},
+      {PromptEncoderType::kTpMlp, {"tpmlp", "TPMLP"}}};
+  return s;
+}
+
+template <>
+const std::vector<EnumSpelling<PromptInitMethod>>& enum_spellings<PromptInitMethod>() {
+  static const std::vector<EnumSpelling<PromptInitMethod>> s = {{PromptInitMethod::kText, {"text"}},
+                                                                {PromptInitMethod::kRandom, {"random"}}};
+  return s;
+}
+
 const std::vector<std::pair<std::string, std::string>>& key_aliases() {
   static const std::vector<std::pair<std::string, std::string>> a = {
       {"exp_manager.checkpoint_callback_params.every_n_train_steps",
@@ -105,23 +130,29 @@ struct IndexBuilder {
 
 }  // namespace
 
-const KeyIndex& key_index() {
-  static const KeyIndex index = [] {
-    IndexBuilder b;
-    Recipe r;
-    visit_recipe(r, b);
-    for (const auto& [alias, canonical] : key_aliases()) {
-      const auto keys = split_path(alias);
-      b.add_child(join_path(keys, keys.size() - 1), keys.back());
-      b.index.need[alias] = b.index.need[canonical];
-    }
-    return b.index;
-  }();
-  return index;
+namespace {
+KeyIndex build_key_index(RecipeKind kind) {
+  IndexBuilder b;
+  Recipe r;
+  r.kind = kind;
+  visit_recipe(r, b);
+  for (const auto& [alias, canonical] : key_aliases()) {
+    const auto keys = split_path(alias);
+    b.add_child(join_path(keys, keys.size() - 1), keys.back());
+    b.index.need[alias] = b.index.need[canonical];
+  }
+  return b.index;
+}
+}  // namespace
+
+const KeyIndex& key_index(RecipeKind kind) {
+  static const KeyIndex pretraining = build_key_index(RecipeKind::kPretraining);
+  static const KeyIndex prompt_learning = build_key_index(RecipeKind::kPromptLearning);
+  return kind == RecipeKind::kPretraining ? pretraining : prompt_learning;
 }
 
-std::string suggest_key(const std::string& unknown_path) {
-  const KeyIndex& index = key_index();
+std::string suggest_key(const std::string& unknown_path, RecipeKind kind) {
+  const KeyIndex& index = key_index(kind);
   const auto keys = split_path(unknown_path);
   const std::string& leaf = keys.back();
   // The same name under another section (e.g. trainer.micro_batch_size -> model.micro_batch_size).

@@ -19,6 +19,92 @@ enum class Need {
   kDerived,   ///< absent or null: computed by apply_derived_defaults()
 };
 
+/// The model section in dump order. Pretraining recipes hold the model's shape and their data;
+/// prompt-learning recipes (docs/design/ptuning.md; NeMo's megatron_gpt_prompt_learning_config
+/// keys) take the shape from the base checkpoint and hold the base, the tasks and JSONL data.
+template <class V>
+void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
+  const bool pretraining = kind == RecipeKind::kPretraining;
+  v("model.micro_batch_size", m.micro_batch_size, Need::kRequired);
+  v("model.global_batch_size", m.global_batch_size, Need::kRequired);
+  v("model.tensor_model_parallel_size", m.tensor_model_parallel_size, Need::kDefault);
+  v("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, Need::kDefault);
+  v("model.virtual_pipeline_model_parallel_size", m.virtual_pipeline_model_parallel_size, Need::kDefault);
+  v("model.sequence_parallel", m.sequence_parallel, Need::kDefault);
+  if (pretraining) {
+    v("model.encoder_seq_length", m.encoder_seq_length, Need::kRequired);
+    v("model.max_position_embeddings", m.max_position_embeddings, Need::kDerived);
+    v("model.num_layers", m.num_layers, Need::kRequired);
+    v("model.hidden_size", m.hidden_size, Need::kRequired);
+    v("model.ffn_hidden_size", m.ffn_hidden_size, Need::kDerived);
+    v("model.num_attention_heads", m.num_attention_heads, Need::kRequired);
+    v("model.init_method_std", m.init_method_std, Need::kDefault);
+    v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
+    v("model.attention_dropout", m.attention_dropout, Need::kDefault);
+    v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
+    v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
+    v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);
+  }
+  v("model.activations_checkpoint_granularity", m.activations_checkpoint_granularity, Need::kDefault);
+  v("model.activations_checkpoint_method", m.activations_checkpoint_method, Need::kDefault);
+  v("model.activations_checkpoint_num_layers", m.activations_checkpoint_num_layers, Need::kDefault);
+  v("model.seed", m.seed, Need::kDefault);
+  if (pretraining) v("model.label_smoothing", m.label_smoothing, Need::kDefault);
+  v("model.use_distributed_optimizer", m.use_distributed_optimizer, Need::kDerived);
+  v("model.collective_timeout_s", m.collective_timeout_s, Need::kDefault);
+
+  auto& d = m.data;
+  if (pretraining) {
+    v("model.data.data_prefix", d.data_prefix, Need::kRequired);
+    v("model.data.splits_string", d.splits_string, Need::kDefault);
+    v("model.data.seq_length", d.seq_length, Need::kDerived);
+    v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
+    v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
+    v("model.data.num_workers", d.num_workers, Need::kDefault);
+  } else {
+    auto& p = m.prompt;
+    v("model.language_model_path", p.language_model_path, Need::kRequired);
+    v("model.virtual_prompt_style", p.virtual_prompt_style, Need::kDefault);
+    v("model.task_templates", p.task_templates, Need::kRequired);
+    v("model.new_tasks", p.new_tasks, Need::kDerived);
+    v("model.existing_tasks", p.existing_tasks, Need::kDefault);
+    v("model.restore_path", p.restore_path, Need::kDefault);
+    v("model.p_tuning.encoder_type", p.p_tuning.encoder_type, Need::kDefault);
+    v("model.p_tuning.encoder_hidden", p.p_tuning.encoder_hidden, Need::kDefault);
+    v("model.p_tuning.num_layers", p.p_tuning.num_layers, Need::kDefault);
+    v("model.p_tuning.dropout", p.p_tuning.dropout, Need::kDefault);
+    v("model.p_tuning.init_std", p.p_tuning.init_std, Need::kDefault);
+    v("model.prompt_tuning.new_prompt_init_methods", p.prompt_tuning.new_prompt_init_methods, Need::kDefault);
+    v("model.prompt_tuning.new_prompt_init_text", p.prompt_tuning.new_prompt_init_text, Need::kDefault);
+    v("model.data.train_ds", d.train_ds, Need::kRequired);
+    v("model.data.validation_ds", d.validation_ds, Need::kDefault);
+    v("model.data.test_ds", d.test_ds, Need::kDefault);
+    v("model.data.add_bos", d.add_bos, Need::kDefault);
+    v("model.data.add_eos", d.add_eos, Need::kDefault);
+    v("model.data.max_seq_length", d.max_seq_length, Need::kDefault);
+  }
+
+  // Prompt learning reads the tokenizer of the base's run unless the recipe names one.
+  auto& k = m.tokenizer;
+  const Need files = pretraining ? Need::kRequired : Need::kDefault;
+  v("model.tokenizer.library", k.library, Need::kDefault);
+  v("model.tokenizer.type", k.type, Need::kDefault);
+  v("model.tokenizer.vocab_file", k.vocab_file, files);
+  v("model.tokenizer.merge_file", k.merge_file, files);
+
+  auto& o = m.optim;
+  v("model.optim.name", o.name, Need::kDefault);
+  v("model.optim.lr", o.lr, Need::kRequired);
+  v("model.optim.weight_decay", o.weight_decay, Need::kDefault);
+  v("model.optim.betas", o.betas, Need::kDefault);
+  v("model.optim.eps", o.eps, Need::kDefault);
+  v("model.optim.sched.name", o.sched.name, Need::kDefault);
+  v("model.optim.sched.warmup_steps", o.sched.warmup_steps, Need::kDefault);
+  v("model.optim.sched.constant_steps", o.sched.constant_steps, Need::kDefault);
+  v("model.optim.sched.min_lr", o.sched.min_lr, Need::kDefault);
+  v("model.optim.sched.max_steps", o.sched.max_steps, Need::kDerived);
+}
+
 template <class V>
 void visit_recipe(Recipe& r, V& v) {
   v("run.name", r.run.name, Need::kDefault);
@@ -47,58 +133,7 @@ void visit_recipe(Recipe& r, V& v) {
     Need::kDerived);
   v("exp_manager.checkpoint_callback_params.save_last", e.checkpoint_callback_params.save_last, Need::kDefault);
 
-  auto& m = r.model;
-  v("model.micro_batch_size", m.micro_batch_size, Need::kRequired);
-  v("model.global_batch_size", m.global_batch_size, Need::kRequired);
-  v("model.tensor_model_parallel_size", m.tensor_model_parallel_size, Need::kDefault);
-  v("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, Need::kDefault);
-  v("model.virtual_pipeline_model_parallel_size", m.virtual_pipeline_model_parallel_size, Need::kDefault);
-  v("model.sequence_parallel", m.sequence_parallel, Need::kDefault);
-  v("model.encoder_seq_length", m.encoder_seq_length, Need::kRequired);
-  v("model.max_position_embeddings", m.max_position_embeddings, Need::kDerived);
-  v("model.num_layers", m.num_layers, Need::kRequired);
-  v("model.hidden_size", m.hidden_size, Need::kRequired);
-  v("model.ffn_hidden_size", m.ffn_hidden_size, Need::kDerived);
-  v("model.num_attention_heads", m.num_attention_heads, Need::kRequired);
-  v("model.init_method_std", m.init_method_std, Need::kDefault);
-  v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
-  v("model.attention_dropout", m.attention_dropout, Need::kDefault);
-  v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
-  v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
-  v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);
-  v("model.activations_checkpoint_granularity", m.activations_checkpoint_granularity, Need::kDefault);
-  v("model.activations_checkpoint_method", m.activations_checkpoint_method, Need::kDefault);
-  v("model.activations_checkpoint_num_layers", m.activations_checkpoint_num_layers, Need::kDefault);
-  v("model.seed", m.seed, Need::kDefault);
-  v("model.label_smoothing", m.label_smoothing, Need::kDefault);
-  v("model.use_distributed_optimizer", m.use_distributed_optimizer, Need::kDerived);
-  v("model.collective_timeout_s", m.collective_timeout_s, Need::kDefault);
-
-  auto& d = m.data;
-  v("model.data.data_prefix", d.data_prefix, Need::kRequired);
-  v("model.data.splits_string", d.splits_string, Need::kDefault);
-  v("model.data.seq_length", d.seq_length, Need::kDerived);
-  v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
-  v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
-  v("model.data.num_workers", d.num_workers, Need::kDefault);
-
-  auto& k = m.tokenizer;
-  v("model.tokenizer.library", k.library, Need::kDefault);
-  v("model.tokenizer.type", k.type, Need::kDefault);
-  v("model.tokenizer.vocab_file", k.vocab_file, Need::kRequired);
-  v("model.tokenizer.merge_file", k.merge_file, Need::kRequired);
-
-  auto& o = m.optim;
-  v("model.optim.name", o.name, Need::kDefault);
-  v("model.optim.lr", o.lr, Need::kRequired);
-  v("model.optim.weight_decay", o.weight_decay, Need::kDefault);
-  v("model.optim.betas", o.betas, Need::kDefault);
-  v("model.optim.eps", o.eps, Need::kDefault);
-  v("model.optim.sched.name", o.sched.name, Need::kDefault);
-  v("model.optim.sched.warmup_steps", o.sched.warmup_steps, Need::kDefault);
-  v("model.optim.sched.constant_steps", o.sched.constant_steps, Need::kDefault);
-  v("model.optim.sched.min_lr", o.sched.min_lr, Need::kDefault);
-  v("model.optim.sched.max_steps", o.sched.max_steps, Need::kDerived);
+  visit_model(r.model, v, r.kind);
 
   auto& c = r.cluster;
   v("cluster.partition", c.partition, Need::kDefault);
@@ -119,11 +154,12 @@ struct KeyIndex {
   std::map<std::string, std::vector<std::string>> children;
   std::map<std::string, Need> need;
 };
-const KeyIndex& key_index();
+/// The keys of a recipe of `kind`.
+const KeyIndex& key_index(RecipeKind kind = RecipeKind::kPretraining);
 
 /// For an unknown key path: " (did you mean 'x.y'?)" naming the known field or section with the
 /// same last name elsewhere, else the closest sibling by edit distance; empty if none.
-std::string suggest_key(const std::string& unknown_path);
+std::string suggest_key(const std::string& unknown_path, RecipeKind kind = RecipeKind::kPretraining);
 
 /// Accepted alternative spellings of keys: alias path -> canonical path.
 const std::vector<std::pair<std::string, std::string>>& key_aliases();
@@ -153,6 +189,12 @@ template <>
 const std::vector<EnumSpelling<TokenizerLibrary>>& enum_spellings<TokenizerLibrary>();
 template <>
 const std::vector<EnumSpelling<TokenizerType>>& enum_spellings<TokenizerType>();
+template <>
+const std::vector<EnumSpelling<VirtualPromptStyle>>& enum_spellings<VirtualPromptStyle>();
+template <>
+const std::vector<EnumSpelling<PromptEncoderType>>& enum_spellings<PromptEncoderType>();
+template <>
+const std::vector<EnumSpelling<PromptInitMethod>>& enum_spellings<PromptInitMethod>();
 
 /// Canonical name of an enum value (as dumped).
 template <class E>

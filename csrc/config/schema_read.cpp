@@ -1,5 +1,6 @@
 #include "config/schema_read.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -162,6 +163,89 @@ bool read_value(const Node& n, std::vector<std::string>& out, const std::string&
   return ok;
 }
 
+/// A sequence of integers or of enum values (each read as such).
+template <class T, std::enable_if_t<std::is_same_v<T, int64_t> || std::is_enum_v<T>, int> = 0>
+bool read_value(const Node& n, std::vector<T>& out, const std::string& path, Diagnostics& diag) {
+  out.clear();
+  if (n.kind == Node::Kind::kNull) return true;
+  if (n.kind != Node::Kind::kSequence) {
+    type_error(n, path, "a sequence", diag);
+    return false;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < n.items.size(); ++i) {
+    T value{};
+    if (read_value(n.items[i], value, path + "[" + std::to_string(i) + "]", diag)) {
+      out.push_back(value);
+    } else {
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/// One entry of model.task_templates: a mapping of NeMo's template keys. Unknown keys are
+/// reported with the closest valid one; missing required keys name the entry.
+bool read_value(const Node& n, TaskTemplate& out, const std::string& path, Diagnostics& diag) {
+  if (n.kind != Node::Kind::kMap) {
+    type_error(n, path, "a mapping of taskname, prompt_template, prompt_template_fields, "
+                        "total_virtual_tokens, virtual_token_splits, answer_only_loss, answer_field, "
+                        "truncate_field",
+               diag);
+    return false;
+  }
+  static const std::vector<std::string> keys = {"taskname", "prompt_template", "prompt_template_fields",
+                                                "total_virtual_tokens", "virtual_token_splits",
+                                                "answer_only_loss", "answer_field", "truncate_field"};
+  bool ok = true;
+  for (size_t i = 0; i < n.entries.size(); ++i) {
+    const std::string& key = n.entries[i].first;
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    const std::string best = closest(key, keys);
+    diag.error(n.key_locations[i], path + "." + key,
+               "unknown key of a task template, found '" + key + "'" +
+                   (best.empty() ? "" : " (did you mean '" + best + "'?)"));
+    ok = false;
+  }
+  auto field = [&](const char* key, auto& value, bool required) {
+    const Node* v = n.find(key);
+    const std::string at = path + "." + key;
+    if (!v || (v->kind == Node::Kind::kNull && required)) {
+      if (required) {
+        diag.error(v ? v->where : n.where, at, "expected a value (required key of a task template), found " +
+                                                    std::string(v ? "null" : "none"));
+        ok = false;
+      }
+      return;
+    }
+    ok = read_value(*v, value, at, diag) && ok;
+  };
+  field("taskname", out.taskname, true);
+  field("prompt_template", out.prompt_template, true);
+  field("prompt_template_fields", out.prompt_template_fields, true);
+  field("total_virtual_tokens", out.total_virtual_tokens, true);
+  field("virtual_token_splits", out.virtual_token_splits, true);
+  field("answer_only_loss", out.answer_only_loss, false);
+  field("answer_field", out.answer_field, false);
+  field("truncate_field", out.truncate_field, false);
+  return ok;
+}
+
+bool read_value(const Node& n, std::vector<TaskTemplate>& out, const std::string& path, Diagnostics& diag) {
+  out.clear();
+  if (n.kind != Node::Kind::kSequence) {
+    type_error(n, path, "a sequence of task templates", diag);
+    return false;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < n.items.size(); ++i) {
+    TaskTemplate t;
+    ok = read_value(n.items[i], t, path + "[" + std::to_string(i) + "]", diag) && ok;
+    out.push_back(t);
+  }
+  return ok;
+}
+
 /// data_prefix: "path", ["path"], or [w1, path1, w2, path2, ...] (Megatron's blend syntax).
 bool read_value(const Node& n, std::vector<DataBlendEntry>& out, const std::string& path, Diagnostics& diag) {
   out.clear();
@@ -278,23 +362,36 @@ struct Reader {
   }
 };
 
-void check_map_keys(const Node& map, const std::string& path, Diagnostics& diag) {
-  const KeyIndex& index = key_index();
+void check_map_keys(const Node& map, const std::string& path, Diagnostics& diag, RecipeKind kind) {
+  const KeyIndex& index = key_index(kind);
   for (size_t i = 0; i < map.entries.size(); ++i) {
     const auto& [key, value] = map.entries[i];
     const std::string full = path.empty() ? key : path + "." + key;
     if (index.fields.count(full)) continue;
     if (index.sections.count(full)) {
       if (value.kind == Node::Kind::kMap) {
-        check_map_keys(value, full, diag);
+        check_map_keys(value, full, diag, kind);
       } else if (value.kind != Node::Kind::kNull) {
         diag.error(value.where, full, "expected a mapping (a section), found " + describe(value));
       }
       continue;
     }
+    // A key of the other kind of recipe: say so rather than guess a spelling.
+    const RecipeKind other =
+        kind == RecipeKind::kPretraining ? RecipeKind::kPromptLearning : RecipeKind::kPretraining;
+    if (key_index(other).fields.count(full) || key_index(other).sections.count(full)) {
+      diag.error(map.key_locations[i], full,
+                 kind == RecipeKind::kPromptLearning
+                     ? std::string("not a key of a prompt-learning recipe: ") +
+                           (full.rfind("model.data.", 0) == 0
+                                ? "its records come from model.data.train_ds / validation_ds / test_ds"
+                                : "the model's shape comes from the base checkpoint (model.language_model_path)")
+                     : "a key of prompt-learning recipes (loom ptune), not of a pretraining recipe");
+      continue;
+    }
     const std::string where = path.empty() ? "a top-level section" : "a key of section '" + path + "'";
     // Past the error cap the line is only counted: skip the costly suggestion.
-    const std::string hint = diag.saturated() ? "" : suggest_key(full);
+    const std::string hint = diag.saturated() ? "" : suggest_key(full, kind);
     diag.error(map.key_locations[i], full, "unknown key: expected " + where + ", found '" + key + "'" + hint);
   }
 }
@@ -326,7 +423,7 @@ void apply_key_aliases(Node& root, Diagnostics& diag) {
   }
 }
 
-void check_keys(const Node& root, const SourceLocation& root_where, Diagnostics& diag) {
+void check_keys(const Node& root, const SourceLocation& root_where, Diagnostics& diag, RecipeKind kind) {
   if (root.kind == Node::Kind::kNull) return;  // empty document: required fields report
   if (root.kind != Node::Kind::kMap) {
     diag.error(root.where.line ? root.where : root_where, "",
@@ -334,7 +431,7 @@ void check_keys(const Node& root, const SourceLocation& root_where, Diagnostics&
                    describe(root));
     return;
   }
-  check_map_keys(root, "", diag);
+  check_map_keys(root, "", diag, kind);
 }
 
 void read_fields(const Node& root, const SourceLocation& root_where, Recipe& r, Diagnostics& diag,

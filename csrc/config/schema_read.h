@@ -15,9 +15,10 @@ void apply_key_aliases(Node& root, Diagnostics& diag);
 
 /// Reports keys the schema does not know (with the closest valid key) and sections that are not
 /// mappings. `root_where` locates problems with the document itself.
-void check_keys(const Node& root, const SourceLocation& root_where, Diagnostics& diag);
+void check_keys(const Node& root, const SourceLocation& root_where, Diagnostics& diag,
+                RecipeKind kind = RecipeKind::kPretraining);
 
-/// Reads every schema field from `root` into `r`: type errors and missing required fields go to
+/// Reads every schema field of r.kind's recipe from `root` into `r`: type errors and missing required fields go to
 /// `diag`; the location of every value read is stored in r.origin.locations; fields marked
 /// Need::kDerived that are absent or null are added to `derived`.
 void read_fields(const Node& root, const SourceLocation& root_where, Recipe& r, Diagnostics& diag,

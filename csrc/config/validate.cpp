@@ -1,7 +1,9 @@
 #include "config/validate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <initializer_list>
 
@@ -94,6 +96,7 @@ class Checker {
   void recompute();
   void optimizer();
   void data();
+  void prompt_learning();
 
   const Recipe& r_;
   const std::set<std::string>& skip_;
@@ -373,6 +376,62 @@ void Checker::data() {
   non_empty("model.tokenizer.merge_file", r_.model.tokenizer.merge_file);
 }
 
+void Checker::prompt_learning() {
+  const auto& p = r_.model.prompt;
+  non_empty("model.language_model_path", p.language_model_path);
+  std::vector<std::string> names;
+  for (const auto& t : p.task_templates) names.push_back(t.taskname);
+  const std::string known = fmt::format("{}", fmt::join(names, ", "));
+  if (ok({"model.task_templates"}) && p.task_templates.empty())
+    error("model.task_templates", "expected at least one task template, found none");
+  auto is_task = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  if (ok({"model.task_templates", "model.new_tasks"})) {
+    for (const auto& name : p.new_tasks)
+      if (!is_task(name))
+        error("model.new_tasks", fmt::format("expected names of model.task_templates ({}), found '{}'", known, name));
+    if (p.new_tasks.empty()) error("model.new_tasks", "expected at least one task to train, found none");
+  }
+  if (ok({"model.task_templates", "model.existing_tasks", "model.new_tasks"})) {
+    for (const auto& name : p.existing_tasks) {
+      if (!is_task(name))
+        error("model.existing_tasks", fmt::format("expected names of model.task_templates ({}), found '{}'", known, name));
+      else if (std::find(p.new_tasks.begin(), p.new_tasks.end(), name) != p.new_tasks.end())
+        error("model.existing_tasks", fmt::format("expected tasks not trained again, found '{}' in new_tasks too", name));
+    }
+  }
+  if (ok({"model.existing_tasks", "model.restore_path"}) && !p.existing_tasks.empty() && !p.restore_path)
+    error("model.restore_path", "expected the earlier prompt-learning run that holds model.existing_tasks, found null");
+  const auto& pt = p.p_tuning;
+  if (pt.encoder_hidden) at_least("model.p_tuning.encoder_hidden", *pt.encoder_hidden, 1);
+  const int64_t min_layers = pt.encoder_type == PromptEncoderType::kMlp ? 2 : 1;
+  at_least("model.p_tuning.num_layers", pt.num_layers, min_layers);
+  probability("model.p_tuning.dropout", pt.dropout);
+  positive_real("model.p_tuning.init_std", pt.init_std);
+  const auto& tuning = p.prompt_tuning;
+  const size_t n_new = p.new_tasks.size();
+  for (const auto& [path, size] : {std::pair{"model.prompt_tuning.new_prompt_init_methods", tuning.new_prompt_init_methods.size()},
+                                   std::pair{"model.prompt_tuning.new_prompt_init_text", tuning.new_prompt_init_text.size()}}) {
+    if (ok({path, "model.new_tasks"}) && size > 1 && size != n_new)
+      error(path, fmt::format("expected one entry, or one per new task ({}), found {}", n_new, size));
+  }
+  if (ok({"model.prompt_tuning.new_prompt_init_methods", "model.prompt_tuning.new_prompt_init_text"}) &&
+      p.virtual_prompt_style == VirtualPromptStyle::kPromptTuning) {
+    for (size_t i = 0; i < tuning.new_prompt_init_methods.size(); ++i) {
+      if (tuning.new_prompt_init_methods[i] != PromptInitMethod::kText) continue;
+      const size_t j = tuning.new_prompt_init_text.size() == 1 ? 0 : i;
+      if (j >= tuning.new_prompt_init_text.size() || tuning.new_prompt_init_text[j].empty())
+        error("model.prompt_tuning.new_prompt_init_text",
+              fmt::format("expected an init text for new task {} (its method is text), found none", i));
+    }
+  }
+  const auto& d = r_.model.data;
+  if (ok({"model.data.train_ds"}) && d.train_ds.empty())
+    error("model.data.train_ds", "expected at least one JSONL file of training records, found none");
+  if (d.max_seq_length) size_in_range("model.data.max_seq_length", *d.max_seq_length, 2);
+}
+
 std::vector<Finding> Checker::run() {
   field_ranges();
   optimizer();
@@ -380,13 +439,34 @@ std::vector<Finding> Checker::run() {
   parallel_layout();
   sequence_lengths();
   recompute();
+  if (r_.kind == RecipeKind::kPromptLearning) prompt_learning();
   return findings_;
+}
+
+// A prompt-learning recipe has no model shape or pretraining data of its own: until the base
+// checkpoint has been read, rules about them are not evaluated (and its tokenizer may come
+// from the base's run).
+std::set<std::string> not_in_prompt_recipes(const Recipe& r, bool shape_known) {
+  std::set<std::string> out;
+  if (r.kind != RecipeKind::kPromptLearning) return out;
+  const auto& prompt_keys = detail::key_index(RecipeKind::kPromptLearning).fields;
+  for (const auto& path : detail::key_index(RecipeKind::kPretraining).fields) {
+    if (prompt_keys.count(path)) continue;
+    const bool shape = path.rfind("model.data.", 0) != 0;
+    if (!shape || !shape_known) out.insert(path);
+  }
+  if (r.model.tokenizer.vocab_file.empty()) out.insert("model.tokenizer.vocab_file");
+  if (r.model.tokenizer.merge_file.empty()) out.insert("model.tokenizer.merge_file");
+  return out;
 }
 
 }  // namespace
 
-std::vector<Finding> validate_recipe(const Recipe& r, const std::set<std::string>& skip) {
-  return Checker(r, skip).run();
+std::vector<Finding> validate_recipe(const Recipe& r, const std::set<std::string>& skip,
+                                     bool model_shape_known) {
+  std::set<std::string> all = not_in_prompt_recipes(r, model_shape_known);
+  all.insert(skip.begin(), skip.end());
+  return Checker(r, all).run();
 }
 
 }  // namespace loom::config

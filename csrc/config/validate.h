@@ -37,6 +37,12 @@ struct Finding {
 
 /// Applies the rules above to a recipe with defaults and derived values filled. Fields listed
 /// in `skip` already had errors: rules involving them are not evaluated (no cascades).
-std::vector<Finding> validate_recipe(const Recipe& r, const std::set<std::string>& skip = {});
+/// Prompt-learning recipes (docs/design/ptuning.md) also get their own rules (tasks named in
+/// new_tasks/existing_tasks exist, restore_path with existing tasks, encoder sizes, init text
+/// for text-initialised prompt tuning, train_ds given); rules about the model's shape wait
+/// until `model_shape_known` (the ptune command fills the shape from the base checkpoint and
+/// validates again).
+std::vector<Finding> validate_recipe(const Recipe& r, const std::set<std::string>& skip = {},
+                                     bool model_shape_known = false);
 
 }  // namespace loom::config
