@@ -10,7 +10,8 @@
 //   task; a field value that is not a string; a missing field. The answer field may be missing
 //   only in an inference dataset (options.for_inference); elsewhere that is an error too.
 // Records too long for max_seq_length that cannot be truncated are dropped and counted per
-// task (prompt_example.h). Examples keep file order, files the order given.
+// task (prompt_example.h). Examples keep file order, files the order given. A dataset is
+// immutable once read and may be shared between threads.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,7 +44,8 @@ class PromptDataset {
   /// The string fields of example i's record (without "taskname"), e.g. to echo them next to a
   /// prediction.
   const PromptRecord& record(int64_t i) const { return records_.at(static_cast<size_t>(i)); }
-  /// Records dropped (too long), per task index.
+  /// Records dropped, per task index: too long and not truncatable (or, rarely, too short to
+  /// have a label; prompt_example.h).
   const std::vector<int64_t>& dropped_per_task() const { return dropped_; }
   int64_t dropped() const;
   /// Examples kept, per task index.
