@@ -31,7 +31,7 @@ std::string excerpt(const std::string& s, size_t pos, size_t n = 24) {
 // Checks one task and, when `out` is given and the task is fine, fills it.
 class TaskChecker {
  public:
-  TaskChecker(const config::TaskTemplate& t, int64_t index, int64_t max_seq_length,
+  TaskChecker(const config::TaskTemplate& t, int64_t index, std::optional<int64_t> max_seq_length,
               std::vector<TemplateProblem>& problems)
       : t_(t), index_(index), max_seq_length_(max_seq_length), problems_(problems) {
     who_ = t.taskname.empty() ? fmt::format("task_templates[{}] (empty taskname)", index)
@@ -129,11 +129,11 @@ class TaskChecker {
                           join(t_.virtual_token_splits), sum, t_.total_virtual_tokens));
       ok = false;
     }
-    if (t_.total_virtual_tokens >= 0 && t_.total_virtual_tokens >= max_seq_length_) {
+    if (max_seq_length_ && t_.total_virtual_tokens >= 0 && t_.total_virtual_tokens >= *max_seq_length_) {
       problem("total_virtual_tokens",
               fmt::format("total_virtual_tokens {} does not fit max_seq_length {}; expected fewer virtual tokens "
                           "than max_seq_length (a record needs tokens of its own)",
-                          t_.total_virtual_tokens, max_seq_length_));
+                          t_.total_virtual_tokens, *max_seq_length_));
     }
     return ok;
   }
@@ -327,7 +327,7 @@ class TaskChecker {
 
   const config::TaskTemplate& t_;
   int64_t index_;
-  int64_t max_seq_length_;
+  std::optional<int64_t> max_seq_length_;
   std::vector<TemplateProblem>& problems_;
   std::string who_;
   std::vector<TemplatePiece> pieces_;
@@ -350,7 +350,7 @@ TemplateError::TemplateError(std::vector<TemplateProblem> p)
     : data::DataError(problems_text(p)), problems(std::move(p)) {}
 
 std::vector<TemplateProblem> find_template_problems(const std::vector<config::TaskTemplate>& tasks,
-                                                    int64_t max_seq_length) {
+                                                    std::optional<int64_t> max_seq_length) {
   std::vector<TemplateProblem> problems;
   if (tasks.empty()) problems.push_back({-1, "", "task_templates is empty; expected at least one task"});
   std::map<std::string, size_t> first_use;
@@ -370,7 +370,7 @@ std::vector<TemplateProblem> find_template_problems(const std::vector<config::Ta
 }
 
 std::vector<ParsedTemplate> parse_task_templates(const std::vector<config::TaskTemplate>& tasks,
-                                                 int64_t max_seq_length) {
+                                                 std::optional<int64_t> max_seq_length) {
   auto problems = find_template_problems(tasks, max_seq_length);
   if (!problems.empty()) throw TemplateError(std::move(problems));
   std::vector<ParsedTemplate> out(tasks.size());
@@ -379,7 +379,7 @@ std::vector<ParsedTemplate> parse_task_templates(const std::vector<config::TaskT
   return out;
 }
 
-ParsedTemplate parse_task_template(const config::TaskTemplate& task, int64_t max_seq_length) {
+ParsedTemplate parse_task_template(const config::TaskTemplate& task, std::optional<int64_t> max_seq_length) {
   std::vector<TemplateProblem> problems;
   ParsedTemplate out;
   if (!TaskChecker(task, 0, max_seq_length, problems).run(&out)) throw TemplateError(std::move(problems));

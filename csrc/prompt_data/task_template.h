@@ -30,7 +30,8 @@
 //   answer_only_loss needs answer_field; answer_field is a listed field whose placeholder ends
 //     the template (the template's last characters);
 //   truncate_field is a listed field other than answer_field;
-//   total_virtual_tokens < max_seq_length (a record needs at least one real token).
+//   total_virtual_tokens < max_seq_length (a record needs at least one real token), when
+//     max_seq_length is known.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -98,17 +99,19 @@ struct TemplateError : data::DataError {
 };
 
 /// Every broken rule of the task list (empty when all tasks are fine), in list order. A
-/// problem found in one entry does not hide the other entries' problems.
+/// problem found in one entry does not hide the other entries' problems. Without
+/// max_seq_length (a recipe whose max_seq_length comes from the base model, not read yet) the
+/// rule total_virtual_tokens < max_seq_length is left out; check again once it is known.
 std::vector<TemplateProblem> find_template_problems(const std::vector<config::TaskTemplate>& tasks,
-                                                    int64_t max_seq_length);
+                                                    std::optional<int64_t> max_seq_length);
 
 /// Parses the whole task list; index i of the result is task i (records name tasks by
 /// taskname, examples carry this index). Throws TemplateError listing every problem.
 std::vector<ParsedTemplate> parse_task_templates(const std::vector<config::TaskTemplate>& tasks,
-                                                 int64_t max_seq_length);
+                                                 std::optional<int64_t> max_seq_length);
 
 /// One task on its own (uniqueness of tasknames is not checked). Throws TemplateError.
-ParsedTemplate parse_task_template(const config::TaskTemplate& task, int64_t max_seq_length);
+ParsedTemplate parse_task_template(const config::TaskTemplate& task, std::optional<int64_t> max_seq_length);
 
 /// Index of `taskname` in `templates`, or -1.
 int64_t find_task(const std::vector<ParsedTemplate>& templates, const std::string& taskname);

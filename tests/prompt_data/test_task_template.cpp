@@ -151,6 +151,7 @@ TEST_CASE("template rules: virtual tokens", "[template]") {
                                      "expected fewer virtual tokens than max_seq_length (a record needs tokens of "
                                      "its own)"});
   CHECK(find_template_problems({t}, 65).empty());
+  CHECK(find_template_problems({t}, std::nullopt).empty());  // max_seq_length not known yet
 }
 
 TEST_CASE("template rules: malformed markers and braces", "[template]") {
