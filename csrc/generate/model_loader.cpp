@@ -57,31 +57,38 @@ model::GptConfig inference_config(const nlohmann::json& model_shape,
   return c;
 }
 
-model::GptStage load_inference_model(const FullCheckpoint& checkpoint,
-                                     const model::GptConfig& config, runtime::CommunicatorPtr tp,
-                                     at::Device device) {
-  const int rank = tp->rank(), size = tp->size();
-  model::GptStage stage(config, tp, model::StageLayout{}, device);
+std::set<std::string> fill_stage_parameters(const FullCheckpoint& checkpoint,
+                                            const model::GptStage& stage, int tp_rank, int tp_size) {
   at::NoGradGuard no_grad;
   std::set<std::string> used;
   for (const auto& p : stage.parameters()) {
-    auto it = checkpoint.params.find(p.name);
+    // The last stage's own copy of the tied word embedding is the embedding itself.
+    const std::string source = p.shared_duplicate ? "embedding.word_embeddings.weight" : p.name;
+    auto it = checkpoint.params.find(source);
     if (it == checkpoint.params.end())
       throw CheckpointError(fmt::format("checkpoint iteration {} has no parameter {}",
-                                        checkpoint.info.iteration, p.name));
-    used.insert(p.name);
+                                        checkpoint.info.iteration, source));
+    used.insert(source);
     at::Tensor full = it->second;
     if (p.word_embedding)
-      full = repad_vocab(full, config.vocab_size, stage.padded_vocab_size(), p.name);
+      full = repad_vocab(full, stage.config().vocab_size, stage.padded_vocab_size(), p.name);
     std::vector<int64_t> want = p.tensor.sizes().vec();
-    if (p.tensor_parallel()) want[p.partition_dim] *= size;
+    if (p.tensor_parallel()) want[p.partition_dim] *= tp_size;
     if (full.sizes().vec() != want)
       throw CheckpointError(fmt::format("checkpoint parameter {} has shape [{}], the model [{}]",
-                                        p.name, fmt::join(full.sizes(), ", "),
+                                        source, fmt::join(full.sizes(), ", "),
                                         fmt::join(want, ", ")));
-    at::Tensor local = p.tensor_parallel() ? model::shard(full, p.partition_dim, rank, size) : full;
-    p.tensor.copy_(local);
+    at::Tensor local = p.tensor_parallel() ? model::shard(full, p.partition_dim, tp_rank, tp_size) : full;
+    p.tensor.copy_(local);  // host → the stage's device, in its dtype
   }
+  return used;
+}
+
+model::GptStage load_inference_model(const FullCheckpoint& checkpoint,
+                                     const model::GptConfig& config, runtime::CommunicatorPtr tp,
+                                     at::Device device) {
+  model::GptStage stage(config, tp, model::StageLayout{}, device);
+  const std::set<std::string> used = fill_stage_parameters(checkpoint, stage, tp->rank(), tp->size());
   for (const auto& [name, value] : checkpoint.params) {
     if (!used.count(name))
       throw CheckpointError(fmt::format("checkpoint iteration {} holds parameter {} that a model "

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <set>
+#include <string>
 
 #include "generate/checkpoint_reader.h"
 #include "model/gpt_config.h"
@@ -27,6 +29,15 @@ struct InferenceModelOptions {
 /// recomputation. Throws train::CheckpointError naming a missing or non-integer field.
 model::GptConfig inference_config(const nlohmann::json& model_shape,
                                   const InferenceModelOptions& options = {});
+
+/// Fills every parameter of `stage` (any pipeline stage of any layout) with its slice for tensor
+/// rank `tp_rank` of `tp_size`, taken from the checkpoint's global tensors (converted to the
+/// stage's dtype and device); the last stage's copy of the tied word embedding comes from the
+/// embedding. Returns the names of the checkpoint parameters used. Throws
+/// train::CheckpointError naming the parameter when the checkpoint lacks one or holds one of
+/// another global shape.
+std::set<std::string> fill_stage_parameters(const FullCheckpoint& checkpoint,
+                                            const model::GptStage& stage, int tp_rank, int tp_size);
 
 /// Builds the whole model (one stage, layers 0..L-1) for TP group `tp` and fills every
 /// parameter with its slice of the checkpoint (converted to float32). The word embedding's

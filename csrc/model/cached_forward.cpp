@@ -59,7 +59,8 @@ KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
                  at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
 }
 
-at::Tensor GptStage::forward_cached(const at::Tensor& tokens, KvCache& cache) const {
+at::Tensor GptStage::forward_cached(const at::Tensor& tokens, KvCache& cache,
+                                    const PromptSplice& prompt) const {
   if (!layout_.pre_process || !layout_.post_process)
     throw std::invalid_argument(
         "GptStage::forward_cached: inference needs the whole model in one stage "
@@ -83,7 +84,7 @@ at::Tensor GptStage::forward_cached(const at::Tensor& tokens, KvCache& cache) co
       at::arange(past, past + n, ids.options()).unsqueeze(0).expand({b, n}).contiguous();
   DropoutContext off;
   off.training = false;
-  at::Tensor x = embedding_->forward(ids, positions, off);  // [n, b, h]
+  at::Tensor x = embedding_->forward(ids, positions, off, prompt);  // [n, b, h]
   for (const auto& layer : layers_) x = layer->forward_cached(x, cache);
   cache.advance(n);
   x = final_ln_->forward(x);

@@ -29,7 +29,7 @@ GptEmbedding::GptEmbedding(const GptConfig& config, runtime::CommunicatorPtr tp,
 }
 
 at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& position_ids,
-                                 const DropoutContext& dropout) const {
+                                 const DropoutContext& dropout, const PromptSplice& prompt) const {
   if (tokens.dim() != 2 || position_ids.sizes() != tokens.sizes())
     throw std::invalid_argument("GptEmbedding: expected tokens and position_ids [b, s], found " +
                                 c10::str(tokens.sizes()) + " and " +
@@ -65,8 +65,18 @@ at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& pos
   at::Tensor local_ids = (tokens_sb - start).masked_fill(foreign, 0);
   at::Tensor word = at::embedding(word_, local_ids);  // [s, b, h]
   if (t > 1) word = word.masked_fill(foreign.unsqueeze(-1), 0.0);
-  word = sp ? reduce_scatter_to_sequence_parallel_region(word, tp_)
-            : reduce_from_tensor_model_parallel_region(word, tp_);
+  if (prompt.active()) {
+    // Splice into the whole reduced activation, identically on every tensor rank, so that
+    // replicated prompt parameters get the same gradient everywhere; then keep this rank's
+    // sequence shard (the split's backward all-gathers).
+    word = reduce_from_tensor_model_parallel_region(word, tp_);
+    word = at::index_put(word, {prompt.seq_index, prompt.batch_index},
+                         prompt.vectors.to(word.scalar_type()));
+    if (sp) word = scatter_to_sequence_parallel_region(word, tp_);
+  } else {
+    word = sp ? reduce_scatter_to_sequence_parallel_region(word, tp_)
+              : reduce_from_tensor_model_parallel_region(word, tp_);
+  }
 
   // Positions of the tokens this rank holds.
   const int64_t s_local = sp ? s / t : s;

@@ -8,6 +8,7 @@
 #include "model/dropout_context.h"
 #include "model/gpt_config.h"
 #include "model/parameter.h"
+#include "model/prompt_splice.h"
 #include "runtime/communicator.h"
 
 namespace loom::model {
@@ -20,8 +21,10 @@ class GptEmbedding {
   /// shard) under sequence parallelism. Throws std::invalid_argument for a token id outside
   /// [0, vocab_size) or a position outside [0, max_position_embeddings) when the ids are host
   /// tensors (ids on a device are not read back: the caller checks them where it made them).
+  /// With an active `prompt`, its vectors replace the word embeddings at its positions
+  /// (prompt_splice.h); the token ids there are looked up as usual (use the pad id).
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& position_ids,
-                     const DropoutContext& dropout) const;
+                     const DropoutContext& dropout, const PromptSplice& prompt = {}) const;
   /// This rank's word-embedding shard [V_padded/t, h] (tied to the output layer).
   const at::Tensor& word_weight() const { return word_; }
   void collect(ParamList& out) const;

@@ -130,7 +130,7 @@ at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropou
       throw std::invalid_argument("GptStage::forward: sequence_parallel needs the sequence length " +
                                   std::to_string(in.tokens.size(1)) +
                                   " divisible by tensor_model_parallel_size " + std::to_string(t));
-    x = embedding_->forward(in.tokens, in.position_ids, dropout);
+    x = embedding_->forward(in.tokens, in.position_ids, dropout, in.prompt);
   } else {
     if (!in.hidden.defined() || in.hidden.dim() != 3 || in.hidden.size(2) != config_.hidden_size)
       throw std::invalid_argument("GptStage::forward: a later stage needs the hidden tensor [s" +

@@ -13,6 +13,7 @@
 #include "model/dropout_context.h"
 #include "model/gpt_config.h"
 #include "model/parameter.h"
+#include "model/prompt_splice.h"
 #include "runtime/communicator.h"
 
 namespace loom::model {
@@ -43,6 +44,7 @@ struct StageInputs {
   at::Tensor position_ids;  ///< [b, s] int64 (pre_process)
   at::Tensor hidden;        ///< [s(/t), b, h] from the previous stage (otherwise)
   at::Tensor labels;        ///< [b, s] int64 (post_process; undefined: return logits)
+  PromptSplice prompt;      ///< virtual tokens for the embeddings (pre_process; prompt learning)
 };
 
 class GptStage {
@@ -67,9 +69,12 @@ class GptStage {
   /// parallelism: runs tokens [b, n] at positions [cache.length(), cache.length() + n)
   /// without autograd or dropout, appends their keys and values to `cache` (then advances it
   /// by n) and returns this rank's logits [n, b, V_padded/t], equal (up to rounding) to the
-  /// rows of forward() over the whole sequence so far. Throws std::invalid_argument for a
-  /// partial stage, sequence parallelism at t > 1, or positions past max_position_embeddings.
-  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) const;
+  /// rows of forward() over the whole sequence so far. An active `prompt` splices virtual
+  /// tokens among the n new positions (prompt_splice.h; its seq_index counts from 0 at the
+  /// first new position). Throws std::invalid_argument for a partial stage, sequence
+  /// parallelism at t > 1, or positions past max_position_embeddings.
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache,
+                            const PromptSplice& prompt = {}) const;
 
   /// This stage's parameters with their parallel attributes, in a fixed order.
   ParamList parameters() const;

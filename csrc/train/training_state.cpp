@@ -21,19 +21,27 @@ CheckpointLayout checkpoint_layout(const RunShape& shape, const model::GptConfig
   return l;
 }
 
+namespace {
+model::ParamList saved_params(const TrainingParts& parts) {
+  if (parts.params) return *parts.params;
+  model::ParamList out;
+  for (const auto& chunk : *parts.chunks)
+    for (const auto& p : chunk.parameters()) out.push_back(p);
+  return out;
+}
+}  // namespace
+
 RankCheckpoint capture_training_state(const TrainingParts& parts, const TrainingPosition& position,
                                       int tp_rank, int t) {
   RankCheckpoint state;
-  for (const auto& chunk : *parts.chunks) {
-    for (const auto& p : chunk.parameters()) {
-      state.model[p.name] = p.tensor.detach();
-      std::vector<int64_t> shape = p.tensor.sizes().vec(), offset(shape.size(), 0);
-      if (p.tensor_parallel()) {
-        offset[p.partition_dim] = shape[p.partition_dim] * tp_rank;
-        shape[p.partition_dim] *= t;
-      }
-      state.shard_info[p.name] = {{"global_shape", shape}, {"offset", offset}};
+  for (const auto& p : saved_params(parts)) {
+    state.model[p.name] = p.tensor.detach();
+    std::vector<int64_t> shape = p.tensor.sizes().vec(), offset(shape.size(), 0);
+    if (p.tensor_parallel()) {
+      offset[p.partition_dim] = shape[p.partition_dim] * tp_rank;
+      shape[p.partition_dim] *= t;
     }
+    state.shard_info[p.name] = {{"global_shape", shape}, {"offset", offset}};
   }
   auto opt_state = parts.optimizer->state_dict();  // collective (distributed optimizer)
   state.optimizer = opt_state.tensors;
@@ -49,18 +57,14 @@ TrainingPosition restore_training_state(const RankCheckpoint& state, const Train
   const auto iteration = state.values.value("iteration", int64_t(-1));
   // Check every parameter before changing any.
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
-  for (const auto& chunk : *parts.chunks) {
-    for (const auto& p : chunk.parameters()) {
-      auto it = state.model.find(p.name);
-      if (it == state.model.end())
-        throw CheckpointError(
-            fmt::format("checkpoint iteration {} has no parameter {}", iteration, p.name));
-      if (it->second.sizes() != p.tensor.sizes())
-        throw CheckpointError(fmt::format("checkpoint parameter {} has shape {}, the model {}",
-                                          p.name, fmt::join(it->second.sizes(), "x"),
-                                          fmt::join(p.tensor.sizes(), "x")));
-      copies.emplace_back(p.tensor, it->second);
-    }
+  for (const auto& p : saved_params(parts)) {
+    auto it = state.model.find(p.name);
+    if (it == state.model.end())
+      throw CheckpointError(fmt::format("checkpoint iteration {} has no parameter {}", iteration, p.name));
+    if (it->second.sizes() != p.tensor.sizes())
+      throw CheckpointError(fmt::format("checkpoint parameter {} has shape {}, the model {}", p.name,
+                                        fmt::join(it->second.sizes(), "x"), fmt::join(p.tensor.sizes(), "x")));
+    copies.emplace_back(p.tensor, it->second);
   }
   {
     at::NoGradGuard no_grad;

@@ -29,6 +29,9 @@ struct TrainingParts {
   optim::Optimizer* optimizer = nullptr;
   optim::LrScheduler* scheduler = nullptr;
   optim::LossScaler* scaler = nullptr;  ///< null without fp16
+  /// The parameters saved and restored instead of every parameter of `chunks` (prompt learning
+  /// saves only its prompt parameters; the frozen base is never written).
+  const model::ParamList* params = nullptr;
 };
 
 /// The layout and model shape a checkpoint of this run records (and a resume must match).

@@ -13,16 +13,15 @@ GradBuffer::GradBuffer(TrainableParams params, GradBufferOptions options)
     throw std::invalid_argument("grad buffer: bucket_bytes must be >= 1, got " + std::to_string(options_.bucket_bytes));
   if (options_.pad_multiple < 1)
     throw std::invalid_argument("grad buffer: pad_multiple must be >= 1, got " + std::to_string(options_.pad_multiple));
-  at::Device device = at::kCPU;
+  const at::Device device = options_.device;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     if (!p.param.defined()) throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is undefined");
     if (!at::isFloatingType(p.param.scalar_type()))
       throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is not floating point");
-    if (i == 0) device = p.param.device();
     if (p.param.device() != device)
       throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is on " + p.param.device().str() +
-                                  ", the others on " + device.str());
+                                  ", the run's device is " + device.str());
     for (size_t j = 0; j < i; ++j) {
       if (params_[j].param.is_same(p.param))
         throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is the same tensor as '" +

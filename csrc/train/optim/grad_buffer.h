@@ -24,6 +24,9 @@ struct GradBufferOptions {
   /// Each bucket's element count is padded (with zeros) to a multiple of this: the data-parallel
   /// size for the distributed optimizer, which shards every bucket into equal parts.
   int64_t pad_multiple = 1;
+  /// Where the buffer lives: the run's device. Every parameter must be on it; a stage with no
+  /// parameters to train (prompt learning's later pipeline stages) gets an empty buffer there.
+  at::Device device = at::kCPU;
 };
 
 struct GradBucket {
@@ -34,13 +37,13 @@ struct GradBucket {
 
 class GradBuffer {
  public:
-  /// All parameters must be floating point on one device and have distinct tensors.
+  /// All parameters must be floating point on options.device and have distinct tensors.
   /// Throws std::invalid_argument naming the parameter otherwise, or for bucket_bytes < 1 or
   /// pad_multiple < 1.
   GradBuffer(TrainableParams params, GradBufferOptions options = {});
 
   const TrainableParams& params() const { return params_; }
-  /// The whole buffer: 1-D fp32 on the parameters' device.
+  /// The whole buffer: 1-D fp32 on options.device (empty when there are no parameters).
   const at::Tensor& data() const { return data_; }
   /// Parameter i's fp32 gradient: a view of data(), shaped like the parameter.
   at::Tensor main_grad(size_t i) const;

@@ -49,6 +49,7 @@ Optimizer::Optimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGro
   GradBufferOptions gopts;
   gopts.bucket_bytes = options_.bucket_bytes;
   gopts.pad_multiple = options_.distributed ? groups_->data().size() : 1;
+  gopts.device = groups_->device();
   grads_ = std::make_unique<GradBuffer>(params_, gopts);
 }
 
