@@ -37,7 +37,7 @@ std::vector<int64_t> shuffled_range(int64_t lo, int64_t hi, NumpyRandomState& rn
 
 }  // namespace
 
-int64_t tokens_per_epoch(const int32_t* lengths, int64_t begin, int64_t end) {
+int64_t tokens_per_epoch(UnalignedArray<int32_t> lengths, int64_t begin, int64_t end) {
   int64_t t = 0;
   for (int64_t i = begin; i < end; ++i) t += lengths[i];
   return t;
@@ -70,7 +70,7 @@ int64_t expected_sample_count(int64_t epochs, int64_t tpe, const GptIndexParams&
 
 }  // namespace
 
-std::string check_gpt_indices(const GptIndices& ix, const int32_t* lengths, int64_t begin, int64_t end,
+std::string check_gpt_indices(const GptIndices& ix, UnalignedArray<int32_t> lengths, int64_t begin, int64_t end,
                               const GptIndexParams& p) {
   const int64_t tpe = tokens_per_epoch(lengths, begin, end);
   if (tpe < 2 || p.seq_length < 2) return "the split cannot hold samples";
@@ -122,7 +122,7 @@ std::string check_gpt_indices(const GptIndices& ix, const int32_t* lengths, int6
   return "";
 }
 
-std::vector<int64_t> build_sample_index(const int32_t* sizes, const std::vector<int32_t>& document_idx,
+std::vector<int64_t> build_sample_index(UnalignedArray<int32_t> sizes, const std::vector<int32_t>& document_idx,
                                         int64_t seq_length, int64_t num_epochs, int64_t tpe,
                                         bool drop_last_partial_sequence, bool add_extra_token) {
   const int64_t extra = add_extra_token ? 1 : 0;
@@ -163,7 +163,7 @@ std::vector<int64_t> build_sample_index(const int32_t* sizes, const std::vector<
   return sample_idx;
 }
 
-GptIndices build_gpt_indices(const int32_t* lengths, int64_t begin, int64_t end, const GptIndexParams& p) {
+GptIndices build_gpt_indices(UnalignedArray<int32_t> lengths, int64_t begin, int64_t end, const GptIndexParams& p) {
   if (p.seq_length < 2) throw DataError("GPT dataset: seq_length must be at least 2, got " + std::to_string(p.seq_length));
   if (p.num_samples && *p.num_samples < 0) throw DataError("GPT dataset: negative num_samples");
   GptIndices out;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "data/unaligned_array.h"
+
 namespace loom::data {
 
 struct GptIndexParams {
@@ -32,7 +34,7 @@ struct GptIndices {
 };
 
 /// Tokens in one epoch of sequences [begin, end).
-int64_t tokens_per_epoch(const int32_t* sequence_lengths, int64_t begin, int64_t end);
+int64_t tokens_per_epoch(UnalignedArray<int32_t> sequence_lengths, int64_t begin, int64_t end);
 
 /// Smallest E >= 1 with E * tokens_per_epoch >= num_samples * S + add_extra_token (1 when
 /// num_samples is nullopt).
@@ -41,7 +43,7 @@ int64_t num_epochs_for(int64_t tokens_per_epoch, const GptIndexParams& p);
 /// Builds document, sample and shuffle indices for sequences [begin, end) with `lengths` the
 /// sequence lengths of the whole indexed dataset. Throws DataError if the range holds fewer
 /// than 2 tokens or seq_length < 2.
-GptIndices build_gpt_indices(const int32_t* lengths, int64_t begin, int64_t end, const GptIndexParams& p);
+GptIndices build_gpt_indices(UnalignedArray<int32_t> lengths, int64_t begin, int64_t end, const GptIndexParams& p);
 
 /// Why `indices` (e.g. read back from an index cache) cannot be the indices build_gpt_indices
 /// makes for these arguments, or "" when they can: the document index must tile sequences
@@ -49,11 +51,11 @@ GptIndices build_gpt_indices(const int32_t* lengths, int64_t begin, int64_t end,
 /// sample a readable span of the documents, and the shuffle index must be a permutation. The
 /// checks are linear and bound every access GptDataset makes, so a corrupt or hostile cache
 /// can be told from a good one before it is used.
-std::string check_gpt_indices(const GptIndices& indices, const int32_t* lengths, int64_t begin, int64_t end,
+std::string check_gpt_indices(const GptIndices& indices, UnalignedArray<int32_t> lengths, int64_t begin, int64_t end,
                               const GptIndexParams& p);
 
 /// helpers.cpp build_sample_idx: [n + 1, 2] sample starts over `document_index`.
-std::vector<int64_t> build_sample_index(const int32_t* lengths, const std::vector<int32_t>& document_index,
+std::vector<int64_t> build_sample_index(UnalignedArray<int32_t> lengths, const std::vector<int32_t>& document_index,
                                         int64_t seq_length, int64_t num_epochs, int64_t tokens_per_epoch,
                                         bool drop_last_partial_sequence, bool add_extra_token);
 

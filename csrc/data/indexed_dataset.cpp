@@ -115,11 +115,11 @@ IndexedDataset::IndexedDataset(const std::string& prefix, bool open_bin) : prefi
   if (d < 1) throw bad("document count is 0, expected at least 1 (document indices start with 0)");
   num_sequences_ = n;
   num_doc_indices_ = d;
-  // The arrays are at offsets 34, 34+4N, 34+12N: not naturally aligned for int64 in general, but
-  // x86-64 and aarch64 Linux allow unaligned loads, as numpy.frombuffer does.
-  lengths_ = reinterpret_cast<const int32_t*>(p + kHeaderSize);
-  pointers_ = reinterpret_cast<const int64_t*>(p + kHeaderSize + 4 * n);
-  doc_indices_ = reinterpret_cast<const int64_t*>(p + kHeaderSize + 12 * n);
+  // The arrays are at offsets 34, 34+4N, 34+12N: not aligned for their types, so they are read
+  // element by element (unaligned_array.h), as numpy.frombuffer reads them.
+  lengths_ = UnalignedArray<int32_t>::at(p + kHeaderSize);
+  pointers_ = UnalignedArray<int64_t>::at(p + kHeaderSize + 4 * n);
+  doc_indices_ = UnalignedArray<int64_t>::at(p + kHeaderSize + 12 * n);
 
   if (doc_indices_[0] != 0) throw bad("document_indices[0] = " + std::to_string(doc_indices_[0]) + ", expected 0");
   if (doc_indices_[d - 1] != static_cast<int64_t>(n))
@@ -219,9 +219,18 @@ void IndexedDataset::read(size_t seq, size_t offset, std::optional<size_t> lengt
     LOOM_CASE(kUInt16, uint16_t)
     LOOM_CASE(kInt32, int32_t)
     LOOM_CASE(kInt64, int64_t)
-    LOOM_CASE(kFloat32, float)
-    LOOM_CASE(kFloat64, double)
 #undef LOOM_CASE
+    case DType::kFloat32:
+    case DType::kFloat64:
+      for (size_t i = 0; i < count; ++i) {
+        const double v = dtype_ == DType::kFloat32 ? load<float>(src + i * 4) : load<double>(src + i * 8);
+        // A float outside int64's range has no integer value (converting it is undefined).
+        if (!(v >= -9.2e18 && v <= 9.2e18))
+          throw DataError("data file '" + bin_path(prefix_) + "': sequence " + std::to_string(seq) + " position " +
+                          std::to_string(offset + i) + " holds " + std::to_string(v) + ", not a token id");
+        dst[i] = static_cast<int64_t>(v);
+      }
+      break;
   }
 }
 

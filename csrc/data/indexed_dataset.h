@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "data/unaligned_array.h"
+
 namespace loom::data {
 
 /// Element type of the token arrays; the value is the .idx dtype code.
@@ -50,16 +52,17 @@ class IndexedDataset {
   size_t num_sequences() const { return num_sequences_; }
   /// Number of documents: document_indices().size() - 1.
   size_t num_documents() const { return num_doc_indices_ - 1; }
-  const int32_t* sequence_lengths() const { return lengths_; }
-  const int64_t* sequence_pointers() const { return pointers_; }
-  const int64_t* document_indices() const { return doc_indices_; }
+  /// The .idx arrays, read in place (they are not aligned for their types: unaligned_array.h).
+  UnalignedArray<int32_t> sequence_lengths() const { return lengths_; }
+  UnalignedArray<int64_t> sequence_pointers() const { return pointers_; }
+  UnalignedArray<int64_t> document_indices() const { return doc_indices_; }
   size_t num_document_indices() const { return num_doc_indices_; }
   /// Total token count over all sequences.
   int64_t num_tokens() const;
 
   /// Appends tokens [offset, offset + length) of sequence `seq` (length defaults to the rest of
   /// the sequence), widened to int64, to out. Throws std::out_of_range naming the file on a bad
-  /// sequence index or span.
+  /// sequence index or span, DataError for a float token that has no int64 value.
   void read(size_t seq, size_t offset, std::optional<size_t> length, std::vector<int64_t>& out) const;
   std::vector<int64_t> read(size_t seq) const;
 
@@ -75,9 +78,8 @@ class IndexedDataset {
   std::string prefix_;
   DType dtype_ = DType::kUInt16;
   size_t num_sequences_ = 0, num_doc_indices_ = 0;
-  const int32_t* lengths_ = nullptr;
-  const int64_t* pointers_ = nullptr;
-  const int64_t* doc_indices_ = nullptr;
+  UnalignedArray<int32_t> lengths_;
+  UnalignedArray<int64_t> pointers_, doc_indices_;
   struct Mapping;
   std::unique_ptr<Mapping> idx_map_, bin_map_;
 };

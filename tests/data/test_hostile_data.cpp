@@ -164,6 +164,20 @@ TEST_CASE("an .idx whose dtype byte was changed to another valid code is refused
                     Catch::Contains("holds token id -15536") && Catch::Contains("signed dtype int16"));
 }
 
+TEST_CASE("a float token with no integer value is an error naming the file", "[data][hostile]") {
+  // Megatron's float dtypes are valid .idx codes; a value beyond int64 cannot be converted.
+  TempDir dir;
+  IndexedDatasetWriter::write_index(dir / "f.idx", DType::kFloat32, {2}, {0, 1});
+  const float tokens[2] = {5.0f, 1e30f};
+  write_bytes(dir / "f.bin", std::string(reinterpret_cast<const char*>(tokens), sizeof tokens));
+  IndexedDataset ds(dir / "f");
+  std::vector<int64_t> out;
+  ds.read(0, 0, 1, out);
+  CHECK(out == std::vector<int64_t>{5});
+  CHECK_THROWS_WITH(ds.read(0), Catch::Contains("f.bin") && Catch::Contains("position 1") &&
+                                    Catch::Contains("not a token id"));
+}
+
 TEST_CASE("an empty split is named by splits_string and the split", "[data][hostile]") {
   GptDataConfig g;
   g.data_prefix = {golden("mcore/corpus_a_text_document")};
