@@ -1,9 +1,12 @@
 #include "config/tree.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -215,26 +218,83 @@ std::vector<std::string> Diagnostics::report() const {
   return out;
 }
 
+namespace {
+
+/// Records where the parser's documents start and nothing else.
+struct DocumentStarts : YAML::EventHandler {
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+/// Byte offset of the first line at or after `from` that starts with a document marker ("---"
+/// or "..." then a space or the end of the line), or npos.
+size_t marker_line(const std::string& text, size_t from) {
+  for (size_t at = from; at < text.size();) {
+    if ((text.compare(at, 3, "---") == 0 || text.compare(at, 3, "...") == 0) &&
+        (at + 3 == text.size() || std::isspace(static_cast<unsigned char>(text[at + 3]))))
+      return at;
+    const size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  return std::string::npos;
+}
+
+/// 1-based line and column of byte `at`.
+SourceLocation location_at(const std::string& text, size_t at, const std::string& origin) {
+  const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
+  const size_t column = line_start == std::string::npos || at == 0 ? at : at - line_start - 1;
+  return SourceLocation{origin, line, static_cast<int>(column) + 1};
+}
+
+/// Where a second document starts, if the text has one. Another document needs a document
+/// marker line, so texts without one are not parsed again. The parser is asked for two
+/// documents, never more: yaml-cpp 0.7's LoadAll loops forever on some malformed texts (a
+/// stray ',' yields null documents without end).
+std::optional<SourceLocation> second_document(const std::string& text, const std::string& origin) {
+  if (marker_line(text, 0) == std::string::npos) return std::nullopt;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  if (!parser.HandleNextDocument(starts) || !parser.HandleNextDocument(starts) || starts.starts.size() < 2)
+    return std::nullopt;
+  // yaml-cpp marks the end of the previous document: point at the marker line after it.
+  const size_t from = starts.starts[1].pos > 0 ? static_cast<size_t>(starts.starts[1].pos) : 0;
+  const size_t marker = marker_line(text, std::min(from, text.size()));
+  if (marker != std::string::npos) return location_at(text, marker, origin);
+  return location_of(starts.starts[1], origin);
+}
+
+}  // namespace
+
 Node parse_yaml(const std::string& text, const std::string& origin, Diagnostics& diag) {
-  std::vector<YAML::Node> documents;
+  YAML::Node document;
+  std::optional<SourceLocation> second;
   try {
-    documents = YAML::LoadAll(text);
+    document = YAML::Load(text);
+    second = second_document(text, origin);
   } catch (const YAML::Exception& e) {
     diag.error(location_of(e.mark, origin), "", "YAML syntax error: " + e.msg);
     return Node{};
   }
-  if (documents.empty()) return Node{};
-  if (documents.size() > 1) {
+  if (second) {
     // yaml-cpp's Load reads the first document only; the rest of the file would be ignored.
-    SourceLocation where = location_of(documents[1].Mark(), origin);
-    if (where.line == 0) where = SourceLocation{origin, 0, 0};
-    diag.error(where, "",
-               "expected one YAML document, found " + std::to_string(documents.size()) +
-                   " (a line '---' starts another document; a recipe is a single document)");
+    diag.error(*second, "",
+               "expected one YAML document, found another (a line '---' starts a new document; a recipe is a "
+               "single document)");
     return Node{};
   }
   try {
-    return Converter(origin, text.size(), diag).convert(documents.front(), "", 0);
+    return Converter(origin, text.size(), diag).convert(document, "", 0);
   } catch (const LimitError& e) {
     diag.error(e.where, e.path, e.message);
     return Node{};
