@@ -61,6 +61,22 @@ std::vector<RecomputeMethod> parse_methods(const std::vector<std::string>& value
   return out;
 }
 
+// Flags of the search and the report, by name: list entries and counts that cannot describe a
+// layout (--tp 0) or a table (--keep 0, --top -1), and negative budgets.
+void check_search_flags(const std::vector<std::pair<const char*, std::vector<int>>>& sizes,
+                        const std::vector<int>& recompute_layers, int top, long long keep, double tokens,
+                        double price) {
+  for (const auto& [flag, values] : sizes)
+    for (int v : values)
+      if (v < 1) throw std::invalid_argument(fmt::format("{}: expected sizes >= 1, found {}", flag, v));
+  for (int v : recompute_layers)
+    if (v < 0) throw std::invalid_argument(fmt::format("--recompute-layers: expected counts >= 0, found {}", v));
+  if (top < 0) throw std::invalid_argument(fmt::format("--top: expected an integer >= 0, found {}", top));
+  if (keep < 1) throw std::invalid_argument(fmt::format("--keep: expected an integer >= 1, found {}", keep));
+  if (!(tokens >= 0)) throw std::invalid_argument(fmt::format("--tokens: expected a number >= 0, found {}", tokens));
+  if (!(price >= 0)) throw std::invalid_argument(fmt::format("--price: expected a number >= 0, found {}", price));
+}
+
 // "measured.ranks" of a profile written by `loom plan calibrate` (0 when absent).
 int measured_ranks(const std::string& profile_json) {
   const auto doc = nlohmann::json::parse(profile_json, nullptr, false);
@@ -80,7 +96,7 @@ int run_plan_command(int argc, char** argv) {
   ModelFlags model;
   HardwareFlags hw;
   int top = 10;
-  std::size_t keep = 200;
+  long long keep_flag = 200;
   std::string csv_path, recipe_path, precision = "bf16";
   double tokens = 0, price = 0;
   bool explain_flag = false, validate = false;
@@ -122,7 +138,7 @@ int run_plan_command(int argc, char** argv) {
   app.add_option("--recompute-layers", layers, "activations_checkpoint_num_layers values (list)")->delimiter(',');
   app.add_option("--dist-opt", dopt, "Distributed optimizer: on, off or on,off")->delimiter(',');
   app.add_option("--top", top, "Rows of the terminal table")->capture_default_str();
-  app.add_option("--keep", keep, "Layouts kept for the table and CSV")->capture_default_str();
+  app.add_option("--keep", keep_flag, "Layouts kept for the table and CSV")->capture_default_str();
   app.add_option("--csv", csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
   app.add_option("--write-recipe", recipe_path, "Write the best layout as a recipe YAML to FILE ('-' = stdout)");
   app.add_flag("--explain", explain_flag, "Explain why the winner wins and which memory term binds");
@@ -171,6 +187,9 @@ int run_plan_command(int argc, char** argv) {
       throw std::invalid_argument(fmt::format("unexpected argument '{}' (overrides need --recipe FILE)",
                                               recipe_overrides.front()));
     }
+    check_search_flags({{"--tp", tp}, {"--pp", pp}, {"--vp", vp}, {"--mbs", mbs}}, layers, top, keep_flag, tokens,
+                       price);
+    std::size_t keep = static_cast<std::size_t>(keep_flag);
     if (measure < 0) throw std::invalid_argument(fmt::format("--measure must be >= 0, found {}", measure));
     if (measure > 0 && base_recipe.empty())
       throw std::invalid_argument("--measure needs --recipe FILE: the runs train its model on its data");

@@ -1,5 +1,6 @@
 #include "planner/plan_flags.h"
 
+#include <initializer_list>
 #include <stdexcept>
 #include <vector>
 
@@ -24,7 +25,31 @@ bool ModelFlags::given() const {
   return size_b != 0 || shape.num_layers || shape.hidden_size || shape.num_attention_heads;
 }
 
+namespace {
+
+// Largest sizes the flags accept: beyond any model planned today (GPT-3 175B is L96 h12288),
+// and small enough that the planner's products (4h, h², s·V) stay far from overflowing.
+struct SizeFlag {
+  const char* flag;
+  int value, min, max;
+};
+
+void check_sizes(std::initializer_list<SizeFlag> flags) {
+  for (const SizeFlag& f : flags)
+    if (f.value < f.min || f.value > f.max)
+      throw std::invalid_argument(fmt::format("{}: expected an integer in [{}, {}], found {}", f.flag, f.min, f.max,
+                                              f.value));
+}
+
+}  // namespace
+
 ModelShape ModelFlags::resolve() const {
+  check_sizes({{"--num-layers", shape.num_layers, 0, 16384},
+               {"--hidden-size", shape.hidden_size, 0, 1 << 20},
+               {"--num-attention-heads", shape.num_attention_heads, 0, 1 << 16},
+               {"--ffn-hidden-size", shape.ffn_hidden_size, 0, 1 << 22},
+               {"--seq-length", shape.seq_length, 1, 1 << 24},
+               {"--vocab-size", shape.vocab_size, 1, 1 << 24}});
   const bool explicit_shape = shape.num_layers || shape.hidden_size || shape.num_attention_heads;
   if (size_b > 0 && explicit_shape)
     throw std::invalid_argument("give either --size or --num-layers/--hidden-size/--num-attention-heads, not both");

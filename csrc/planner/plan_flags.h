@@ -23,7 +23,9 @@ struct ModelFlags {
   /// Whether any model flag other than --seq-length/--vocab-size/--ffn-hidden-size was given.
   bool given() const;
   /// The validated shape: NeMo's GPT-3 bands for --size (keeping --ffn-hidden-size), else the
-  /// explicit sizes. Throws std::invalid_argument when both or neither are given, or --size < 0.
+  /// explicit sizes. Throws std::invalid_argument naming the flag when both or neither are
+  /// given, --size < 0, or a size is beyond its bound (--num-layers 16384, --hidden-size 2^20,
+  /// --num-attention-heads 2^16, --ffn-hidden-size 2^22, --seq-length and --vocab-size 2^24).
   ModelShape resolve() const;
 };
 

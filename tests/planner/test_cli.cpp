@@ -94,3 +94,29 @@ TEST_CASE("knob lists that leave no valid layout are told apart from layouts tha
   CHECK_THAT(err, Catch::Contains("no layout fits in 8.0 GiB per GPU"));
   CHECK_THAT(err, !Catch::Contains("no valid layout"));
 }
+
+TEST_CASE("loom plan refuses flags that describe no layout, naming the flag", "[planner][hostile]") {
+  const std::vector<std::string> base = {"--size", "1", "--global-batch-size", "8"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tp", "0"}, "--tp: expected sizes >= 1, found 0"},
+      {{"--pp", "2,-1"}, "--pp: expected sizes >= 1, found -1"},
+      {{"--mbs", "0"}, "--mbs: expected sizes >= 1, found 0"},
+      {{"--keep", "0"}, "--keep: expected an integer >= 1, found 0"},
+      {{"--keep", "-3"}, "--keep: expected an integer >= 1, found -3"},
+      {{"--top", "-1"}, "--top: expected an integer >= 0, found -1"},
+      {{"--tokens", "-1e9"}, "--tokens: expected a number >= 0, found -1000000000"},
+      {{"--tokens", "1e9", "--price", "-2"}, "--price: expected a number >= 0, found -2"},
+  };
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto [status, err] = run_capturing(args);
+    INFO(extra.front() << " " << extra.back() << ": " << err);
+    CHECK(status == 2);
+    CHECK_THAT(err, Catch::Contains(message));
+  }
+  auto [status, err] = run_capturing({"--num-layers", "4", "--hidden-size", "1000000000", "--num-attention-heads",
+                                      "8", "--global-batch-size", "8"});
+  CHECK(status == 2);
+  CHECK_THAT(err, Catch::Contains("--hidden-size: expected an integer in [0, 1048576], found 1000000000"));
+}
