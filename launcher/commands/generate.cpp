@@ -1,5 +1,5 @@
-// `loom generate --checkpoint DIR --prompt TEXT [--max-new-tokens N] [sampling options]
-// [--tensor-parallel t] [--iteration N]`: text generation from a training checkpoint with a KV
+// `loom generate --checkpoint DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N]
+// [sampling options] [--tensor-parallel t] [--iteration N]`: text generation from a training checkpoint with a KV
 // cache, tensor-parallel over t ranks (default: the checkpoint's t; any t that divides the
 // heads and the FFN works, the checkpoint is resharded). Without launcher variables and t > 1
 // it starts t local ranks of itself, on the run's accelerator unless --accelerator says
@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "command_registry.h"
@@ -89,17 +91,39 @@ int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo&
   }
 }
 
+// Largest --prompt-file read: far beyond any context window, small enough to read whole.
+constexpr std::streamoff kMaxPromptFileBytes = std::streamoff{64} << 20;
+// Largest --max-new-tokens: generation stops at the model's max_position_embeddings anyway.
+constexpr int64_t kMaxNewTokens = int64_t{1} << 31;
+
+// Reads --prompt-file (prompts beyond the 128 KiB an argument may hold). Throws
+// std::invalid_argument naming the flag and the file.
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::invalid_argument("--prompt-file " + path + ": cannot open the file");
+  if (in.tellg() > kMaxPromptFileBytes)
+    throw std::invalid_argument("--prompt-file " + path + ": expected at most 64 MiB, found " +
+                                std::to_string(static_cast<long long>(in.tellg())) + " bytes");
+  in.seekg(0);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 int generate_command(int argc, char** argv) {
   CLI::App app{"Generate text from a training checkpoint (KV cache, tensor parallel)."};
   GenerateRequest request;
   int64_t iteration = -1;
+  std::string prompt_file, max_new_tokens = std::to_string(request.max_new_tokens);
   app.add_option("--checkpoint", request.checkpoint,
                  "run directory (holding checkpoints/) or checkpoints directory")
       ->required();
-  app.add_option("--prompt", request.prompt, "text to continue (empty: start a new document)")
-      ->required();
-  app.add_option("--max-new-tokens", request.max_new_tokens, "tokens to generate at most")
-      ->capture_default_str();
+  auto* prompt = app.add_option("--prompt", request.prompt, "text to continue (empty: start a new document)");
+  auto* prompt_from = app.add_option("--prompt-file", prompt_file,
+                                     "file whose UTF-8 text is the prompt (for prompts too long for an argument)");
+  prompt->excludes(prompt_from);
+  // Read as text and checked here: CLI11 accepts integers beyond 64 bits silently.
+  app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate at most")->capture_default_str();
   app.add_flag("--greedy", request.sampling.greedy, "always take the most probable token");
   app.add_option("--temperature", request.sampling.temperature, "softmax temperature (> 0)")
       ->capture_default_str();
@@ -122,6 +146,23 @@ int generate_command(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (app.count("--iteration") > 0) request.iteration = iteration;
+  try {
+    if (!app.count("--prompt") && !app.count("--prompt-file"))
+      throw std::invalid_argument("give the prompt with --prompt TEXT or --prompt-file FILE");
+    if (app.count("--prompt-file")) request.prompt = read_prompt_file(prompt_file);
+    const bool digits = !max_new_tokens.empty() && max_new_tokens.size() <= 12 &&
+                        max_new_tokens.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoll(max_new_tokens) > kMaxNewTokens)
+      throw std::invalid_argument("--max-new-tokens: expected an integer in [0, " + std::to_string(kMaxNewTokens) +
+                                  "], found '" + max_new_tokens + "'");
+    request.max_new_tokens = std::stoll(max_new_tokens);
+    if (app.count("--tensor-parallel") && request.tensor_parallel < 1)
+      throw std::invalid_argument("--tensor-parallel: expected an integer >= 1, found " +
+                                  std::to_string(request.tensor_parallel));
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "loom generate: error: " << e.what() << "\n";
+    return 2;
+  }
 
   loom::launch::RendezvousInfo info;
   try {

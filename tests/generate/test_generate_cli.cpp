@@ -217,3 +217,41 @@ TEST_CASE("loom generate exits 2 on bad input, naming the flag or file") {
   CHECK_THAT(e.err, Catch::Contains(shard));
   CHECK(e.out.empty());
 }
+
+TEST_CASE("loom generate refuses out-of-range flags and reads long prompts from a file", "[generate][hostile]") {
+  const std::string dir = run_dir().dir;
+  Exec e = run_loom("--checkpoint " + dir + " --prompt hi --max-new-tokens 10000000000000000000");
+  CHECK(e.status == 2);
+  CHECK_THAT(e.err, Catch::Contains("--max-new-tokens: expected an integer in [0, 2147483648], found "
+                                    "'10000000000000000000'"));
+  e = run_loom("--checkpoint " + dir + " --prompt hi --tensor-parallel 0");
+  CHECK(e.status == 2);
+  CHECK_THAT(e.err, Catch::Contains("--tensor-parallel: expected an integer >= 1, found 0"));
+  e = run_loom("--checkpoint " + dir);
+  CHECK(e.status == 2);
+  CHECK_THAT(e.err, Catch::Contains("--prompt TEXT or --prompt-file FILE"));
+
+  // The file's text is the prompt: the same output as --prompt at t = 1 and t = 2 (whose ranks
+  // read the file themselves).
+  const std::string prompt_path = run_dir().root + "/prompt.txt";
+  std::ofstream(prompt_path, std::ios::binary) << kPrompt;
+  const Exec want = run_loom("--checkpoint " + dir + " --prompt '" + kPrompt + "' --max-new-tokens 4 --greedy");
+  REQUIRE(want.status == 0);
+  for (const char* t : {"", " --tensor-parallel 2"}) {
+    const Exec got = run_loom("--checkpoint " + dir + " --prompt-file " + prompt_path + " --max-new-tokens 4 --greedy" + t);
+    INFO(got.err);
+    CHECK(got.status == 0);
+    CHECK(got.out == want.out);
+  }
+  // 200 KB: more than one argument may hold (128 KiB), so only a file can pass it; it reaches
+  // the model, which says it does not fit the context.
+  std::ofstream(prompt_path, std::ios::binary) << std::string(200000, 'x') + " end";
+  e = run_loom("--checkpoint " + dir + " --prompt-file " + prompt_path + " --max-new-tokens 4");
+  CHECK(e.status == 2);
+  CHECK_THAT(e.err, Catch::Contains("prompt"));
+  e = run_loom("--checkpoint " + dir + " --prompt-file " + run_dir().root + "/none.txt");
+  CHECK(e.status == 2);
+  CHECK_THAT(e.err, Catch::Contains("--prompt-file " + run_dir().root + "/none.txt: cannot open the file"));
+  e = run_loom("--checkpoint " + dir + " --prompt hi --prompt-file " + prompt_path);
+  CHECK(e.status == 2);
+}
