@@ -16,38 +16,20 @@ namespace fs = std::filesystem;
 namespace loom::train {
 namespace {
 
-constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
-constexpr const char* kShardFile = "model_optim_rng.pt";
+constexpr const char* kTracker = kTrackerFile;
+constexpr const char* kShardFile = kShardFileName;
 
-// FNV-1a, 64 bit: a cheap content hash to tell a corrupt shard from a good one.
-uint64_t fnv1a(const std::vector<char>& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+// A cheap content hash to tell a corrupt shard from a good one.
+uint64_t fnv1a(const std::vector<char>& bytes) { return fnv1a64(bytes.data(), bytes.size()); }
 
 void write_file(const fs::path& path, const char* data, size_t size) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data, static_cast<std::streamsize>(size));
-  out.flush();
-  if (!out) throw CheckpointError("cannot write checkpoint file " + path.string());
+  write_file_durably(path.string(), data, size);
 }
 
 std::vector<char> read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError("checkpoint file " + path.string() + " is missing or unreadable");
   return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// Replaces `path` atomically with `text` (temporary name + rename).
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  write_file(tmp, text.data(), text.size());
-  fs::rename(tmp, path);
 }
 
 c10::impl::GenericDict tensor_dict(const std::map<std::string, at::Tensor>& tensors) {
@@ -79,14 +61,7 @@ nlohmann::json layout_json(const CheckpointLayout& l) {
 
 }  // namespace
 
-std::string iteration_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
-
-std::string model_parallel_dir_name(int tensor_rank, int pipeline_rank, int pipeline_parallel) {
-  return pipeline_parallel == 1 ? fmt::format("mp_rank_{:02d}", tensor_rank)
-                                : fmt::format("mp_rank_{:02d}_{:03d}", tensor_rank, pipeline_rank);
-}
-
-void save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
+CommitResult save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
                      const RankCheckpoint& state, runtime::ProcessGroups& groups) {
   const auto coords = groups.coords();
   const int world = groups.layout().world_size();
@@ -96,6 +71,7 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
       model_parallel_dir_name(coords.tp, coords.pp, groups.layout().pipeline_parallel());
 
   std::string error;
+  CommitResult commit;
   if (groups.rank() == 0) {
     try {
       fs::create_directories(dir);
@@ -141,38 +117,27 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const Checkpoint
       }
       nlohmann::json metadata = {{"format", "loom-megatron-legacy-1"}, {"iteration", iteration},
                                  {"layout", layout_json(layout)}, {"files", files}};
-      write_text_atomically(tmp_dir / "metadata.json", metadata.dump(2));
-      if (fs::exists(final_dir)) {
-        fs::path old = final_dir;
-        old += ".old";
-        launch::remove_tree(old.string());
-        fs::rename(final_dir, old);
-        fs::rename(tmp_dir, final_dir);
-        launch::remove_tree(old.string());
-      } else {
-        fs::rename(tmp_dir, final_dir);
-      }
-      write_text_atomically(fs::path(dir) / kTracker, std::to_string(iteration) + "\n");
+      // metadata.json last: its presence marks the folder complete (checkpoint_files.h).
+      write_text_atomically((tmp_dir / "metadata.json").string(), metadata.dump(2));
+      commit = commit_checkpoint(dir, iteration);
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   groups.host_world().barrier();
   if (!error.empty()) throw CheckpointError("saving checkpoint " + final_dir.string() + ": " + error);
+  return commit;
 }
 
 std::optional<int64_t> latest_checkpoint(const std::string& dir) {
   const fs::path tracker = fs::path(dir) / kTracker;
   if (!fs::exists(tracker)) return std::nullopt;
   std::ifstream in(tracker);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
-    throw CheckpointError(tracker.string() + ": expected an iteration number, found '" + text + "'");
-  }
-  int64_t iteration = std::stoll(text);
+  char text[64] = {};
+  in.read(text, sizeof text - 1);  // a tracker is one number: never read a huge file whole
+  const int64_t iteration = parse_tracker(std::string(text, static_cast<size_t>(in.gcount())), tracker.string());
   if (!fs::exists(fs::path(dir) / iteration_dir_name(iteration) / "metadata.json")) {
-    throw CheckpointError(tracker.string() + " names iteration " + text + " but " +
+    throw CheckpointError(tracker.string() + " names iteration " + std::to_string(iteration) + " but " +
                           (fs::path(dir) / iteration_dir_name(iteration) / "metadata.json").string() +
                           " does not exist");
   }
@@ -181,13 +146,11 @@ std::optional<int64_t> latest_checkpoint(const std::string& dir) {
 
 nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
   const fs::path meta_path = fs::path(dir) / iteration_dir_name(iteration) / "metadata.json";
-  try {
-    std::ifstream in(meta_path);
-    if (!in) throw CheckpointError("missing");
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw CheckpointError(meta_path.string() + " is missing or not valid JSON: " + e.what());
-  }
+  std::ifstream in(meta_path, std::ios::binary);
+  if (!in) throw CheckpointError(meta_path.string() + " is missing or unreadable");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_checkpoint_metadata(text.str(), meta_path.string());
 }
 
 RankCheckpoint read_checkpoint_shard(const std::string& dir, int64_t iteration,

@@ -8,8 +8,9 @@
 //    "meta": JSON text with each tensor's global shape and offset, the optimizer, scheduler and
 //    loss-scaler values, and the training position}.
 // Saving is atomic for readers: shards go to iter_N.tmp/, rank 0 checks every shard's size and
-// hash, renames the folder, then replaces the tracker (temporary name + rename). A rank killed
-// mid-save leaves the previous checkpoint as the one that loads.
+// hash, writes metadata.json and commits the folder with a journal (checkpoint_files.h). A rank
+// killed mid-save leaves the previous checkpoint as the one that loads; a kill during the
+// commit is finished on the next start.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
@@ -21,13 +22,9 @@
 #include <string>
 
 #include "runtime/process_groups.h"
+#include "train/checkpoint_files.h"
 
 namespace loom::train {
-
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 /// The layout a checkpoint was written under; loading needs the same t, p, v (d may differ:
 /// optimizer state is stored per whole parameter).
@@ -48,22 +45,20 @@ struct RankCheckpoint {
   nlohmann::json values = nlohmann::json::object();  ///< optimizer/scheduler/scaler/position
 };
 
-/// "iter_0000100".
-std::string iteration_dir_name(int64_t iteration);
-/// "mp_rank_01" (p = 1) or "mp_rank_01_002".
-std::string model_parallel_dir_name(int tensor_rank, int pipeline_rank, int pipeline_parallel);
-
 /// Collective over the world: every rank calls it; data-parallel rank 0 of each model-parallel
-/// rank writes `state`. Throws CheckpointError naming the file on an I/O failure.
-void save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
-                     const RankCheckpoint& state, runtime::ProcessGroups& groups);
+/// rank writes `state`, and world rank 0 commits the iteration (checkpoint_files.h: an
+/// iteration of an earlier run is kept as iter_N.superseded-K, never overwritten). Throws
+/// CheckpointError naming the file on an I/O failure. The result is world rank 0's.
+CommitResult save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
+                             const RankCheckpoint& state, runtime::ProcessGroups& groups);
 
 /// The iteration named by <dir>/latest_checkpointed_iteration.txt, nullopt when there is no
-/// tracker. Throws CheckpointError when the tracker is malformed or names a missing folder.
+/// tracker. Throws CheckpointError when the tracker is malformed (parse_tracker) or names a
+/// missing folder.
 std::optional<int64_t> latest_checkpoint(const std::string& dir);
 
-/// <dir>/iter_N/metadata.json. Throws CheckpointError naming the file when it is missing or not
-/// valid JSON.
+/// <dir>/iter_N/metadata.json, checked by parse_checkpoint_metadata. Throws CheckpointError
+/// naming the file when it is missing, not valid JSON or malformed.
 nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration);
 
 /// One shard of iteration `iteration`, `rel` = "mp_rank_TT[_PPP]/model_optim_rng.pt", checked
