@@ -26,14 +26,15 @@ enum Kind { kOwn = 0, kPeerLoss = 1, kStopped = 2 };
 
 bool failed(const RankOutcome& o) { return o.exit_code != 0; }
 
+// A rank that recorded an error before the launcher signalled it failed by itself, even if
+// the launcher's signal then ended it.
+bool recorded_before_stop(const RankOutcome& o) { return o.error_s && (!o.stop_s || *o.error_s <= *o.stop_s); }
+
 Kind kind_of(const RankOutcome& o) {
-  // A rank that recorded an error before the launcher signalled it failed by itself, even if
-  // the launcher's signal then ended it.
-  const bool recorded_before_stop = o.error_s && (!o.stop_s || *o.error_s <= *o.stop_s);
   if (o.signal != 0) {
     if (!o.signal_sent_by_launcher) return kOwn;  // SIGKILL from outside, SIGSEGV, SIGABRT ...
-    if (!recorded_before_stop) return kStopped;
-  } else if (o.stop_s && !recorded_before_stop) {
+    if (!recorded_before_stop(o)) return kStopped;
+  } else if (o.stop_s && !recorded_before_stop(o)) {
     return kStopped;  // it exited (with an error) after the launcher asked it to stop
   }
   if (o.error_is_consequence || is_peer_loss(o.error)) return kPeerLoss;
@@ -43,6 +44,10 @@ Kind kind_of(const RankOutcome& o) {
 double time_of(const RankOutcome& o) { return o.error_s ? std::min(*o.error_s, o.exit_s) : o.exit_s; }
 
 std::string how(const RankOutcome& o) {
+  // It recorded its error and was still exiting when the launcher stopped the rest: the signal
+  // is the launcher's, not what went wrong.
+  if (o.signal != 0 && o.signal_sent_by_launcher && recorded_before_stop(o))
+    return "stopped by the launcher's " + signal_name(o.signal) + " after its error";
   if (o.signal != 0) return "killed by signal " + std::to_string(o.signal) + ", " + signal_name(o.signal);
   return "exit " + std::to_string(o.exit_code);
 }

@@ -79,6 +79,24 @@ TEST_CASE("a rank's own error beats earlier peer-loss errors and the ranks stopp
   CHECK(launch::primary_failure({outcome(0, 0, 1), outcome(1, 0, 1)}) == -1);
 }
 
+TEST_CASE("a rank stopped by the launcher while exiting after its own error is not called killed",
+          "[launch][failures]") {
+  // Both ranks learn of a corrupt shard at once; rank 0 (the consequence) exits first and the
+  // launcher's SIGTERM reaches rank 1 while it is still exiting with its own error.
+  std::vector<RankOutcome> o = {errored(0, 2.0, "another rank (rank 1) could not load checkpoint iter_0000002", 2.1),
+                                killed(1, SIGTERM, 2.3, /*by_launcher=*/true)};
+  o[0].error_is_consequence = true;
+  o[0].exit_code = 2;
+  o[1].error_s = 2.0;
+  o[1].error = "checkpoint shard x is corrupt";
+  o[1].stop_s = 2.15;
+  REQUIRE(launch::primary_failure(o) == 1);
+  CHECK(launch::describe_failures(o, 1) ==
+        "rank 1 failed first (stopped by the launcher's SIGTERM after its error):\n"
+        "checkpoint shard x is corrupt\n"
+        "then, as a consequence: rank 0 (exit 2): another rank (rank 1) could not load checkpoint iter_0000002");
+}
+
 TEST_CASE("a rank's first recorded error is kept", "[launch][failures]") {
   char dir[] = "/tmp/loom_error_file_XXXXXX";
   REQUIRE(mkdtemp(dir));
