@@ -1,17 +1,8 @@
-// What a user sees of an exception: its message, without the C++ stack that torch's c10::Error
-// appends to what() (it helps a developer of Loom, not someone running a recipe; set
-// TORCH_SHOW_CPP_STACKTRACES=1 and read the rank's error with a debugger for that).
+// The commands' name for runtime/error_text.h (one definition, shared with the trainer, which
+// records a rank's error before the launcher prints it).
 #pragma once
-#include <c10/util/Exception.h>
-
-#include <exception>
-#include <string>
+#include "runtime/error_text.h"
 
 namespace loom::cli {
-
-inline std::string error_text(const std::exception& e) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
-  return e.what();
-}
-
+using runtime::error_text;
 }  // namespace loom::cli

@@ -382,6 +382,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
     if (now > kill_deadline) signal_all(children, SIGKILL, system_start);
   }
   restore();
+  result.interrupts = interrupts;
   // What each rank said and when, for naming the failure that caused the others.
   std::vector<RankOutcome> outcomes;
   for (auto& c : children) {

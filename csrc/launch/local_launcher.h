@@ -45,6 +45,7 @@ struct LaunchResult {
   bool timed_out = false;
   std::string first_error;       ///< that rank's recorded error, else its last stderr lines
   std::string failure_report;    ///< describe_failures: that rank first, then the consequences
+  int interrupts = 0;            ///< SIGINTs the launcher received and forwarded (2: "stop now")
   /// Exit status for the launcher: 0, or the first failing rank's status.
   int exit_code() const;
   /// "rank 2 failed first (exit 1): <error>\nthen, as a consequence: ..." or

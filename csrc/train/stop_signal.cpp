@@ -9,7 +9,21 @@ namespace loom::train {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
-extern "C" void loom_on_stop_signal(int sig) { g_stop_signal = sig; }
+std::atomic<int> g_interrupts{0};
+
+extern "C" void loom_on_stop_signal(int sig) {
+  if (sig == SIGINT && g_interrupts.fetch_add(1) >= 1) {
+    // A second Ctrl-C: the user does not want to wait for the save. Die of SIGINT, as an
+    // interrupted program does (async-signal-safe: sigaction and raise only).
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, nullptr);
+    raise(SIGINT);
+    return;
+  }
+  g_stop_signal = sig;
+}
 
 }  // namespace
 
@@ -19,6 +33,7 @@ void install_stop_signal_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 bool stop_requested(runtime::ProcessGroups& groups, bool local_request) {

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -11,8 +12,12 @@
 #include "error_text.h"
 #include "config/derived.h"
 #include "config/recipe.h"
+#include "data/data_error.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
+#include "launch/machine_resources.h"
+#include "launch/run_lock.h"
+#include "planner/run_memory.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -24,11 +29,15 @@ int train_command(int argc, char** argv) {
   std::vector<std::string> overrides;
   int nproc = 0;
   int64_t stop_after = 0;
+  int64_t iteration = -1;
   app.add_option("recipe", recipe_path, "recipe file, e.g. recipes/gpt3_tiny_cpu.yaml")->required();
   app.add_option("overrides", overrides, "dotted overrides, e.g. trainer.max_steps=100");
   app.add_option("--nproc", nproc, "local ranks to start (sets trainer.devices)");
   app.add_option("--stop-after-steps", stop_after,
                  "save and exit after this many steps, as on SIGTERM (for resume tests)");
+  app.add_option("--iteration", iteration,
+                 "resume from this checkpoint iteration instead of the latest (e.g. when the newest is damaged)")
+      ->check(CLI::Range(int64_t{0}, loom::train::kMaxIteration));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -57,6 +66,15 @@ int train_command(int argc, char** argv) {
   }
   const int64_t world = loom::config::world_size(recipe);
   const bool under_launcher = info.source != loom::launch::RendezvousSource::kSingleProcess;
+  // What the run will allocate, against this machine, before any rank starts (the ranks of
+  // the local launcher were checked by it; torchrun's and srun's check themselves).
+  if (info.source != loom::launch::RendezvousSource::kLocalLauncher) {
+    if (const auto why = loom::planner::run_does_not_fit(recipe, loom::launch::available_memory_bytes(),
+                                                         loom::launch::process_limit())) {
+      std::cerr << "loom train: " << *why << "\n";
+      return 2;
+    }
+  }
   const bool print_recipe = !under_launcher || (info.source != loom::launch::RendezvousSource::kLocalLauncher && info.rank == 0);
   if (print_recipe) {
     for (const auto& w : recipe.origin.warnings) std::cerr << "loom train: warning: " << w << "\n";
@@ -75,15 +93,34 @@ int train_command(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
     opt.nproc = static_cast<int>(world);
     opt.grace_s = 120;  // a preempted run saves a checkpoint before exiting
-    auto result = loom::launch::launch_local(opt);
-    if (result.exit_code() != 0) std::cerr << "loom train: " << result.summary() << "\n";
-    return result.exit_code();
+    try {
+      auto result = loom::launch::launch_local(opt);
+      if (result.exit_code() != 0 && result.interrupts >= 2) {
+        std::cerr << "loom train: interrupted twice: the ranks stopped at once, without saving\n";
+        return 128 + SIGINT;
+      }
+      if (result.exit_code() != 0) std::cerr << "loom train: " << result.summary() << "\n";
+      return result.exit_code();
+    } catch (const std::exception& e) {
+      std::cerr << "loom train: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
+      return 1;
+    }
   }
 
   try {
     loom::train::TrainOptions options;
     options.stop_after_steps = stop_after;
+    if (iteration >= 0) options.resume_iteration = iteration;
     return loom::train::run_training(recipe, options);
+  } catch (const loom::launch::RunLockError& e) {
+    loom::launch::record_rank_error(loom::cli::error_text(e));
+    std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  } catch (const loom::data::DataError& e) {
+    // Bad data is bad input, like a missing data file (exit 2).
+    loom::launch::record_rank_error(loom::cli::error_text(e));
+    std::cerr << "loom train: data error: " << loom::cli::error_text(e) << "\n";
+    return 2;
   } catch (const std::invalid_argument& e) {
     loom::launch::record_rank_error(loom::cli::error_text(e));
     std::cerr << "loom train: error: " << loom::cli::error_text(e) << "\n";
