@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loom set-up for a fresh Debian 12 machine. Idempotent: a second run only checks.
 #   - Debian packages the C++ code builds against (yaml-cpp, spdlog/fmt, Catch2, CLI11,
-#     nlohmann-json, PCRE2, ccache, ninja)
+#     nlohmann-json, PCRE2, ccache, ninja), and clang with libFuzzer for tools/fuzz
 #   - a project-local virtual environment (.venv) with the pinned torch wheel (LibTorch comes
 #     from it) and the test-only Python packages of tools/requirements-test.txt
 # Usage: tools/setup.sh            (run as root or with sudo available)
@@ -13,7 +13,8 @@ TORCH_VERSION=2.11.0   # cu130 build on PyPI: matches nvcc 13.0 and the GPU host
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
               libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
               nlohmann-json3-dev libpcre2-dev
-              libgloo-dev)  # headers only: the pip wheel links Gloo in but ships no gloo/*.h
+              libgloo-dev   # headers only: the pip wheel links Gloo in but ships no gloo/*.h
+              clang libclang-rt-14-dev)  # libFuzzer and the sanitizers for tools/fuzz
 
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)

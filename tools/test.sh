@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: set-up, build, C++ tests (ctest), Python tests (pytest).
+# The whole test suite on a fresh machine: set-up, build, C++ tests (ctest), a bounded fuzz run
+# of the input readers (tools/fuzz), Python tests (pytest).
 #   tools/test.sh            (README command (b); .ci/run runs exactly this)
 #   tools/test.sh --full     also prepares the GPU bundle and dry-runs the GPU bring-up on the
 #                            stand-in device (tools/gpu_bundle.sh, tools/gpu_bringup.sh --dry-run):
@@ -13,6 +14,8 @@ tools/setup.sh
 tools/build.sh
 echo "[test] C++ tests" >&2
 (cd build && ctest --output-on-failure --timeout 900 -j "${LOOM_TEST_JOBS:-1}")
+echo "[test] fuzzing the recipe, .idx, .npy and checkpoint readers" >&2
+tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
 .venv/bin/python -m pytest -q tests/python
 if [ "$full" = 1 ]; then
