@@ -42,6 +42,10 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
   if (request.tensor_parallel < 0)
     throw GenerateInputError("--tensor-parallel must be >= 1, found " +
                              std::to_string(request.tensor_parallel));
+  if (request.min_new_tokens < 0)
+    throw GenerateInputError("--min-new-tokens must be >= 0, found " + std::to_string(request.min_new_tokens));
+  for (const auto& stop : request.stop_strings)
+    if (stop.empty()) throw GenerateInputError("--stop: expected a non-empty string");
   if (request.iteration && *request.iteration < 0)
     throw GenerateInputError("--iteration must be >= 0, found " + std::to_string(*request.iteration));
   try {
@@ -141,14 +145,44 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
     return load_inference_model(checkpoint, config, tp, tp->device());
   }();
 
+  out.result = generate_tokens(model, tp, out.prompt_ids, generation_options(request, tokenizer));
+  out.text = request.prompt + continuation_text(out.result.tokens, request.stop_strings, tokenizer);
+  return out;
+}
+
+namespace {
+
+std::string decode(const std::vector<int64_t>& tokens, const data::Gpt2Tokenizer& tokenizer) {
+  const std::vector<int32_t> ids(tokens.begin(), tokens.end());
+  return tokenizer.decode(ids);
+}
+
+}  // namespace
+
+GenerationOptions generation_options(const GenerateRequest& request, const data::Gpt2Tokenizer& tokenizer) {
   GenerationOptions options;
   options.max_new_tokens = request.max_new_tokens;
+  options.min_new_tokens = request.min_new_tokens;
   options.stop_token = tokenizer.eod_id();
   options.sampling = request.sampling;
-  out.result = generate_tokens(model, tp, out.prompt_ids, options);
-  std::vector<int32_t> ids(out.result.tokens.begin(), out.result.tokens.end());
-  out.text = request.prompt + tokenizer.decode(ids);
-  return out;
+  if (!request.stop_strings.empty()) {
+    options.stop_when = [&request, &tokenizer](const std::vector<int64_t>& tokens) {
+      const std::string text = decode(tokens, tokenizer);
+      for (const auto& stop : request.stop_strings)
+        if (text.find(stop) != std::string::npos) return true;
+      return false;
+    };
+  }
+  return options;
+}
+
+std::string continuation_text(const std::vector<int64_t>& tokens, const std::vector<std::string>& stop_strings,
+                              const data::Gpt2Tokenizer& tokenizer) {
+  std::string text = decode(tokens, tokenizer);
+  size_t cut = std::string::npos;
+  for (const auto& stop : stop_strings) cut = std::min(cut, text.find(stop));
+  if (cut != std::string::npos) text.resize(cut);
+  return text;
 }
 
 }  // namespace loom::generate

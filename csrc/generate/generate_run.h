@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/gpt2_tokenizer.h"
 #include "generate/checkpoint_reader.h"
 #include "generate/model_loader.h"
 #include "generate/sampling.h"
@@ -33,7 +34,18 @@ struct GenerateRequest {
   int tensor_parallel = 0;            ///< --tensor-parallel (0: the checkpoint's t)
   std::string vocab_file, merge_file; ///< --vocab-file/--merge-file (empty: the run's recipe)
   std::string accelerator;            ///< --accelerator cpu|gpu (empty: the run's recipe, else cpu)
+  int64_t min_new_tokens = 0;         ///< --min-new-tokens: no <|endoftext|> before this many
+  std::vector<std::string> stop_strings;  ///< --stop: end (and cut) the text at the first one
 };
+
+/// Generation options of `request` for `tokenizer`: max/min new tokens, sampling, the
+/// <|endoftext|> stop token, and a stop check that decodes the new tokens and looks for any of
+/// the stop strings.
+GenerationOptions generation_options(const GenerateRequest& request, const data::Gpt2Tokenizer& tokenizer);
+
+/// The text of `tokens`, cut before the first stop string it contains (if any).
+std::string continuation_text(const std::vector<int64_t>& tokens, const std::vector<std::string>& stop_strings,
+                              const data::Gpt2Tokenizer& tokenizer);
 
 struct GeneratePlan {
   CheckpointLocation location;

@@ -6,10 +6,14 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace loom::generate {
 
 void validate(const SamplingOptions& o) {
+  if (!(o.repetition_penalty > 0.0) || !std::isfinite(o.repetition_penalty))
+    throw std::invalid_argument("--repetition-penalty must be a positive number (1: off), found " +
+                                std::to_string(o.repetition_penalty));
   if (o.greedy) return;
   if (!(o.temperature > 0.0) || !std::isfinite(o.temperature))
     throw std::invalid_argument("--temperature must be a positive number, found " +
@@ -19,6 +23,17 @@ void validate(const SamplingOptions& o) {
                                 std::to_string(o.top_k));
   if (!(o.top_p > 0.0 && o.top_p <= 1.0))
     throw std::invalid_argument("--top-p must lie in (0, 1], found " + std::to_string(o.top_p));
+}
+
+void apply_repetition_penalty(float* logits, int64_t n, const std::vector<int64_t>& seen, double penalty) {
+  if (penalty == 1.0) return;
+  std::vector<bool> done(static_cast<size_t>(n), false);
+  for (int64_t id : seen) {
+    if (id < 0 || id >= n || done[static_cast<size_t>(id)]) continue;
+    done[static_cast<size_t>(id)] = true;
+    const double z = logits[id];
+    logits[id] = static_cast<float>(z > 0 ? z / penalty : z * penalty);
+  }
 }
 
 TokenSampler::TokenSampler(const SamplingOptions& options) : options_(options), rng_(options.seed) {

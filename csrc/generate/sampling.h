@@ -17,10 +17,18 @@ struct SamplingOptions {
   int64_t top_k = 0;         ///< 0: no limit; 1 is greedy
   double top_p = 1.0;        ///< in (0, 1]; 1: no nucleus filter
   uint64_t seed = 1234;      ///< seeds the generator (std::mt19937_64)
+  /// > 0; 1: off. Applied before every filter (greedy too) to the tokens of the context so far
+  /// (prompt and generated), with Hugging Face's rule (Keskar et al. 2019, CTRL): a positive
+  /// logit is divided by it, a negative one multiplied.
+  double repetition_penalty = 1.0;
 };
 
-/// Throws std::invalid_argument naming the option (--temperature, --top-k, --top-p) when it
-/// is out of range.
+/// Applies `penalty` (see SamplingOptions::repetition_penalty) to logits[id] of every distinct
+/// id of `seen` in [0, n).
+void apply_repetition_penalty(float* logits, int64_t n, const std::vector<int64_t>& seen, double penalty);
+
+/// Throws std::invalid_argument naming the option (--temperature, --top-k, --top-p,
+/// --repetition-penalty) when it is out of range.
 void validate(const SamplingOptions& options);
 
 class TokenSampler {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -28,7 +29,8 @@ at::Tensor gather_last_logits(const at::Tensor& local_logits, const runtime::Com
 
 GenerationResult generate_tokens(const model::GptStage& model, const runtime::CommunicatorPtr& tp,
                                  const std::vector<int64_t>& prompt,
-                                 const GenerationOptions& options) {
+                                 const GenerationOptions& options,
+                                 const model::PromptSplice& virtual_tokens) {
   const auto& config = model.config();
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt has no tokens");
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -54,15 +56,26 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
       std::min(config.max_position_embeddings, n + options.max_new_tokens - 1);
   model::KvCache cache = model.make_kv_cache(1, std::max(capacity, n));
   const auto on_device = at::TensorOptions().dtype(at::kLong).device(tp->device());
-  at::Tensor logits = model.forward_cached(at::tensor(prompt, on_device).unsqueeze(0), cache);
+  at::Tensor logits = model.forward_cached(at::tensor(prompt, on_device).unsqueeze(0), cache, virtual_tokens);
+  std::vector<int64_t> context = prompt;  // for the repetition penalty
   while (true) {
     at::Tensor full = gather_last_logits(logits, tp, config.vocab_size);  // [1, V]
-    const int64_t token = sampler.next(full.data_ptr<float>(), config.vocab_size);
+    float* z = full.data_ptr<float>();
+    apply_repetition_penalty(z, config.vocab_size, context, options.sampling.repetition_penalty);
+    const bool stop_allowed = static_cast<int64_t>(result.tokens.size()) >= options.min_new_tokens;
+    if (!stop_allowed && options.stop_token >= 0 && options.stop_token < config.vocab_size)
+      z[options.stop_token] = -std::numeric_limits<float>::infinity();
+    const int64_t token = sampler.next(z, config.vocab_size);
     if (token == options.stop_token) {
       result.reason = StopReason::kStopToken;
       break;
     }
     result.tokens.push_back(token);
+    context.push_back(token);
+    if (options.stop_when && options.stop_when(result.tokens)) {
+      result.reason = StopReason::kStopString;
+      break;
+    }
     if (static_cast<int64_t>(result.tokens.size()) == options.max_new_tokens) {
       result.reason = StopReason::kMaxNewTokens;
       break;

@@ -4,6 +4,7 @@
 // rank and a TokenSampler with the same options on every rank picks the token, so all ranks
 // (and every t, up to floating-point rounding of the logits) produce the same tokens.
 #pragma once
+#include <functional>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -23,10 +24,15 @@ at::Tensor gather_last_logits(const at::Tensor& local_logits, const runtime::Com
 struct GenerationOptions {
   int64_t max_new_tokens = 32;
   int64_t stop_token = -1;  ///< e.g. <|endoftext|>; -1: none
+  /// The stop token cannot be drawn before this many new tokens (its logit is -inf until then).
+  int64_t min_new_tokens = 0;
   SamplingOptions sampling;
+  /// Called with the new tokens after each one; true ends generation (kStopString), e.g. when
+  /// their text contains a stop string (the caller decodes and trims).
+  std::function<bool(const std::vector<int64_t>&)> stop_when;
 };
 
-enum class StopReason { kMaxNewTokens, kStopToken, kContextFull };
+enum class StopReason { kMaxNewTokens, kStopToken, kContextFull, kStopString };
 
 struct GenerationResult {
   std::vector<int64_t> tokens;  ///< the new tokens (the stop token excluded)
@@ -38,8 +44,11 @@ struct GenerationResult {
 /// max_position_embeddings (kContextFull). Collective over `tp` (the model's TP group): every
 /// rank passes the same prompt and options. Throws std::invalid_argument for an empty prompt,
 /// one longer than max_position_embeddings, bad ids or bad sampling options.
+/// An active `virtual_tokens` splice (prompt learning, model/prompt_splice.h) is applied to the
+/// prompt's positions in the prefill (its seq_index counts from the prompt's first token).
 GenerationResult generate_tokens(const model::GptStage& model, const runtime::CommunicatorPtr& tp,
                                  const std::vector<int64_t>& prompt,
-                                 const GenerationOptions& options);
+                                 const GenerationOptions& options,
+                                 const model::PromptSplice& virtual_tokens = {});
 
 }  // namespace loom::generate
