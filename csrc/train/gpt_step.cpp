@@ -47,6 +47,7 @@ at::Tensor GptStep::forward(int chunk, const MicroBatch& mb, const at::Tensor& i
   if (stage.layout().pre_process) {
     in.tokens = mb.tokens;
     in.position_ids = mb.position_ids;
+    in.prompt = mb.prompt;
   } else {
     in.hidden = input;
   }

@@ -58,9 +58,17 @@ std::string format_metrics_line(const nlohmann::json& r) {
   };
   std::string kind = r.value("kind", "train");
   if (kind == "validation") {
-    return fmt::format("step {}/{} | validation loss {:.4f} | ppl {:.2f} | {} batches",
-                       r.value("step", 0), r.value("max_steps", 0), num("val_loss"),
-                       std::exp(num("val_loss")), r.value("val_batches", 0));
+    std::string line = fmt::format("step {}/{} | validation loss {:.4f} | ppl {:.2f} | {} batches",
+                                   r.value("step", 0), r.value("max_steps", 0), num("val_loss"),
+                                   std::exp(num("val_loss")), r.value("val_batches", 0));
+    // Prompt learning also scores its answers (ptune/answer_metrics.h).
+    if (r.contains("val_accuracy"))
+      line += fmt::format(" | exact match {:.1f}% of {}", 100.0 * num("val_accuracy"), r.value("val_examples", 0));
+    return line;
+  }
+  if (kind == "test") {
+    return fmt::format("step {} | test loss {:.4f} | exact match {:.1f}% of {}", r.value("step", 0), num("test_loss"),
+                       100.0 * num("test_accuracy"), r.value("test_examples", 0));
   }
   std::string line = fmt::format(
       "step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | loss scale {:g} | "

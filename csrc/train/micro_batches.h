@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/sample_dataset.h"
+#include "model/prompt_splice.h"
 
 namespace loom::train {
 
@@ -16,6 +17,8 @@ struct MicroBatch {
   at::Tensor position_ids;  ///< [b, s] int64, 0..s-1 per row
   /// Row of the global batch holding this micro-batch's first sample (for dropout keys).
   int64_t global_row = 0;
+  /// Virtual tokens for the first pipeline stage's embeddings (prompt learning only).
+  model::PromptSplice prompt;
 };
 
 /// Reads samples `ids` of `dataset` into one micro-batch on `device`. Throws std::out_of_range

@@ -57,22 +57,27 @@ std::vector<model::GptStage> build_model_chunks(const model::GptConfig& config,
   return chunks;
 }
 
-TrainableParams trainable_params(const std::vector<model::GptStage>& chunks) {
+TrainableParams trainable_params(const model::ParamList& params) {
   TrainableParams out;
-  for (const auto& chunk : chunks) {
-    for (const auto& p : chunk.parameters()) {
-      TrainableParam t;
-      t.name = p.name;
-      t.param = p.tensor;
-      t.tensor_parallel = p.tensor_parallel();
-      t.sequence_parallel = p.sequence_parallel;
-      t.tied_embedding_duplicate = p.shared_duplicate;
-      t.word_embedding = p.word_embedding;
-      t.weight_decay = p.tensor.dim() > 1;
-      out.push_back(std::move(t));
-    }
+  for (const auto& p : params) {
+    TrainableParam t;
+    t.name = p.name;
+    t.param = p.tensor;
+    t.tensor_parallel = p.tensor_parallel();
+    t.sequence_parallel = p.sequence_parallel;
+    t.tied_embedding_duplicate = p.shared_duplicate;
+    t.word_embedding = p.word_embedding;
+    t.weight_decay = p.tensor.dim() > 1;
+    out.push_back(std::move(t));
   }
   return out;
+}
+
+TrainableParams trainable_params(const std::vector<model::GptStage>& chunks) {
+  model::ParamList all;
+  for (const auto& chunk : chunks)
+    for (auto& p : chunk.parameters()) all.push_back(std::move(p));
+  return trainable_params(all);
 }
 
 }  // namespace loom::train

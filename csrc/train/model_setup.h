@@ -26,5 +26,7 @@ std::vector<model::GptStage> build_model_chunks(const model::GptConfig& config,
 /// The chunks' parameters as the optimizer sees them. Weight decay applies to matrices only
 /// (Megatron: no decay for biases and LayerNorm parameters, i.e. every 1-D parameter).
 TrainableParams trainable_params(const std::vector<model::GptStage>& chunks);
+/// The same for any parameter list (e.g. prompt-learning parameters).
+TrainableParams trainable_params(const model::ParamList& params);
 
 }  // namespace loom::train

@@ -7,6 +7,7 @@
 
 #include "config/recipe.h"
 #include "data/gpt_data_factory.h"
+#include "runtime/process_groups.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 
@@ -22,6 +23,12 @@ struct RunShape {
 };
 
 RunShape run_shape(const config::Recipe& recipe);
+
+/// The process groups of the recipe's layout for the rank with `local_rank` on its node: t, p,
+/// model.collective_timeout_s, and the device trainer.accelerator names (select_run_device:
+/// cuda:<local_rank> with NCCL, or a CPU with Gloo). Throws std::invalid_argument when the
+/// accelerator cannot be had.
+runtime::ProcessGroupOptions process_group_options(const config::Recipe& recipe, int local_rank);
 
 /// model.optim (AdamW betas, eps, weight decay; distributed or not) and
 /// trainer.gradient_clip_val.

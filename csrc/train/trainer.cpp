@@ -13,7 +13,6 @@
 #include "data/pretraining_sampler.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
-#include "launch/run_lock.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/error_text.h"
 #include "runtime/process_groups.h"
@@ -27,6 +26,7 @@
 #include "train/model_setup.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
+#include "train/run_directory.h"
 #include "train/run_settings.h"
 #include "train/step_log.h"
 #include "train/stop_signal.h"
@@ -59,9 +59,6 @@ class TrainingRun {
   void build_data();
   void build_model();
   void resume_if_possible();
-  std::optional<int64_t> choose_resume_iteration();
-  std::string older_checkpoint_advice(int64_t below) const;
-  void write_resolved_recipe();
   void train_step(int64_t step);
   void validate(int64_t step);
   void save(int64_t iteration);
@@ -75,8 +72,7 @@ class TrainingRun {
   TrainOptions options_;
   RunShape shape_;
   std::shared_ptr<runtime::ProcessGroups> groups_;
-  std::string run_dir_, checkpoint_dir_;
-  std::unique_ptr<launch::RunDirectoryLock> lock_;  // world rank 0 only
+  std::unique_ptr<RunDirectory> dir_;
   std::unique_ptr<MetricsLog> log_;
   data::GptDatasets datasets_;
   model::GptConfig model_config_;
@@ -87,7 +83,6 @@ class TrainingRun {
   std::unique_ptr<GptStep> step_;
   std::unique_ptr<StepLog> step_log_;
   TrainingPosition position_;
-  int64_t last_saved_ = -1;
 };
 
 int TrainingRun::run() {
@@ -95,7 +90,7 @@ int TrainingRun::run() {
   build_data();
   build_model();
   resume_if_possible();
-  write_resolved_recipe();
+  dir_->write_resolved_recipe(r_);
   install_stop_signal_handlers();
 
   const int64_t max_steps = r_.trainer.max_steps;
@@ -135,37 +130,27 @@ void TrainingRun::setup() {
   }
   shape_ = run_shape(r_);
   runtime::use_fair_share_of_cores(info.local_world_size);
-  run_dir_ = config::run_directory(r_);
-  checkpoint_dir_ = (fs::path(run_dir_) / "checkpoints").string();
+  RunDirectoryOptions d;
+  d.run_dir = config::run_directory(r_);
+  d.command = "loom train";
+  d.recipe_file = r_.origin.file;
+  d.resume_iteration = options_.resume_iteration;
+  d.resume_if_exists = r_.exp_manager.resume_if_exists;
+  d.save_checkpoints = r_.exp_manager.create_checkpoint_callback;
   // Before anything in the run directory is touched: one run per directory.
-  if (info.rank == 0) lock_ = std::make_unique<launch::RunDirectoryLock>(run_dir_, "loom train " + r_.origin.file);
+  dir_ = std::make_unique<RunDirectory>(d, info.rank == 0);
 
-  runtime::ProcessGroupOptions pg;
-  pg.tensor_parallel = shape_.t;
-  pg.pipeline_parallel = shape_.p;
-  pg.timeout = std::chrono::milliseconds(int64_t(r_.model.collective_timeout_s * 1000));
-  pg.device = runtime::select_run_device(r_.trainer.accelerator == config::Accelerator::kGpu
-                                             ? runtime::DeviceKind::kAccelerator
-                                             : runtime::DeviceKind::kCpu,
-                                         info.local_rank);
+  const runtime::ProcessGroupOptions pg = process_group_options(r_, info.local_rank);
   groups_ = runtime::ProcessGroups::create(info, pg);
 
   groups_->host_world().barrier();
   log_ = std::make_unique<MetricsLog>(
-      is_rank0() ? (fs::path(run_dir_) / "metrics.jsonl").string() : "", is_rank0());
+      is_rank0() ? (fs::path(dir_->run_dir()) / "metrics.jsonl").string() : "", is_rank0());
+  dir_->attach(*groups_, *log_);
   log_->message(fmt::format("[loom] {} | t={} p={} v={} d={} | {} micro-batches of {} per step",
                             groups_->layout().describe(), shape_.t, shape_.p, shape_.v, shape_.d,
                             shape_.m, shape_.micro_batch));
   log_->message("[loom] device: " + pg.device.describe());
-  if (lock_ && !lock_->stale_holder().empty())
-    log_->message("[loom] the previous holder of " + lock_->path() + " ended without releasing it (" +
-                  lock_->stale_holder() + ")");
-}
-
-void TrainingRun::write_resolved_recipe() {
-  // Only now that the run has really started: a run that failed to resume leaves the earlier
-  // run's config.yaml as it was.
-  if (is_rank0()) write_text_atomically((fs::path(run_dir_) / "config.yaml").string(), config::to_yaml(r_));
 }
 
 void TrainingRun::build_data() {
@@ -173,7 +158,7 @@ void TrainingRun::build_data() {
   const int64_t valid_samples =
       std::max<int64_t>(1, r_.trainer.limit_val_batches) * shape_.global_batch;
   auto cfg = gpt_data_config(r_, train_samples, valid_samples,
-                             (fs::path(run_dir_) / "index_cache").string());
+                             (fs::path(dir_->run_dir()) / "index_cache").string());
   // Rank 0 builds the index caches; the others then load them.
   if (is_rank0()) datasets_ = data::build_gpt_datasets(cfg);
   groups_->host_world().barrier();
@@ -212,93 +197,12 @@ void TrainingRun::build_model() {
                             model_config_.num_layers, model_config_.hidden_size, count));
 }
 
-std::string TrainingRun::older_checkpoint_advice(int64_t below) const {
-  const auto older = newest_complete_iteration(checkpoint_dir_, below);
-  if (!older)
-    return "; no older complete checkpoint exists in " + checkpoint_dir_ +
-           " (set exp_manager.resume_if_exists=false to start afresh; the folders are kept)";
-  return fmt::format("; the newest complete older checkpoint is {}: resume from it with `loom train {} ... "
-                     "--iteration {}` (newer folders are kept, a re-saved iteration as .superseded-K)",
-                     iteration_dir_name(*older), r_.origin.file, *older);
-}
-
-// The iteration to resume from: --iteration, else the tracker's, else (no tracker, e.g. it was
-// deleted) the newest complete folder. Never silently from step 0 when checkpoints exist.
-std::optional<int64_t> TrainingRun::choose_resume_iteration() {
-  if (options_.resume_iteration) {
-    const int64_t n = *options_.resume_iteration;
-    const std::string why = incomplete_reason(checkpoint_dir_, n);
-    if (!why.empty())
-      throw CheckpointError(fmt::format("--iteration {}: cannot resume from it: {}{}", n, why,
-                                        older_checkpoint_advice(n)));
-    return n;
-  }
-  if (fs::exists(fs::path(checkpoint_dir_) / kTrackerFile)) {
-    int64_t n = 0;
-    try {
-      n = *latest_checkpoint(checkpoint_dir_);
-    } catch (const CheckpointError& e) {
-      throw CheckpointError(e.what() + older_checkpoint_advice(kMaxIteration + 1));
-    }
-    const std::string why = incomplete_reason(checkpoint_dir_, n);
-    if (!why.empty()) throw CheckpointError("the newest checkpoint is incomplete: " + why + older_checkpoint_advice(n));
-    return n;
-  }
-  const auto all = list_iterations(checkpoint_dir_);
-  if (all.empty()) return std::nullopt;
-  const auto newest = newest_complete_iteration(checkpoint_dir_);
-  if (!newest) {
-    std::string listing;
-    for (int64_t n : all) listing += "\n  " + incomplete_reason(checkpoint_dir_, n);
-    throw CheckpointError(fmt::format("{} has no {} and none of its {} iteration folders is complete:{}\nmove them "
-                                      "away to start afresh, or repair one",
-                                      checkpoint_dir_, kTrackerFile, all.size(), listing));
-  }
-  log_->message(fmt::format("[loom] no {} in {}: resuming from the newest complete checkpoint {}", kTrackerFile,
-                            checkpoint_dir_, iteration_dir_name(*newest)));
-  return newest;
-}
-
 void TrainingRun::resume_if_possible() {
-  // Rank 0 (holding the lock) finishes or rolls back what a killed save left before anyone reads.
-  std::string recovery_error;
-  if (is_rank0()) {
-    try {
-      for (const auto& line : recover_checkpoint_dir(checkpoint_dir_)) log_->message("[loom] checkpoints: " + line);
-    } catch (const std::exception& e) {
-      recovery_error = e.what();
-    }
-  }
-  groups_->host_world().barrier();
-  if (!recovery_error.empty()) throw CheckpointError("recovering " + checkpoint_dir_ + ": " + recovery_error);
-  if (!r_.exp_manager.resume_if_exists) return;
-  const auto iteration = choose_resume_iteration();
-  if (!iteration) return;
-  // Every rank reads its own shard; they agree on the outcome, so that a damaged shard stops
-  // all ranks with one clear error instead of one rank failing and the rest losing a peer.
-  RankCheckpoint state;
-  std::string error;
-  try {
-    state = load_checkpoint(checkpoint_dir_, *iteration, checkpoint_layout(shape_, model_config_), *groups_);
-  } catch (const CheckpointError& e) {
-    error = e.what();
-  }
-  // host: one flag per rank, summed on the host group.
-  at::Tensor failed = at::zeros({groups_->layout().world_size()}, at::kLong);
-  failed[groups_->rank()] = error.empty() ? 0 : 1;
-  groups_->host_world().all_reduce(failed);
-  if (!error.empty()) throw CheckpointError(error + older_checkpoint_advice(*iteration));
-  for (int r = 0; r < failed.size(0); ++r) {
-    if (failed[r].item<int64_t>() == 0) continue;
-    const std::string message = fmt::format("another rank (rank {}) could not load checkpoint {}", r,
-                                            iteration_dir_name(*iteration));
-    launch::record_rank_error(message, /*consequence=*/true);
-    throw CheckpointError(message);
-  }
-  position_ = restore_training_state(state, parts());
-  log_->message(fmt::format("[loom] resumed from {}/{} (step {}, {} samples consumed)",
-                            checkpoint_dir_, iteration_dir_name(*iteration), position_.iteration,
-                            position_.consumed_samples));
+  const auto point = dir_->resume(checkpoint_layout(shape_, model_config_));
+  if (!point) return;
+  position_ = restore_training_state(point->state, parts());
+  log_->message(fmt::format("[loom] resumed from {} (step {}, {} samples consumed)", dir_->iteration_path(point->iteration),
+                            position_.iteration, position_.consumed_samples));
 }
 
 std::vector<MicroBatch> TrainingRun::next_micro_batches(data::PretrainingSampler& sampler,
@@ -364,20 +268,9 @@ void TrainingRun::validate(int64_t step) {
 }
 
 void TrainingRun::save(int64_t iteration) {
-  if (!r_.exp_manager.create_checkpoint_callback) return;  // timing runs (loom plan --measure)
-  if (iteration == last_saved_) return;  // a stop landing on a periodic save: already on disk
-  last_saved_ = iteration;
   step_log_->flush();  // a non-finite loss stops the run before it is saved
-  const auto start = Clock::now();
-  const RankCheckpoint state =
-      capture_training_state(parts(), position_, groups_->coords().tp, shape_.t);
-  const CommitResult commit =
-      save_checkpoint(checkpoint_dir_, iteration, checkpoint_layout(shape_, model_config_), state, *groups_);
-  if (!commit.superseded_as.empty())
-    log_->message(fmt::format("[loom] {} existed from an earlier run: kept it as {}", iteration_dir_name(iteration),
-                              commit.superseded_as));
-  log_->message(fmt::format("[loom] saved checkpoint {}/{} in {:.1f} s", checkpoint_dir_,
-                            iteration_dir_name(iteration), seconds_since(start)));
+  dir_->save(iteration, checkpoint_layout(shape_, model_config_),
+             [&] { return capture_training_state(parts(), position_, groups_->coords().tp, shape_.t); });
 }
 
 // On the error path: the steps done since the last flush are still device tensors in the step

@@ -4,12 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
 #include "command_registry.h"
 #include "error_text.h"
+#include "local_ranks.h"
 #include "config/derived.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
@@ -81,31 +81,8 @@ int train_command(int argc, char** argv) {
     std::cerr << "# resolved recipe\n" << loom::config::to_yaml(recipe) << std::flush;
   }
 
-  if (!under_launcher && world > 1) {
-    if (recipe.trainer.num_nodes > 1) {
-      std::cerr << fmt::format(
-          "loom train: trainer.num_nodes = {} needs a multi-node launcher: run `loom train` under "
-          "torchrun --no-python or srun on every node\n", recipe.trainer.num_nodes);
-      return 2;
-    }
-    loom::launch::LaunchOptions opt;
-    opt.argv = {loom::launch::self_executable(), "train"};
-    for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
-    opt.nproc = static_cast<int>(world);
-    opt.grace_s = 120;  // a preempted run saves a checkpoint before exiting
-    try {
-      auto result = loom::launch::launch_local(opt);
-      if (result.exit_code() != 0 && result.interrupts >= 2) {
-        std::cerr << "loom train: interrupted twice: the ranks stopped at once, without saving\n";
-        return 128 + SIGINT;
-      }
-      if (result.exit_code() != 0) std::cerr << "loom train: " << result.summary() << "\n";
-      return result.exit_code();
-    } catch (const std::exception& e) {
-      std::cerr << "loom train: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
-      return 1;
-    }
-  }
+  if (!under_launcher && world > 1)
+    return loom::cli::run_local_ranks("train", argc, argv, world, recipe.trainer.num_nodes);
 
   try {
     loom::train::TrainOptions options;

@@ -51,13 +51,19 @@ def tiny_overrides(corpus, run_dir, t=1, p=1, d=1, v=None, steps=5, micro=2, glo
     return o + list(extra)
 
 
-def run_train(overrides, *flags, check=True, timeout=600):
-    """Runs `loom train` on the main-job recipe with overrides; returns the CompletedProcess."""
-    cmd = [str(loom_binary()), "train", str(RECIPE), *overrides, *flags]
+def run_loom(command, recipe, overrides, *flags, check=True, timeout=600):
+    """Runs `loom COMMAND RECIPE overrides flags` from the repository root; returns the
+    CompletedProcess (with `check`, a failure shows the end of stderr)."""
+    cmd = [str(loom_binary()), command, str(recipe), *overrides, *flags]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if check:
-        assert done.returncode == 0, f"loom train failed ({done.returncode}):\n{done.stderr[-6000:]}"
+        assert done.returncode == 0, f"loom {command} failed ({done.returncode}):\n{done.stderr[-6000:]}"
     return done
+
+
+def run_train(overrides, *flags, check=True, timeout=600):
+    """Runs `loom train` on the main-job recipe with overrides; returns the CompletedProcess."""
+    return run_loom("train", RECIPE, overrides, *flags, check=check, timeout=timeout)
 
 
 def metrics(run_dir, kind="train"):
