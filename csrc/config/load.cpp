@@ -111,6 +111,13 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   return load_recipe_from_string(text.str(), path, overrides, kind);
 }
 
+void validate_adopted_shape(const Recipe& r) {
+  std::vector<std::string> errors;
+  for (const Finding& f : validate_recipe(r, {}, /*model_shape_known=*/true))
+    if (!f.warning) errors.push_back(located(r, f.path, f.message + " (the model's shape is the base's, model.language_model_path)"));
+  if (!errors.empty()) throw RecipeError(errors);
+}
+
 void check_input_files(const Recipe& r) {
   namespace fs = std::filesystem;
   std::vector<std::string> errors;

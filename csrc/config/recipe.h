@@ -293,6 +293,12 @@ Recipe load_recipe_from_string(const std::string& yaml, const std::string& origi
 /// recipe. Starts with comment lines naming the source file and overrides.
 std::string to_yaml(const Recipe& recipe);
 
+/// A prompt-learning recipe once the base's shape has been filled in (num_layers, hidden_size,
+/// heads, sequence length, ...): runs every rule again, the layout rules that need the shape
+/// included (heads % t, sequence % t under SP, ...). Throws RecipeError with one located line
+/// per problem.
+void validate_adopted_shape(const Recipe& recipe);
+
 /// Checks that the input files exist (tokenizer vocab/merges, <prefix>.bin and <prefix>.idx of
 /// every data_prefix entry), relative paths against the working directory. Throws RecipeError
 /// with one located line per missing file. Kept apart from load_recipe so that recipes for

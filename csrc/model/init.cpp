@@ -39,6 +39,16 @@ at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector
   return out;
 }
 
+at::Tensor full_uniform(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
+                        double low, double high) {
+  if (g_shapes_only) return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(seed, name));
+  // host: drawn by a CPU generator, so every device and layout starts from the same bits.
+  auto out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
+  out.uniform_(low, high, gen);
+  return out;
+}
+
 at::Tensor shard(const at::Tensor& full, int64_t dim, int rank, int size) {
   const int64_t n = full.size(dim);
   if (n % size != 0)

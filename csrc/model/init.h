@@ -16,6 +16,11 @@ namespace loom::model {
 at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
                        double std);
 
+/// U(low, high) float32 CPU tensor of `shape`, a pure function of (seed, name, shape), like
+/// full_normal (PyTorch's default init of linear and LSTM weights is uniform).
+at::Tensor full_uniform(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
+                        double low, double high);
+
 /// While alive on this thread, full_normal draws nothing and returns meta tensors, so a model
 /// built on the meta device costs no memory (GptStage does this for device meta; used to check
 /// the shapes and parameter counts of models far too large for the machine, e.g. GPT-3 175B).
