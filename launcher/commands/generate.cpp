@@ -1,5 +1,8 @@
 // `loom generate --checkpoint DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N]
-// [sampling options] [--tensor-parallel t] [--iteration N]`: text generation from a training checkpoint with a KV
+// [sampling options] [--tensor-parallel t] [--iteration N]`, or with a prompt-learning run's
+// tables `loom generate --prompt-checkpoint DIR [--task NAME] --input FILE.jsonl [--output FILE]`
+// (ptune/prompt_generate.h: one JSON line out per record, exact match when the record has its
+// answer): text generation from a training checkpoint with a KV
 // cache, tensor-parallel over t ranks (default: the checkpoint's t; any t that divides the
 // heads and the FFN works, the checkpoint is resharded). Without launcher variables and t > 1
 // it starts t local ranks of itself, on the run's accelerator unless --accelerator says
@@ -21,6 +24,7 @@
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "generate/generate_run.h"
+#include "ptune/prompt_generate.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
 #include "runtime/cpu_threads.h"
@@ -40,8 +44,52 @@ const char* stop_reason(loom::generate::StopReason r) {
   return "";
 }
 
-// Runs as one rank (or the only process): the generation itself.
-int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo& info) {
+// What was asked: plain generation from a prompt, or prompted generation over JSONL records.
+struct GenerateJob {
+  GenerateRequest request;
+  std::optional<loom::ptune::PromptGenerateRequest> prompted;
+  std::string output;  ///< --output (prompted): the predictions' JSONL; empty: stdout
+};
+
+// Runs as one rank (or the only process): generation over the records of --input.
+int run_prompted(const GenerateJob& job, const loom::launch::RendezvousInfo& info, const std::string& who) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto plan = loom::ptune::plan_prompt_generation(*job.prompted);
+  if (info.world_size != plan.base.tensor_parallel)
+    throw loom::generate::GenerateInputError(
+        fmt::format("{} ranks were started for --tensor-parallel {}", info.world_size, plan.base.tensor_parallel));
+  loom::runtime::use_fair_share_of_cores(info.local_world_size);
+  loom::runtime::ProcessGroupOptions opt;
+  opt.tensor_parallel = plan.base.tensor_parallel;
+  opt.device = loom::runtime::select_run_device(
+      plan.base.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu, info.local_rank);
+  auto groups = loom::runtime::ProcessGroups::create(info, opt);
+  const auto predictions = loom::ptune::run_prompt_generation(plan, *job.prompted, groups->tensor_ptr());
+  groups->shutdown();
+  if (info.rank != 0) return 0;
+  std::ofstream file;
+  if (!job.output.empty()) {
+    file.open(job.output, std::ios::trunc);
+    if (!file) throw std::runtime_error("--output " + job.output + ": cannot write the file");
+  }
+  std::ostream& out = job.output.empty() ? std::cout : file;
+  int64_t scored = 0, exact = 0;
+  for (const auto& p : predictions) {
+    out << p.to_json().dump() << "\n";
+    scored += p.has_answer;
+    exact += p.exact_match;
+  }
+  out.flush();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << fmt::format("{}{} records, t = {}, {:.2f} s", who, predictions.size(), plan.base.tensor_parallel, seconds);
+  if (scored > 0)
+    std::cerr << fmt::format("; exact match {}/{} = {:.1f}%", exact, scored, 100.0 * double(exact) / double(scored));
+  std::cerr << "\n";
+  return 0;
+}
+
+int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
+  const GenerateRequest& request = job.request;
   const std::string who =
       info.world_size > 1 ? fmt::format("loom generate: [rank {}] ", info.rank) : "loom generate: ";
   auto fail = [&](int code, const std::string& what) {
@@ -50,6 +98,7 @@ int run_rank(const GenerateRequest& request, const loom::launch::RendezvousInfo&
     return code;
   };
   try {
+    if (job.prompted) return run_prompted(job, info, who);
     const auto start = std::chrono::steady_clock::now();
     auto plan = loom::generate::plan_generation(request);
     if (info.world_size != plan.tensor_parallel)
@@ -112,12 +161,27 @@ std::string read_prompt_file(const std::string& path) {
 
 int generate_command(int argc, char** argv) {
   CLI::App app{"Generate text from a training checkpoint (KV cache, tensor parallel)."};
-  GenerateRequest request;
+  GenerateJob job;
+  GenerateRequest& request = job.request;
+  loom::ptune::PromptGenerateRequest prompted;
   int64_t iteration = -1;
   std::string prompt_file, max_new_tokens = std::to_string(request.max_new_tokens);
-  app.add_option("--checkpoint", request.checkpoint,
-                 "run directory (holding checkpoints/) or checkpoints directory")
-      ->required();
+  auto* checkpoint = app.add_option("--checkpoint", request.checkpoint,
+                                    "run directory (holding checkpoints/) or checkpoints directory "
+                                    "(with --prompt-checkpoint: default the base its tables name)");
+  auto* prompt_checkpoint = app.add_option("--prompt-checkpoint", prompted.prompt_checkpoint,
+                                           "a loom ptune run directory (or its prompt_tables folder)");
+  app.add_option("--task", prompted.task, "the task of --input records without \"taskname\"");
+  auto* input = app.add_option("--input", prompted.input, "JSONL records with the task template's fields");
+  app.add_option("--output", job.output, "predictions JSONL (default: stdout)");
+  app.add_flag("--no-virtual-tokens", prompted.without_virtual_tokens,
+               "the no-prompt baseline: the records' template text without its virtual tokens");
+  app.add_option("--min-new-tokens", request.min_new_tokens, "no <|endoftext|> before this many new tokens")
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", request.sampling.repetition_penalty,
+                 "divide positive (multiply negative) logits of tokens already in the context (1: off)")
+      ->capture_default_str();
+  app.add_option("--stop", request.stop_strings, "stop (and cut the text) at this string; repeatable");
   auto* prompt = app.add_option("--prompt", request.prompt, "text to continue (empty: start a new document)");
   auto* prompt_from = app.add_option("--prompt-file", prompt_file,
                                      "file whose UTF-8 text is the prompt (for prompts too long for an argument)");
@@ -147,8 +211,19 @@ int generate_command(int argc, char** argv) {
   }
   if (app.count("--iteration") > 0) request.iteration = iteration;
   try {
-    if (!app.count("--prompt") && !app.count("--prompt-file"))
-      throw std::invalid_argument("give the prompt with --prompt TEXT or --prompt-file FILE");
+    if (prompt_checkpoint->count() > 0) {
+      if (input->count() == 0)
+        throw std::invalid_argument("--prompt-checkpoint needs --input FILE.jsonl (records of the task's fields)");
+      if (app.count("--prompt") || app.count("--prompt-file"))
+        throw std::invalid_argument("--prompt and --prompt-file do not go with --prompt-checkpoint: the prompts "
+                                    "are the --input records laid out by their task's template");
+    } else {
+      if (checkpoint->count() == 0) throw std::invalid_argument("--checkpoint DIR (or --prompt-checkpoint DIR) is required");
+      if (input->count() > 0 || app.count("--task") || app.count("--output"))
+        throw std::invalid_argument("--input, --task and --output need --prompt-checkpoint");
+      if (!app.count("--prompt") && !app.count("--prompt-file"))
+        throw std::invalid_argument("give the prompt with --prompt TEXT or --prompt-file FILE");
+    }
     if (app.count("--prompt-file")) request.prompt = read_prompt_file(prompt_file);
     const bool digits = !max_new_tokens.empty() && max_new_tokens.size() <= 12 &&
                         max_new_tokens.find_first_not_of("0123456789") == std::string::npos;
@@ -163,6 +238,10 @@ int generate_command(int argc, char** argv) {
     std::cerr << "loom generate: error: " << e.what() << "\n";
     return 2;
   }
+  if (prompt_checkpoint->count() > 0) {
+    prompted.generation = request;
+    job.prompted = prompted;
+  }
 
   loom::launch::RendezvousInfo info;
   try {
@@ -171,17 +250,18 @@ int generate_command(int argc, char** argv) {
     std::cerr << "loom generate: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
-  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(request, info);
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
 
   // One process: check the input here, then run in place (t = 1) or start t ranks.
   int t = 1;
   try {
-    t = loom::generate::plan_generation(request).tensor_parallel;
+    t = job.prompted ? loom::ptune::plan_prompt_generation(*job.prompted).base.tensor_parallel
+                     : loom::generate::plan_generation(request).tensor_parallel;
   } catch (const std::exception& e) {
     std::cerr << "loom generate: error: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
-  if (t == 1) return run_rank(request, info);
+  if (t == 1) return run_rank(job, info);
   loom::launch::LaunchOptions opt;
   opt.argv = {loom::launch::self_executable(), "generate"};
   for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);

@@ -1,0 +1,47 @@
+// The frozen base model of a prompt-learning run (docs/design/ptuning.md, "The model"): found
+// from model.language_model_path (a Loom run directory or its checkpoints directory, trained
+// under any t, p, v), its shape adopted by the recipe, its whole checkpoint sliced for this
+// run's own t, p and v, its parameters frozen (no gradients, never in the optimizer) and its
+// dropout off (the base is a fixed function; NeMo's reported pitfall is the base's dropout
+// left on during tuning).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config/recipe.h"
+#include "generate/checkpoint_reader.h"
+#include "generate/generate_run.h"
+#include "model/gpt_stage.h"
+#include "runtime/process_groups.h"
+
+namespace loom::ptune {
+
+/// Where the base is and what it is: its checkpoint (the tracker's latest iteration), model
+/// shape, the run recipe's LayerNorm epsilon and vocabulary padding, and tokenizer files.
+struct FrozenBase {
+  generate::GeneratePlan plan;
+  std::string path;  ///< model.language_model_path as given
+};
+
+/// Finds the base. Throws std::invalid_argument naming model.language_model_path and what is
+/// missing (no checkpoint, no config.yaml naming the tokenizer, a damaged metadata.json).
+FrozenBase find_frozen_base(const config::Recipe& recipe);
+
+/// Fills the recipe's model shape from the base (num_layers, hidden_size, ffn_hidden_size,
+/// num_attention_heads, max_position_embeddings, layernorm_epsilon,
+/// make_vocab_size_divisible_by), sets encoder_seq_length = data.seq_length = `seq_length` (the
+/// prompt run's sequence length) and the base's dropout to 0. The caller validates the recipe
+/// again (layout rules such as heads % t need the shape).
+void adopt_base_shape(config::Recipe& recipe, const FrozenBase& base, int64_t seq_length);
+
+/// This rank's chunks of the base for `config` (gpt_config_from_recipe of the adopted recipe),
+/// filled from the base's whole checkpoint (generate::read_full_checkpoint), every parameter with requires_grad false. Throws
+/// train::CheckpointError naming the shard or parameter for a damaged or mismatched checkpoint.
+std::vector<model::GptStage> build_frozen_chunks(const generate::FullCheckpoint& checkpoint, const model::GptConfig& config,
+                                                 runtime::ProcessGroups& groups, int virtual_stages);
+
+/// A digest (hex FNV-1a over names, shapes and bytes) of every parameter of `chunks`, to show
+/// that the base is bit-identical before and after tuning.
+std::string parameters_digest(const std::vector<model::GptStage>& chunks);
+
+}  // namespace loom::ptune

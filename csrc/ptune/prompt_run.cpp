@@ -1,0 +1,493 @@
+#include "ptune/prompt_run.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <numeric>
+
+#include "config/derived.h"
+#include "data/data_error.h"
+#include "data/pretraining_sampler.h"
+#include "generate/checkpoint_reader.h"
+#include "launch/env_rendezvous.h"
+#include "launch/local_launcher.h"
+#include "prompt_data/epoch_order.h"
+#include "prompt_data/prompt_batch.h"
+#include "ptune/answer_metrics.h"
+#include "ptune/prompt_model.h"
+#include "runtime/cpu_threads.h"
+#include "runtime/error_text.h"
+#include "runtime/process_groups.h"
+#include "runtime/run_device.h"
+#include "train/gpt_step.h"
+#include "train/metrics_log.h"
+#include "train/micro_batches.h"
+#include "train/model_setup.h"
+#include "train/optim/lr_schedule.h"
+#include "train/optim/optimizer.h"
+#include "train/run_directory.h"
+#include "train/run_settings.h"
+#include "train/step_log.h"
+#include "train/stop_signal.h"
+#include "train/training_state.h"
+
+namespace fs = std::filesystem;
+
+namespace loom::ptune {
+
+namespace {
+
+const char* style_name(config::VirtualPromptStyle style) {
+  return style == config::VirtualPromptStyle::kPTuning ? "p-tuning" : "prompt-tuning";
+}
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::shared_ptr<prompt_data::PromptDataset> read_dataset(const std::vector<std::string>& files, const PromptRunPlan& plan,
+                                                         const prompt_data::ExampleOptions& options) {
+  if (files.empty()) return nullptr;
+  return std::make_shared<prompt_data::PromptDataset>(files, plan.templates, *plan.tokenizer, options);
+}
+
+}  // namespace
+
+PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
+  PromptRunPlan plan;
+  plan.recipe = recipe;
+  auto& r = plan.recipe;
+  const auto& prompt = r.model.prompt;
+  plan.base = find_frozen_base(r);
+  const int64_t base_positions = generate::inference_config(plan.base.plan.info.layout.model_shape).max_position_embeddings;
+  const int64_t max_seq = r.model.data.max_seq_length.value_or(base_positions);
+  if (max_seq > base_positions)
+    throw std::invalid_argument(fmt::format("model.data.max_seq_length: expected at most the base's "
+                                            "max_position_embeddings {}, found {}", base_positions, max_seq));
+  const std::string vocab = r.model.tokenizer.vocab_file.empty() ? plan.base.plan.vocab_file : r.model.tokenizer.vocab_file;
+  const std::string merges = r.model.tokenizer.merge_file.empty() ? plan.base.plan.merge_file : r.model.tokenizer.merge_file;
+  plan.tokenizer = std::make_shared<data::Gpt2Tokenizer>(vocab, merges);
+  plan.templates = prompt_data::parse_task_templates(prompt.task_templates, max_seq);
+
+  prompt_data::ExampleOptions options;
+  options.add_bos = r.model.data.add_bos;
+  options.add_eos = r.model.data.add_eos;
+  options.max_seq_length = max_seq;
+  options.eod_id = plan.tokenizer->eod_id();
+  options.pad_id = plan.tokenizer->eod_id();
+  plan.train = read_dataset(r.model.data.train_ds, plan, options);
+  plan.valid = read_dataset(r.model.data.validation_ds, plan, options);
+  plan.test = read_dataset(r.model.data.test_ds, plan, options);
+  if (!plan.train || plan.train->size() == 0)
+    throw data::DataError("model.data.train_ds: no training examples (" +
+                          (plan.train ? plan.train->summary() : std::string("no files")) + ")");
+  // Every task with records must have virtual tokens to splice: trained now or kept.
+  for (const auto* ds : {plan.train.get(), plan.valid.get(), plan.test.get()}) {
+    if (!ds) continue;
+    const auto counts = ds->examples_per_task();
+    for (size_t t = 0; t < counts.size(); ++t) {
+      const auto& name = plan.templates[t].spec.taskname;
+      if (counts[t] > 0 && !listed(prompt.new_tasks, name) && !listed(prompt.existing_tasks, name))
+        throw std::invalid_argument(fmt::format("model.new_tasks: task '{}' has {} records but is neither in "
+                                                "model.new_tasks nor in model.existing_tasks", name, counts[t]));
+    }
+  }
+  if (prompt.restore_path) {
+    plan.restored = read_prompt_tables(*prompt.restore_path);
+    for (const auto& name : prompt.existing_tasks)
+      if (!plan.restored->find(name))
+        throw std::invalid_argument(fmt::format("model.existing_tasks: task '{}' is not in the tables of "
+                                                "model.restore_path {} (they hold {})",
+                                                name, *prompt.restore_path, plan.restored->task_list()));
+  }
+
+  const int64_t t = r.model.tensor_model_parallel_size;
+  const bool sp = r.model.sequence_parallel && t > 1;
+  std::vector<const prompt_data::PromptDataset*> all{plan.train.get()};
+  if (plan.valid) all.push_back(plan.valid.get());
+  if (plan.test) all.push_back(plan.test.get());
+  plan.seq_length = prompt_data::run_sequence_length(all, sp ? std::lcm<int64_t>(8, t) : 8, sp ? t : 1);
+  adopt_base_shape(r, plan.base, plan.seq_length);
+  config::validate_adopted_shape(r);
+  return plan;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A micro-batch of prompt rows as the training step takes it, plus the answer mask for the
+// exact-match check.
+struct PromptMicroBatch {
+  train::MicroBatch mb;
+  at::Tensor answer_mask;  ///< [b, s] float32
+};
+
+// Everything one rank holds for the run; run() reads top-down like train::TrainingRun.
+class PromptRun {
+ public:
+  PromptRun(const config::Recipe& recipe, const PromptRunOptions& options) : options_(options), plan_(plan_prompt_run(recipe)), r_(plan_.recipe) {}
+
+  int run();
+
+ private:
+  void setup();
+  void build_model();
+  void resume();
+  void train_step(int64_t step);
+  std::optional<double> validate(int64_t step);
+  void test();
+  at::Tensor evaluate(const prompt_data::PromptDataset& dataset, int64_t max_global_batches, int64_t& batches_done);
+  void save(int64_t iteration);
+  void write_tables(const std::string& dir, int64_t iteration, double val_loss);
+  int finish();
+  PromptMicroBatch micro_batch(const prompt_data::PromptDataset& dataset, const std::vector<int64_t>& ids,
+                               int64_t row, bool training, uint64_t step);
+  train::CheckpointLayout layout() const;
+  train::TrainingParts parts() {
+    return {&chunks_, optimizer_.get(), scheduler_.get(), scaler_.get(), &prompt_params_};
+  }
+  bool is_rank0() const { return groups_->rank() == 0; }
+  bool first_stage() const { return groups_->coords().pp == 0; }
+
+  PromptRunOptions options_;
+  PromptRunPlan plan_;
+  config::Recipe& r_;
+  train::RunShape shape_;
+  std::shared_ptr<runtime::ProcessGroups> groups_;
+  std::unique_ptr<train::RunDirectory> dir_;
+  std::unique_ptr<train::MetricsLog> log_;
+  model::GptConfig model_config_;
+  std::vector<model::GptStage> chunks_;
+  std::unique_ptr<PromptModel> prompt_;  // first pipeline stage only
+  model::ParamList prompt_params_;
+  std::unique_ptr<train::optim::Optimizer> optimizer_;
+  std::unique_ptr<train::optim::LrScheduler> scheduler_;
+  std::unique_ptr<train::optim::LossScaler> scaler_;
+  std::unique_ptr<train::GptStep> step_;
+  std::unique_ptr<train::StepLog> step_log_;
+  std::unique_ptr<prompt_data::EpochOrder> order_;
+  train::TrainingPosition position_;
+  std::string base_digest_;
+  double best_val_loss_ = std::numeric_limits<double>::infinity();
+};
+
+int PromptRun::run() {
+  setup();
+  build_model();
+  resume();
+  dir_->write_resolved_recipe(r_);
+  train::install_stop_signal_handlers();
+
+  const int64_t max_steps = r_.trainer.max_steps;
+  const int64_t every_save = r_.exp_manager.checkpoint_callback_params.every_n_steps;
+  const int64_t every_val = r_.trainer.val_check_interval;
+  const int64_t first_step = position_.iteration;
+  if (first_step >= max_steps) {
+    log_->message("[loom] the checkpoint is already at trainer.max_steps: nothing to train");
+  } else {
+    if (first_step == 0 && every_val > 0) validate(0);
+    for (int64_t step = first_step; step < max_steps; ++step) {
+      train_step(step);
+      const int64_t done = step + 1;
+      if (done == max_steps) break;
+      if (every_val > 0 && done % every_val == 0) validate(done);
+      if (every_save > 0 && done % every_save == 0) save(done);
+      const bool enough = options_.stop_after_steps > 0 && done - first_step >= options_.stop_after_steps;
+      if (train::stop_requested(*groups_, enough)) {
+        log_->message(fmt::format("[loom] stop requested at step {}: saving and exiting", done));
+        save(done);
+        return finish();
+      }
+    }
+  }
+  const auto val_loss = validate(max_steps);
+  save(max_steps);
+  write_tables(prompt_tables_dir(dir_->run_dir()), max_steps, val_loss.value_or(-1));
+  test();
+  return finish();
+}
+
+void PromptRun::setup() {
+  const auto info = launch::rendezvous_from_env();
+  const int64_t world = config::world_size(r_);
+  if (info.world_size != world)
+    throw std::invalid_argument(fmt::format(
+        "the recipe asks for trainer.num_nodes × trainer.devices = {} ranks, but {} were started", world,
+        info.world_size));
+  shape_ = train::run_shape(r_);
+  runtime::use_fair_share_of_cores(info.local_world_size);
+  train::RunDirectoryOptions d;
+  d.run_dir = config::run_directory(r_);
+  d.command = "loom ptune";
+  d.recipe_file = r_.origin.file;
+  d.resume_iteration = options_.resume_iteration;
+  d.resume_if_exists = r_.exp_manager.resume_if_exists;
+  d.save_checkpoints = r_.exp_manager.create_checkpoint_callback;
+  dir_ = std::make_unique<train::RunDirectory>(d, info.rank == 0);
+
+  const runtime::ProcessGroupOptions pg = train::process_group_options(r_, info.local_rank);
+  groups_ = runtime::ProcessGroups::create(info, pg);
+  groups_->host_world().barrier();
+  log_ = std::make_unique<train::MetricsLog>(is_rank0() ? (fs::path(d.run_dir) / "metrics.jsonl").string() : "",
+                                             is_rank0());
+  dir_->attach(*groups_, *log_);
+  log_->message(fmt::format("[loom] prompt learning ({}) on {} | t={} p={} v={} d={} | {} micro-batches of {} per step",
+                            style_name(r_.model.prompt.virtual_prompt_style), groups_->layout().describe(),
+                            shape_.t, shape_.p, shape_.v, shape_.d, shape_.m, shape_.micro_batch));
+  log_->message("[loom] device: " + pg.device.describe());
+  log_->message("[loom] data: train " + plan_.train->summary() +
+                (plan_.valid ? "; validation " + plan_.valid->summary() : std::string()) +
+                fmt::format("; sequence length {}", plan_.seq_length));
+  order_ = std::make_unique<prompt_data::EpochOrder>(plan_.train->size(), static_cast<uint64_t>(r_.model.seed),
+                                                     /*shuffle=*/true);
+}
+
+void PromptRun::build_model() {
+  model_config_ = train::gpt_config_from_recipe(r_, static_cast<int64_t>(plan_.tokenizer->vocab_size()));
+  const generate::FullCheckpoint full =
+      generate::read_full_checkpoint(plan_.base.plan.location.checkpoints, plan_.base.plan.info);
+  chunks_ = build_frozen_chunks(full, model_config_, *groups_, shape_.v);
+  base_digest_ = parameters_digest(chunks_);
+  if (first_stage()) {
+    auto emb = full.params.find("embedding.word_embeddings.weight");
+    if (emb == full.params.end())
+      throw train::CheckpointError("model.language_model_path: the base checkpoint has no embedding.word_embeddings.weight");
+    prompt_ = std::make_unique<PromptModel>(r_, plan_.templates, emb->second, *plan_.tokenizer,
+                                            plan_.restored ? &*plan_.restored : nullptr, groups_->tensor_ptr(),
+                                            groups_->device());
+    prompt_params_ = prompt_->parameters();
+  }
+  optimizer_ = train::optim::Optimizer::create(train::trainable_params(prompt_params_), groups_, train::optimizer_options(r_));
+  scheduler_ = std::make_unique<train::optim::LrScheduler>(train::lr_schedule_config(r_));
+  if (r_.trainer.precision == config::Precision::kFp16) scaler_ = std::make_unique<train::optim::LossScaler>();
+  step_ = std::make_unique<train::GptStep>(chunks_, *groups_, shape_);
+
+  train::StepLogConfig lc;
+  lc.max_steps = r_.trainer.max_steps;
+  lc.print_every = r_.trainer.log_every_n_steps;
+  lc.tokens_per_step = shape_.global_batch * shape_.seq_length;
+  lc.world_size = groups_->layout().world_size();
+  step_log_ = std::make_unique<train::StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
+  if (prompt_)
+    log_->message(fmt::format("[loom] base: {} (iteration {}, {} layers, hidden {}), frozen, parameters digest {}; "
+                              "{} trainable prompt parameters",
+                              plan_.base.path, plan_.base.plan.info.iteration, model_config_.num_layers,
+                              model_config_.hidden_size, base_digest_, prompt_->num_parameters()));
+}
+
+train::CheckpointLayout PromptRun::layout() const {
+  train::CheckpointLayout l = train::checkpoint_layout(shape_, model_config_);
+  // A prompt checkpoint names its base and what it trains; a resume must match.
+  const auto& p = r_.model.prompt;
+  l.model_shape["prompt_learning"] = {{"base_checkpoints", fs::absolute(plan_.base.plan.location.checkpoints).string()},
+                                      {"base_iteration", plan_.base.plan.info.iteration},
+                                      {"virtual_prompt_style", style_name(p.virtual_prompt_style)},
+                                      {"new_tasks", p.new_tasks}};
+  return l;
+}
+
+void PromptRun::resume() {
+  const auto point = dir_->resume(layout());
+  if (!point) return;
+  position_ = train::restore_training_state(point->state, parts());
+  // The best validation loss so far is the one the best tables were written at.
+  try {
+    const auto best = read_prompt_tables((fs::path(dir_->run_dir()) / "prompt_tables_best").string());
+    if (best.val_loss >= 0) best_val_loss_ = best.val_loss;
+  } catch (const std::invalid_argument&) {
+    // none written yet
+  }
+  log_->message(fmt::format("[loom] resumed from {} (step {}, {} samples consumed)", dir_->iteration_path(point->iteration),
+                            position_.iteration, position_.consumed_samples));
+}
+
+PromptMicroBatch PromptRun::micro_batch(const prompt_data::PromptDataset& dataset, const std::vector<int64_t>& ids,
+                                        int64_t row, bool training, uint64_t step) {
+  const prompt_data::PromptBatch b = prompt_data::make_prompt_batch(dataset, ids, plan_.seq_length);
+  const at::Device device = groups_->device();
+  const std::vector<int64_t> shape{b.batch, b.seq_length};
+  // host: rows are built on the host and copied once per micro-batch (pinned, non-blocking).
+  auto to_device = [&](at::Tensor host) {
+    if (device.is_cpu()) return host;
+    return host.pin_memory().to(device, /*non_blocking=*/true);
+  };
+  PromptMicroBatch out;
+  // host: each array below is built on the host and copied once
+  out.mb.tokens = to_device(at::tensor(b.tokens, at::kLong).view(shape));
+  // host: as above
+  out.mb.labels = to_device(at::tensor(b.labels, at::kLong).view(shape));
+  // host: as above
+  out.mb.loss_mask = to_device(at::tensor(b.loss_mask, at::kFloat).view(shape));
+  // host: as above
+  out.mb.position_ids = to_device(at::arange(b.seq_length, at::kLong).unsqueeze(0).expand(shape).contiguous());
+  out.mb.global_row = row;
+  const std::vector<float> answer(b.answer_mask.begin(), b.answer_mask.end());
+  // host: as above
+  out.answer_mask = to_device(at::tensor(answer, at::kFloat).view(shape));
+  if (prompt_) out.mb.prompt = prompt_->splice(b, 0, b.batch, training, step);
+  return out;
+}
+
+void PromptRun::train_step(int64_t step) {
+  const auto start = Clock::now();
+  const int64_t stream = r_.trainer.max_steps * shape_.global_batch;
+  data::PretrainingSampler sampler(stream, position_.consumed_samples, shape_.micro_batch, groups_->coords().dp, shape_.d);
+  std::vector<train::MicroBatch> batches;
+  for (int k = 0; k < shape_.m; ++k) {
+    auto ids = sampler.next();
+    if (!ids) throw std::logic_error("prompt learning: the sample stream ended before trainer.max_steps");
+    for (auto& i : *ids) i = (*order_)[i];  // stream index -> example
+    const int64_t row = (int64_t(k) * shape_.d + groups_->coords().dp) * shape_.micro_batch;
+    batches.push_back(micro_batch(*plan_.train, *ids, row, true, static_cast<uint64_t>(step)).mb);
+  }
+  model::DropoutContext dropout;  // the base has no dropout; kept for the step's interface
+  dropout.seed = static_cast<uint64_t>(r_.model.seed);
+  dropout.step = static_cast<uint64_t>(step);
+  dropout.global_batch = shape_.global_batch;
+  optimizer_->zero_grad();
+  at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale() : 1.0, [&] { optimizer_->accumulate_grads(); });
+  const train::optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
+  scheduler_->advance();
+  position_.iteration = step + 1;
+  position_.consumed_samples += shape_.global_batch;
+  step_log_->add(step + 1, loss, result, scheduler_->lr(), seconds_since(start), position_.consumed_samples);
+}
+
+at::Tensor PromptRun::evaluate(const prompt_data::PromptDataset& dataset, int64_t max_global_batches,
+                               int64_t& batches_done) {
+  at::NoGradGuard no_grad;
+  const bool last_stage = groups_->coords().pp == shape_.p - 1;
+  train::ScheduleConfig sc = train::gpt_schedule(model_config_, shape_, groups_->device(), /*forward_only=*/true);
+  at::Tensor totals = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(groups_->device()));
+  data::PretrainingSampler sampler(dataset.size(), 0, shape_.micro_batch, groups_->coords().dp, shape_.d);
+  model::DropoutContext off;
+  off.training = false;
+  batches_done = 0;
+  const int64_t whole = dataset.size() / shape_.global_batch;
+  const int64_t limit = max_global_batches > 0 ? std::min(whole, max_global_batches) : whole;
+  for (int64_t g = 0; g < limit; ++g) {
+    std::vector<PromptMicroBatch> batches;
+    for (int k = 0; k < shape_.m; ++k) {
+      auto ids = sampler.next();
+      const int64_t row = (int64_t(k) * shape_.d + groups_->coords().dp) * shape_.micro_batch;
+      batches.push_back(micro_batch(dataset, *ids, row, false, 0));
+    }
+    auto result = train::run_pipeline_schedule(sc, groups_->pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
+      const auto& stage = chunks_[chunk];
+      const auto& b = batches[k];
+      model::StageInputs inputs;
+      if (stage.layout().pre_process) {
+        inputs.tokens = b.mb.tokens;
+        inputs.position_ids = b.mb.position_ids;
+        inputs.prompt = b.mb.prompt;
+      } else {
+        inputs.hidden = in;
+      }
+      at::Tensor out = stage.forward(inputs, off);  // logits on the last stage (no labels)
+      if (!stage.layout().post_process) return out;
+      return answer_totals(out, b.mb.labels, b.mb.loss_mask, b.answer_mask, groups_->tensor_ptr(),
+                           model_config_.vocab_size);
+    });
+    if (last_stage)
+      for (const auto& t : result.losses) totals += t;
+    ++batches_done;
+  }
+  return step_->reduce_totals(totals);
+}
+
+std::optional<double> PromptRun::validate(int64_t step) {
+  if (!plan_.valid) return std::nullopt;
+  step_log_->flush();
+  const auto start = Clock::now();
+  int64_t batches = 0;
+  const at::Tensor sums = evaluate(*plan_.valid, r_.trainer.limit_val_batches, batches).to(at::kCPU);
+  if (batches == 0) return std::nullopt;
+  const double loss = sums[0].item<double>() / std::max(1.0, sums[1].item<double>());
+  const double examples = sums[3].item<double>();
+  const double accuracy = examples > 0 ? sums[2].item<double>() / examples : 0.0;
+  if (is_rank0())
+    log_->write({{"kind", "validation"}, {"step", step}, {"max_steps", r_.trainer.max_steps}, {"val_loss", loss},
+                 {"val_accuracy", accuracy}, {"val_examples", static_cast<int64_t>(examples)},
+                 {"val_batches", batches}, {"val_time_s", seconds_since(start)}},
+                true);
+  if (step > 0 && loss < best_val_loss_) {
+    best_val_loss_ = loss;
+    write_tables((fs::path(dir_->run_dir()) / "prompt_tables_best").string(), step, loss);
+  }
+  return loss;
+}
+
+void PromptRun::test() {
+  if (!plan_.test) return;
+  int64_t batches = 0;
+  const at::Tensor sums = evaluate(*plan_.test, 0, batches).to(at::kCPU);
+  if (batches == 0) {
+    log_->message(fmt::format("[loom] test: fewer than one global batch ({}) of examples: not evaluated",
+                              shape_.global_batch));
+    return;
+  }
+  const double examples = sums[3].item<double>();
+  if (is_rank0())
+    log_->write({{"kind", "test"}, {"step", position_.iteration},
+                 {"test_loss", sums[0].item<double>() / std::max(1.0, sums[1].item<double>())},
+                 {"test_accuracy", examples > 0 ? sums[2].item<double>() / examples : 0.0},
+                 {"test_examples", static_cast<int64_t>(examples)}},
+                true);
+}
+
+void PromptRun::write_tables(const std::string& dir, int64_t iteration, double val_loss) {
+  if (!prompt_) return;  // the tables live on the first pipeline stage
+  PromptTables tables;
+  tables.tasks = prompt_->tables();  // collective over the first stage's tensor group (tpmlp)
+  if (!is_rank0()) return;
+  tables.style = style_name(r_.model.prompt.virtual_prompt_style);
+  tables.base = {{"path", plan_.base.path},
+                 {"checkpoints", fs::absolute(plan_.base.plan.location.checkpoints).string()},
+                 {"iteration", plan_.base.plan.info.iteration},
+                 {"model_shape", plan_.base.plan.info.layout.model_shape},
+                 {"parameters_digest", base_digest_}};
+  tables.iteration = iteration;
+  tables.val_loss = val_loss;
+  tables.add_bos = r_.model.data.add_bos;
+  tables.add_eos = r_.model.data.add_eos;
+  write_prompt_tables(dir, tables);
+  log_->message(fmt::format("[loom] wrote the inference tables of {} to {}", tables.task_list(), dir));
+}
+
+void PromptRun::save(int64_t iteration) {
+  step_log_->flush();
+  dir_->save(iteration, layout(), [&] {
+    return train::capture_training_state(parts(), position_, groups_->coords().tp, shape_.t);
+  });
+}
+
+int PromptRun::finish() {
+  step_log_->flush();
+  const std::string after = parameters_digest(chunks_);
+  if (after != base_digest_)
+    throw std::logic_error("the frozen base changed during prompt learning (digest " + base_digest_ + " -> " + after + ")");
+  if (prompt_) log_->message("[loom] base parameters unchanged (digest " + after + ")");
+  groups_->host_world().barrier();
+  groups_->shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int run_prompt_learning(const config::Recipe& recipe, const PromptRunOptions& options) {
+  try {
+    PromptRun run(recipe, options);
+    return run.run();
+  } catch (const std::exception& e) {
+    launch::record_rank_error(runtime::error_text(e));
+    throw;
+  }
+}
+
+}  // namespace loom::ptune

@@ -1,0 +1,47 @@
+// `loom ptune` on every rank (docs/design/ptuning.md): the frozen base sliced for this run's
+// layout, the prompt parameters on the first pipeline stage, training over the prompt
+// datasets with the pipeline schedule of pretraining, validation loss and exact-match
+// accuracy, checkpoints of the prompt parameters only (resume is exact), and the inference
+// tables at the end and at the best validation loss.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "config/recipe.h"
+#include "data/gpt2_tokenizer.h"
+#include "prompt_data/prompt_dataset.h"
+#include "prompt_data/task_template.h"
+#include "ptune/frozen_base.h"
+#include "ptune/prompt_tables.h"
+
+namespace loom::ptune {
+
+/// Everything a prompt-learning run needs that can be checked before any rank starts.
+struct PromptRunPlan {
+  config::Recipe recipe;  ///< with the base's shape and the run's sequence length adopted
+  FrozenBase base;
+  std::vector<prompt_data::ParsedTemplate> templates;
+  std::shared_ptr<data::Gpt2Tokenizer> tokenizer;
+  std::shared_ptr<prompt_data::PromptDataset> train, valid, test;
+  int64_t seq_length = 0;              ///< every micro-batch's length
+  std::optional<PromptTables> restored;  ///< model.restore_path's tables (existing tasks)
+};
+
+/// Finds the base, parses the templates, reads and checks the datasets (file:line errors),
+/// chooses the sequence length, adopts the base's shape and validates the recipe again.
+/// Throws std::invalid_argument (model.language_model_path, model.data.max_seq_length,
+/// model.restore_path, a task with records but nothing to train), config::RecipeError,
+/// prompt_data::TemplateError or data::DataError: bad input, exit status 2.
+PromptRunPlan plan_prompt_run(const config::Recipe& recipe);
+
+struct PromptRunOptions {
+  int64_t stop_after_steps = 0;            ///< save and exit after this many steps (tests)
+  std::optional<int64_t> resume_iteration; ///< --iteration
+};
+
+/// One rank of the run (rendezvous from the environment). Returns the exit status.
+int run_prompt_learning(const config::Recipe& recipe, const PromptRunOptions& options);
+
+}  // namespace loom::ptune

@@ -1,0 +1,138 @@
+#include "ptune/safetensors_file.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace loom::ptune {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
+
+void put_u64_le(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const SafetensorsContent& content) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!content.metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : content.metadata) meta[k] = v;
+    header["__metadata__"] = meta;
+  }
+  std::vector<at::Tensor> data;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : content.tensors) {
+    if (tensor.scalar_type() != at::kFloat)
+      throw std::invalid_argument(fmt::format("{}: tensor '{}' must be float32", path, name));
+    // host: a file's bytes come from host memory; tables are small.
+    at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = host.nbytes();
+    nlohmann::ordered_json entry;
+    entry["dtype"] = "F32";
+    entry["shape"] = host.sizes().vec();
+    entry["data_offsets"] = {offset, offset + bytes};
+    header[name] = entry;
+    offset += bytes;
+    data.push_back(host);
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out;
+  put_u64_le(out, json.size());
+  out += json;
+  const fs::path tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(out.data(), static_cast<std::streamsize>(out.size()));
+    for (const auto& t : data) f.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    f.flush();
+    if (!f) throw std::runtime_error(fmt::format("{}: cannot write the file", tmp.string()));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+}
+
+SafetensorsContent read_safetensors(const std::string& path) {
+  auto bad = [&](const std::string& why) { return std::invalid_argument(path + ": not a safetensors file of float32 tensors: " + why); };
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) throw std::invalid_argument(path + ": cannot open the file");
+  const uint64_t size = static_cast<uint64_t>(f.tellg());
+  f.seekg(0);
+  if (size < 8) throw bad(fmt::format("{} bytes, shorter than the 8-byte header length", size));
+  unsigned char len_bytes[8];
+  f.read(reinterpret_cast<char*>(len_bytes), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
+  if (n > kMaxHeaderBytes || n > size - 8) throw bad(fmt::format("header length {} beyond the file ({} bytes)", n, size));
+  std::string json(n, '\0');
+  f.read(json.data(), static_cast<std::streamsize>(n));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("header is not JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw bad("header is not a JSON object");
+  const uint64_t data_bytes = size - 8 - n;
+  SafetensorsContent out;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) throw bad("__metadata__ is not an object");
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) throw bad("__metadata__ value of '" + k + "' is not a string");
+        out.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+      throw bad("tensor '" + name + "' lacks dtype, shape or data_offsets");
+    if (entry["dtype"] != "F32") throw bad("tensor '" + name + "' has dtype " + entry["dtype"].dump() + ", expected F32");
+    const auto& shape_json = entry["shape"];
+    const auto& offsets = entry["data_offsets"];
+    if (!shape_json.is_array() || !offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
+      throw bad("tensor '" + name + "' has a malformed shape or data_offsets");
+    std::vector<int64_t> shape;
+    uint64_t elements = 1;
+    for (const auto& d : shape_json) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) throw bad("tensor '" + name + "' has a bad dimension");
+      shape.push_back(d.get<int64_t>());
+      elements *= d.get<uint64_t>();
+      if (elements > (uint64_t{1} << 40)) throw bad("tensor '" + name + "' is too large");
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > data_bytes || end - begin != elements * 4)
+      throw bad(fmt::format("tensor '{}' has data_offsets [{}, {}] for {} float32 values in {} data bytes", name, begin,
+                            end, elements, data_bytes));
+    at::Tensor t = at::empty(shape, at::kFloat);  // host: read from the file
+    f.seekg(static_cast<std::streamoff>(8 + n + begin));
+    f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(end - begin));
+    if (!f) throw bad("tensor '" + name + "' could not be read");
+    out.tensors[name] = t;
+    spans.emplace_back(begin, end);
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t at_byte = 0;
+  for (const auto& [b, e] : spans) {
+    if (b != at_byte) throw bad("tensor data do not tile the data section (gap or overlap)");
+    at_byte = e;
+  }
+  if (at_byte != data_bytes) throw bad(fmt::format("{} data bytes, the tensors cover {}", data_bytes, at_byte));
+  return out;
+}
+
+}  // namespace loom::ptune

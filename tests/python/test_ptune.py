@@ -1,0 +1,211 @@
+"""`loom ptune` end to end on CPU ranks (docs/design/ptuning.md): every encoder and prompt tuning
+under tensor × pipeline × data layouts (SP and selective recompute wherever t > 1) against the
+single-process run — per-step losses and gradient norms, the validation loss and exact-match
+accuracy, the final inference tables — with the frozen base bit-identical; exact resume through
+a stage without trainable parameters; `loom generate --prompt-checkpoint` agreeing with the
+validation accuracy; a task added to an earlier run; the safetensors bytes of the reference
+writer; input errors named before any rank starts.
+
+CI runs a representative set of (method, layout) pairs covering every layout once;
+LOOM_PTUNE_FULL_MATRIX=1 (tools/test.sh --full) runs every method under every layout."""
+import json
+import math
+import os
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from ptune_helpers import (METHODS, base_digests, directory_bytes, layout_overrides, make_base, run_ptune, tables,
+                           tensor_close, write_recipe, write_task)
+from test_data_helpers import ROOT, loom_binary
+from train_helpers import make_corpus, metrics
+
+LAYOUTS = [(t, p, d) for t in (1, 2) for p in (1, 2) for d in (1, 2) if (t, p, d) != (1, 1, 1)]
+CI_PAIRS = [("tpmlp", (2, 2, 2)), ("lstm", (2, 1, 2)), ("mlp", (1, 2, 2)), ("embedding", (2, 2, 1)),
+            ("prompt-tuning", (1, 1, 2)), ("tpmlp", (2, 1, 1)), ("mlp", (1, 2, 1))]
+FULL = os.environ.get("LOOM_PTUNE_FULL_MATRIX") == "1"
+PAIRS = [(m, l) for m in METHODS for l in LAYOUTS] if FULL else CI_PAIRS
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    corpus = make_corpus(tmp_path_factory)
+    base = make_base(corpus, tmp_path_factory.mktemp("base"))
+    folder = tmp_path_factory.mktemp("task")
+    train, valid = write_task(folder)
+    recipe = write_recipe(folder / "ptune.yaml", base, train, valid)
+    return {"base": base, "recipe": recipe, "train": train, "valid": valid, "folder": folder,
+            "base_bytes": directory_bytes(base / "checkpoints")}
+
+
+_references = {}
+
+
+def reference(setup, method, tmp_path_factory):
+    if method not in _references:
+        run_dir = tmp_path_factory.mktemp(f"ref_{method}")
+        done = run_ptune(setup["recipe"], METHODS[method] + layout_overrides(run_dir))
+        _references[method] = (run_dir, done.stderr)
+    return _references[method]
+
+
+def assert_same_run(run_dir, ref_dir):
+    got, want = metrics(run_dir), metrics(ref_dir)
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
+    for g, w in zip(got, want):
+        assert math.isclose(g["loss"], w["loss"], rel_tol=1e-5), (g["step"], g["loss"], w["loss"])
+        assert math.isclose(g["grad_norm"], w["grad_norm"], rel_tol=1e-4), (g["step"], g["grad_norm"], w["grad_norm"])
+    gv, wv = metrics(run_dir, "validation"), metrics(ref_dir, "validation")
+    assert [r["step"] for r in gv] == [0, 4]
+    for g, w in zip(gv, wv):
+        assert math.isclose(g["val_loss"], w["val_loss"], rel_tol=1e-5)
+        assert g["val_accuracy"] == w["val_accuracy"] and g["val_examples"] == w["val_examples"] == 16
+    for task, table in tables(ref_dir).items():
+        tensor_close(tables(run_dir)[task], table)
+
+
+@pytest.mark.parametrize("method,layout", PAIRS, ids=lambda x: str(x))
+def test_layout_matches_single_process(setup, tmp_path_factory, tmp_path, method, layout):
+    ref_dir, ref_log = reference(setup, method, tmp_path_factory)
+    t, p, d = layout
+    done = run_ptune(setup["recipe"], METHODS[method] + layout_overrides(tmp_path, t, p, d))
+    assert_same_run(tmp_path, ref_dir)
+    # The base is frozen for real: its parameters (as loaded for this layout) are unchanged at
+    # the end, they are those of the single-process run, and its files are untouched.
+    digests = base_digests(done.stderr)
+    assert len(digests) == 2 and digests[0] == digests[1], done.stderr[-3000:]
+    assert directory_bytes(setup["base"] / "checkpoints") == setup["base_bytes"]
+
+
+def test_prompt_learning_on_the_standin_device_matches_cpu(setup, tmp_path_factory, tmp_path):
+    """The GPU code path (trainer.accelerator=gpu on the stand-in device, whose communicator is
+    NCCL-like): every batch, splice and table on the run's device."""
+    from test_standin_lane import standin_library
+    ref_dir, _ = reference(setup, "tpmlp", tmp_path_factory)
+    env = dict(os.environ, LOOM_DEVICE_PLUGIN=str(standin_library()))
+    cmd = [str(loom_binary()), "ptune", str(setup["recipe"]), *METHODS["tpmlp"], *layout_overrides(tmp_path, 2, 2, 1),
+           "trainer.accelerator=gpu"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert "standin:" in done.stderr
+    assert_same_run(tmp_path, ref_dir)
+
+
+def test_the_prompt_learns_and_only_prompt_parameters_are_saved(setup, tmp_path_factory):
+    ref_dir, log = reference(setup, "mlp", tmp_path_factory)
+    val = [r["val_loss"] for r in metrics(ref_dir, "validation")]  # the same records at steps 0 and 4
+    assert val[-1] < val[0], val
+    shard = torch.load(next((ref_dir / "checkpoints" / "iter_0000004").glob("mp_rank_*/model_optim_rng.pt")),
+                       weights_only=False)
+    assert sorted(shard["model"]) == ["prompt.mood.input", "prompt.mood.mlp.0.bias", "prompt.mood.mlp.0.weight",
+                                      "prompt.mood.mlp.1.bias", "prompt.mood.mlp.1.weight"]
+    meta = json.loads((ref_dir / "checkpoints" / "iter_0000004" / "metadata.json").read_text())
+    assert meta["layout"]["model"]["prompt_learning"]["base_iteration"] == 2
+    index = json.loads((ref_dir / "prompt_tables" / "index.json").read_text())
+    assert index["tasks"][0]["tokens"] == 4 and index["tasks"][0]["template"]["virtual_token_splits"] == [3, 1]
+    assert tables(ref_dir)["mood"].shape == (4, 32)
+    assert (ref_dir / "prompt_tables_best" / "index.json").exists()
+
+
+def test_resume_through_a_stage_without_prompt_parameters_is_exact(setup, tmp_path):
+    full, parts = tmp_path / "full", tmp_path / "parts"
+    layout = METHODS["lstm"] + ["trainer.val_check_interval=100"]
+    run_ptune(setup["recipe"], layout + layout_overrides(full, 1, 2, 1))
+    run_ptune(setup["recipe"], layout + layout_overrides(parts, 1, 2, 1), "--stop-after-steps", "2")
+    run_ptune(setup["recipe"], layout + layout_overrides(parts, 1, 2, 1))
+    assert [r["loss"] for r in metrics(parts)] == [r["loss"] for r in metrics(full)]
+    assert torch.equal(tables(parts)["mood"], tables(full)["mood"])
+
+
+def test_generate_with_the_tables_agrees_with_validation_accuracy(setup, tmp_path_factory, tmp_path):
+    ref_dir, _ = reference(setup, "mlp", tmp_path_factory)
+    out = tmp_path / "predictions.jsonl"
+    done = subprocess.run([str(loom_binary()), "generate", "--prompt-checkpoint", str(ref_dir), "--input",
+                           str(setup["valid"]), "--greedy", "--max-new-tokens", "3", "--output", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(l) for l in out.read_text().splitlines()]
+    assert len(rows) == 16 and all("prediction" in r and r["taskname"] == "mood" for r in rows)
+    final = metrics(ref_dir, "validation")[-1]
+    assert sum(r["exact_match"] for r in rows) == round(final["val_accuracy"] * 16), done.stderr
+    # Records without their answer are generated, not scored.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"text": " my sweet love"}) + "\n")
+    done = subprocess.run([str(loom_binary()), "generate", "--prompt-checkpoint", str(ref_dir), "--task", "mood",
+                           "--input", str(bare), "--max-new-tokens", "2", "--top-k", "5", "--repetition-penalty",
+                           "1.3", "--min-new-tokens", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert "exact_match" not in row and row["prediction"] != ""
+
+
+def test_a_new_task_is_added_without_retraining_the_old_one(setup, tmp_path_factory, tmp_path):
+    ref_dir, _ = reference(setup, "mlp", tmp_path_factory)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"taskname": "echo", "text": f" word {i}", "label": " yes"}) + "\n"
+                             for i in range(16)))
+    extra = ('    - taskname: echo\n      prompt_template: "<|VIRTUAL_PROMPT_0|>{text} Echo:{label}"\n'
+             "      prompt_template_fields: [text, label]\n      total_virtual_tokens: 2\n"
+             "      virtual_token_splits: [2]\n      answer_only_loss: true\n      answer_field: label\n")
+    recipe = write_recipe(tmp_path / "two.yaml", setup["base"], other, other, extra_tasks=extra)
+    run_ptune(recipe, METHODS["mlp"] + layout_overrides(tmp_path / "run") +
+              [f"model.restore_path={ref_dir}", "model.existing_tasks=[mood]", "model.new_tasks=[echo]"])
+    got = tables(tmp_path / "run")
+    assert torch.equal(got["mood"], tables(ref_dir)["mood"])
+    assert got["echo"].shape == (2, 32)
+
+
+def split_safetensors(data):
+    n = int.from_bytes(data[:8], "little")
+    return n, json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def test_tables_are_the_bytes_of_the_reference_writer(setup, tmp_path_factory, tmp_path):
+    ref_dir, _ = reference(setup, "embedding", tmp_path_factory)
+    ours = ref_dir / "prompt_tables" / "mood.safetensors"
+    from safetensors import safe_open
+    with safe_open(str(ours), "pt") as f:
+        metadata = f.metadata()
+        table = f.get_tensor("prompt_table")
+    save_file({"prompt_table": table}, str(tmp_path / "ref.safetensors"), metadata=metadata)
+    # The same header (the reference orders metadata keys as a hash map does, so the header is
+    # compared as JSON), the same padded length and the same data bytes.
+    n, header, data = split_safetensors(ours.read_bytes())
+    ref_n, ref_header, ref_data = split_safetensors((tmp_path / "ref.safetensors").read_bytes())
+    assert (n, header, data) == (ref_n, ref_header, ref_data)
+    assert n % 8 == 0
+    assert metadata["task"] == "mood" and metadata["tokens"] == "4" and metadata["hidden"] == "32"
+    # Without metadata the files are byte-identical.
+    plain = tmp_path / "plain.safetensors"
+    save_file({"prompt_table": table}, str(plain))
+    body = json.dumps({"prompt_table": header["prompt_table"]}, separators=(",", ":")).encode()
+    body += b" " * (-len(body) % 8)
+    assert plain.read_bytes() == len(body).to_bytes(8, "little") + body + data
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["model.task_templates.0.virtual_token_splits=[2,1]"], "virtual_token_splits"),
+    (["model.language_model_path=/nonexistent/base"], "model.language_model_path"),
+    (["model.data.max_seq_length=64"], "model.data.max_seq_length: expected at most the base's"),
+    (["model.tensor_model_parallel_size=3", "model.micro_batch_size=8"], "model.num_attention_heads"),
+], ids=["splits", "base", "max_seq_length", "heads"])
+def test_bad_input_is_named_before_any_rank_starts(setup, tmp_path, overrides, expected):
+    # Several ranks are asked for: the error must come before any of them starts.
+    devices = "trainer.devices=3" if "model.tensor_model_parallel_size=3" in overrides else "trainer.devices=2"
+    done = run_ptune(setup["recipe"], layout_overrides(tmp_path / "run") + overrides + [devices], check=False)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_a_record_with_an_unknown_field_is_named_by_file_and_line(setup, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    lines = setup["train"].read_text().splitlines()
+    lines[2] = json.dumps({"taskname": "mood", "text": " x", "label": " love", "speaker": "ROMEO"})
+    bad.write_text("\n".join(lines) + "\n")
+    done = run_ptune(setup["recipe"], layout_overrides(tmp_path / "run") + [f"model.data.train_ds=[{bad}]"],
+                     check=False)
+    assert done.returncode == 2
+    assert f"{bad}:3" in done.stderr and "speaker" in done.stderr, done.stderr
