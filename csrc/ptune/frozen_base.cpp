@@ -66,22 +66,41 @@ std::vector<model::GptStage> build_frozen_chunks(const generate::FullCheckpoint&
   return chunks;
 }
 
-std::string parameters_digest(const std::vector<model::GptStage>& chunks) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const void* data, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  for (const auto& chunk : chunks) {
-    for (const auto& p : chunk.parameters()) {
-      mix(p.name.data(), p.name.size());
-      // host: the digest reads every byte once, after the run (a test and a log line).
-      const at::Tensor host = p.tensor.detach().to(at::kCPU).contiguous();
-      for (int64_t d : host.sizes()) mix(&d, sizeof d);
-      mix(host.data_ptr(), host.nbytes());
-    }
+namespace {
+
+// FNV-1a over (name, shape, bytes) of named tensors, in the order given.
+class TensorDigest {
+ public:
+  void add(const std::string& name, const at::Tensor& tensor) {
+    mix(name.data(), name.size());
+    // host: the digest reads every byte once (start and end of a run)
+    const at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
+    for (int64_t d : host.sizes()) mix(&d, sizeof d);
+    mix(host.data_ptr(), host.nbytes());
   }
-  return fmt::format("{:016x}", h);
+  std::string hex() const { return fmt::format("{:016x}", h_); }
+
+ private:
+  void mix(const void* data, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ b[i]) * 1099511628211ull;
+  }
+  uint64_t h_ = 1469598103934665603ull;
+};
+
+}  // namespace
+
+std::string parameters_digest(const std::vector<model::GptStage>& chunks) {
+  TensorDigest d;
+  for (const auto& chunk : chunks)
+    for (const auto& p : chunk.parameters()) d.add(p.name, p.tensor);
+  return d.hex();
+}
+
+std::string checkpoint_digest(const generate::FullCheckpoint& checkpoint) {
+  TensorDigest d;
+  for (const auto& [name, tensor] : checkpoint.params) d.add(name, tensor);  // std::map: name order
+  return d.hex();
 }
 
 }  // namespace loom::ptune

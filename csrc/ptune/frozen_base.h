@@ -40,8 +40,12 @@ void adopt_base_shape(config::Recipe& recipe, const FrozenBase& base, int64_t se
 std::vector<model::GptStage> build_frozen_chunks(const generate::FullCheckpoint& checkpoint, const model::GptConfig& config,
                                                  runtime::ProcessGroups& groups, int virtual_stages);
 
-/// A digest (hex FNV-1a over names, shapes and bytes) of every parameter of `chunks`, to show
-/// that the base is bit-identical before and after tuning.
+/// A digest (hex FNV-1a over names, shapes and bytes) of every parameter of `chunks` (this
+/// rank's slice of the base), to show that it is bit-identical before and after tuning.
 std::string parameters_digest(const std::vector<model::GptStage>& chunks);
+
+/// The same over the whole checkpoint's global tensors (in name order): one value for the base
+/// whatever layout reads it, recorded with the inference tables and compared by later runs.
+std::string checkpoint_digest(const generate::FullCheckpoint& checkpoint);
 
 }  // namespace loom::ptune

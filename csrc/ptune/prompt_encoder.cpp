@@ -177,18 +177,14 @@ model::ParamList PromptEncoder::parameters() const {
     for (int64_t layer = 0; layer < layers; ++layer)
       for (const char* dir : {"forward", "reverse"})
         for (const char* what : {"w_ih", "w_hh", "b_ih", "b_hh"}) {
-          model::Param p{fmt::format("{}lstm.{}.{}.{}", base, layer, dir, what), lstm_params_[k++]};
-          p.weight_decay = what[0] == 'w';
-          out.push_back(p);
+          out.push_back({fmt::format("{}lstm.{}.{}.{}", base, layer, dir, what), lstm_params_[k++]});
         }
   }
   for (size_t i = 0; i < mlp_w_.size(); ++i) {
     const std::string name = type == PromptEncoderType::kLstm ? fmt::format("{}head.{}", base, i)
                                                               : fmt::format("{}mlp.{}", base, i);
     out.push_back({name + ".weight", mlp_w_[i]});
-    model::Param b{name + ".bias", mlp_b_[i]};
-    b.weight_decay = false;
-    out.push_back(b);
+    out.push_back({name + ".bias", mlp_b_[i]});  // decay: matrices only (train::trainable_params)
   }
   if (tp_in_) tp_in_->collect(out);
   if (tp_out_) tp_out_->collect(out);

@@ -9,6 +9,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "generate/model_loader.h"
 #include "prompt_data/prompt_dataset.h"
+#include "ptune/frozen_base.h"
 
 namespace fs = std::filesystem;
 
@@ -70,6 +71,13 @@ std::vector<PromptPrediction> run_prompt_generation(const PromptGeneratePlan& pl
 
   model::GptStage model = [&] {
     generate::FullCheckpoint checkpoint = generate::read_full_checkpoint(bp.location.checkpoints, bp.info);
+    // The tables only mean something on the base they were tuned on.
+    const auto& base = plan.tables.base;
+    if (base.contains("checkpoint_digest") && base["checkpoint_digest"] != checkpoint_digest(checkpoint))
+      throw GenerateInputError(fmt::format("--prompt-checkpoint: the tables were tuned on the base with checkpoint "
+                                           "digest {}; {} iteration {} is another model",
+                                           base["checkpoint_digest"].get<std::string>(), bp.location.checkpoints,
+                                           bp.info.iteration));
     return generate::load_inference_model(checkpoint, config, tp, tp->device());
   }();
   const generate::GenerationOptions gen = generate::generation_options(request.generation, tokenizer);

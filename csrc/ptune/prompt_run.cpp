@@ -95,8 +95,18 @@ PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
                                                 "model.new_tasks nor in model.existing_tasks", name, counts[t]));
     }
   }
+  for (size_t t = 0; t < plan.templates.size(); ++t) {
+    const auto& name = plan.templates[t].spec.taskname;
+    if (listed(prompt.new_tasks, name) && plan.train->examples_per_task()[t] == 0)
+      throw std::invalid_argument(fmt::format("model.new_tasks: task '{}' has no records in model.data.train_ds: "
+                                              "there is nothing to train it on", name));
+  }
   if (prompt.restore_path) {
-    plan.restored = read_prompt_tables(*prompt.restore_path);
+    try {
+      plan.restored = read_prompt_tables(*prompt.restore_path);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("model.restore_path: ") + e.what());
+    }
     for (const auto& name : prompt.existing_tasks)
       if (!plan.restored->find(name))
         throw std::invalid_argument(fmt::format("model.existing_tasks: task '{}' is not in the tables of "
@@ -112,6 +122,23 @@ PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
   plan.seq_length = prompt_data::run_sequence_length(all, sp ? std::lcm<int64_t>(8, t) : 8, sp ? t : 1);
   adopt_base_shape(r, plan.base, plan.seq_length);
   config::validate_adopted_shape(r);
+  // What the ranks would otherwise find only once started.
+  const int64_t h = r.model.hidden_size;
+  const auto& pt = prompt.p_tuning;
+  if (prompt.virtual_prompt_style == config::VirtualPromptStyle::kPTuning &&
+      pt.encoder_type == config::PromptEncoderType::kTpMlp && pt.encoder_hidden.value_or(std::max<int64_t>(1, h / 2)) % t != 0)
+    throw std::invalid_argument(fmt::format("model.p_tuning.encoder_hidden: a tpmlp encoder splits it over "
+                                            "tensor_model_parallel_size {}; {} is not divisible by it",
+                                            t, pt.encoder_hidden.value_or(std::max<int64_t>(1, h / 2))));
+  for (const auto& name : prompt.existing_tasks) {
+    const PromptTable* table = plan.restored->find(name);
+    const auto& spec = plan.templates[static_cast<size_t>(prompt_data::find_task(plan.templates, name))].spec;
+    if (table->vectors.size(0) != spec.total_virtual_tokens || table->vectors.size(1) != h)
+      throw std::invalid_argument(fmt::format("model.existing_tasks: task '{}' has a [{}, {}] table in "
+                                              "model.restore_path, this run needs [{}, {}]",
+                                              name, table->vectors.size(0), table->vectors.size(1),
+                                              spec.total_virtual_tokens, h));
+  }
   return plan;
 }
 
@@ -173,7 +200,8 @@ class PromptRun {
   std::unique_ptr<train::StepLog> step_log_;
   std::unique_ptr<prompt_data::EpochOrder> order_;
   train::TrainingPosition position_;
-  std::string base_digest_;
+  std::string base_digest_;             ///< this rank's slice of the base, checked at the end
+  std::string base_checkpoint_digest_;  ///< the whole base checkpoint (the same for every layout)
   double best_val_loss_ = std::numeric_limits<double>::infinity();
 };
 
@@ -190,7 +218,9 @@ int PromptRun::run() {
   const int64_t first_step = position_.iteration;
   if (first_step >= max_steps) {
     log_->message("[loom] the checkpoint is already at trainer.max_steps: nothing to train");
-  } else {
+    return finish();
+  }
+  {
     if (first_step == 0 && every_val > 0) validate(0);
     for (int64_t step = first_step; step < max_steps; ++step) {
       train_step(step);
@@ -254,6 +284,13 @@ void PromptRun::build_model() {
       generate::read_full_checkpoint(plan_.base.plan.location.checkpoints, plan_.base.plan.info);
   chunks_ = build_frozen_chunks(full, model_config_, *groups_, shape_.v);
   base_digest_ = parameters_digest(chunks_);
+  base_checkpoint_digest_ = checkpoint_digest(full);
+  if (plan_.restored && plan_.restored->base.contains("checkpoint_digest") &&
+      plan_.restored->base["checkpoint_digest"] != base_checkpoint_digest_)
+    throw std::invalid_argument(fmt::format("model.restore_path: its tables were tuned on another base (checkpoint "
+                                            "digest {}), model.language_model_path is {}",
+                                            plan_.restored->base["checkpoint_digest"].get<std::string>(),
+                                            base_checkpoint_digest_));
   if (first_stage()) {
     auto emb = full.params.find("embedding.word_embeddings.weight");
     if (emb == full.params.end())
@@ -275,17 +312,18 @@ void PromptRun::build_model() {
   lc.world_size = groups_->layout().world_size();
   step_log_ = std::make_unique<train::StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
   if (prompt_)
-    log_->message(fmt::format("[loom] base: {} (iteration {}, {} layers, hidden {}), frozen, parameters digest {}; "
+    log_->message(fmt::format("[loom] base: {} (iteration {}, {} layers, hidden {}, checkpoint digest {}), frozen; "
                               "{} trainable prompt parameters",
                               plan_.base.path, plan_.base.plan.info.iteration, model_config_.num_layers,
-                              model_config_.hidden_size, base_digest_, prompt_->num_parameters()));
+                              model_config_.hidden_size, base_checkpoint_digest_, prompt_->num_parameters()));
+  log_->message("[loom] base parameters of this rank: digest " + base_digest_);
 }
 
 train::CheckpointLayout PromptRun::layout() const {
   train::CheckpointLayout l = train::checkpoint_layout(shape_, model_config_);
   // A prompt checkpoint names its base and what it trains; a resume must match.
   const auto& p = r_.model.prompt;
-  l.model_shape["prompt_learning"] = {{"base_checkpoints", fs::absolute(plan_.base.plan.location.checkpoints).string()},
+  l.model_shape["prompt_learning"] = {{"base_checkpoints", fs::weakly_canonical(plan_.base.plan.location.checkpoints).string()},
                                       {"base_iteration", plan_.base.plan.info.iteration},
                                       {"virtual_prompt_style", style_name(p.virtual_prompt_style)},
                                       {"new_tasks", p.new_tasks}};
@@ -371,6 +409,9 @@ at::Tensor PromptRun::evaluate(const prompt_data::PromptDataset& dataset, int64_
   batches_done = 0;
   const int64_t whole = dataset.size() / shape_.global_batch;
   const int64_t limit = max_global_batches > 0 ? std::min(whole, max_global_batches) : whole;
+  if (limit == whole && dataset.size() % shape_.global_batch != 0)
+    log_->message(fmt::format("[loom] warning: {} of the {} records are not scored (whole global batches of {} only)",
+                              dataset.size() % shape_.global_batch, dataset.size(), shape_.global_batch));
   for (int64_t g = 0; g < limit; ++g) {
     std::vector<PromptMicroBatch> batches;
     for (int k = 0; k < shape_.m; ++k) {
@@ -448,10 +489,10 @@ void PromptRun::write_tables(const std::string& dir, int64_t iteration, double v
   if (!is_rank0()) return;
   tables.style = style_name(r_.model.prompt.virtual_prompt_style);
   tables.base = {{"path", plan_.base.path},
-                 {"checkpoints", fs::absolute(plan_.base.plan.location.checkpoints).string()},
+                 {"checkpoints", fs::weakly_canonical(plan_.base.plan.location.checkpoints).string()},
                  {"iteration", plan_.base.plan.info.iteration},
                  {"model_shape", plan_.base.plan.info.layout.model_shape},
-                 {"parameters_digest", base_digest_}};
+                 {"checkpoint_digest", base_checkpoint_digest_}};
   tables.iteration = iteration;
   tables.val_loss = val_loss;
   tables.add_bos = r_.model.data.add_bos;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 
 #include "ptune/safetensors_file.h"
@@ -18,12 +19,16 @@ constexpr const char* kIndexFile = "index.json";
 constexpr const char* kTensorName = "prompt_table";
 
 // A file name for a task: its name when that is a plain word, else its position (task names
-// are free text in NeMo's recipes).
-std::string table_file(const std::string& task, size_t index) {
+// are free text in NeMo's recipes); `taken` holds the names given so far, so that "a b" (task
+// 0) and a task named "task_0" never share a file.
+std::string table_file(const std::string& task, size_t index, std::set<std::string>& taken) {
   const bool plain = !task.empty() && task.size() <= 100 && task[0] != '.' &&
                      task.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
                          std::string::npos;
-  return plain ? task + ".safetensors" : fmt::format("task_{}.safetensors", index);
+  std::string name = plain ? task : fmt::format("task_{}", index);
+  while (taken.count(name)) name += fmt::format("_{}", index);
+  taken.insert(name);
+  return name + ".safetensors";
 }
 
 nlohmann::json template_json(const config::TaskTemplate& t) {
@@ -73,9 +78,10 @@ void write_prompt_tables(const std::string& dir, const PromptTables& tables) {
                        {"base", tables.base}, {"iteration", tables.iteration}, {"val_loss", tables.val_loss},
                        {"add_bos", tables.add_bos}, {"add_eos", tables.add_eos}};
   index["tasks"] = nlohmann::json::array();
+  std::set<std::string> taken;
   for (size_t i = 0; i < tables.tasks.size(); ++i) {
     const auto& t = tables.tasks[i];
-    const std::string file = table_file(t.spec.taskname, i);
+    const std::string file = table_file(t.spec.taskname, i, taken);
     SafetensorsContent content;
     content.tensors[kTensorName] = t.vectors.to(at::kFloat);
     content.metadata = {{"task", t.spec.taskname},

@@ -110,9 +110,11 @@ SafetensorsContent read_safetensors(const std::string& path) {
     uint64_t elements = 1;
     for (const auto& d : shape_json) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) throw bad("tensor '" + name + "' has a bad dimension");
-      shape.push_back(d.get<int64_t>());
-      elements *= d.get<uint64_t>();
-      if (elements > (uint64_t{1} << 40)) throw bad("tensor '" + name + "' is too large");
+      const uint64_t n = d.get<uint64_t>();
+      shape.push_back(static_cast<int64_t>(n));
+      // Checked before multiplying: the product of two dimensions <= 2^40 could wrap.
+      if (n != 0 && elements > (uint64_t{1} << 40) / n) throw bad("tensor '" + name + "' is too large");
+      elements *= n;
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_bytes || end - begin != elements * 4)

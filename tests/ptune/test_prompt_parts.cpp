@@ -143,7 +143,9 @@ TEST_CASE("initial values are a function of (seed, task), the same for every lay
     CHECK(at::equal(first, PromptEncoder(o, runtime::Communicator::solo()).forward(false, 0)));
     o.task = "other";
     CHECK_FALSE(at::equal(first, PromptEncoder(o, runtime::Communicator::solo()).forward(false, 0)));
+    o.task = "t";
     o.seed = 7;
+    CHECK_FALSE(at::equal(first, PromptEncoder(o, runtime::Communicator::solo()).forward(false, 0)));
   }
   // The embedding table is xavier-normal: std sqrt(2 / (n + h)).
   const at::Tensor big = PromptEncoder(encoder_options(config::PromptEncoderType::kEmbedding, 200, 300),
@@ -361,12 +363,17 @@ TEST_CASE("prompt tables: written and read back with their templates; a damaged 
   PromptTable b = a;
   b.spec.taskname = "odd name/with slash";
   b.vectors = at::randn({3, 4});
-  t.tasks = {a, b};
+  PromptTable c = a;
+  c.spec.taskname = "task_1";  // the file name the non-plain task 1 gets: no clash
+  c.vectors = at::randn({3, 4});
+  t.tasks = {a, b, c};
   write_prompt_tables(prompt_tables_dir(run), t);
   CHECK(fs::exists(prompt_tables_dir(run) + "/mood.safetensors"));
   CHECK(fs::exists(prompt_tables_dir(run) + "/task_1.safetensors"));
+  CHECK(fs::exists(prompt_tables_dir(run) + "/task_1_2.safetensors"));
   const PromptTables back = read_prompt_tables(run);  // the run directory works too
-  REQUIRE(back.tasks.size() == 2);
+  REQUIRE(back.tasks.size() == 3);
+  CHECK(at::equal(back.find("task_1")->vectors, c.vectors));
   CHECK(back.tasks[0].spec == a.spec);
   CHECK(at::equal(back.find("odd name/with slash")->vectors, b.vectors));
   CHECK(back.base["iteration"] == 300);

@@ -115,8 +115,12 @@ def tables(run_dir, folder="prompt_tables"):
 
 
 def base_digests(stderr):
-    """The frozen base's parameter digests a run logged (after build and at the end)."""
-    return re.findall(r"digest ([0-9a-f]{16})", stderr)
+    """What a run logged of its frozen base: the whole checkpoint's digest, and every rank's
+    digests of its slice after building and at the end (pairs: before, after)."""
+    whole = re.findall(r"checkpoint digest ([0-9a-f]{16})", stderr)
+    before = re.findall(r"base parameters of this rank: digest ([0-9a-f]{16})", stderr)
+    after = re.findall(r"base parameters unchanged \(digest ([0-9a-f]{16})\)", stderr)
+    return whole, before, after
 
 
 def directory_bytes(folder):
