@@ -44,6 +44,11 @@ PromptGeneratePlan plan_prompt_generation(const PromptGenerateRequest& request) 
     base.checkpoint = plan.tables.base["checkpoints"].get<std::string>();
     base.iteration = plan.tables.base.value("iteration", int64_t{0});
   }
+  // The tuning run's tokenizer, unless the flags name one (or its files are gone).
+  for (auto [key, flag] : {std::pair{"vocab_file", &base.vocab_file}, std::pair{"merge_file", &base.merge_file}}) {
+    const std::string file = plan.tables.base.value(key, std::string());
+    if (flag->empty() && !file.empty() && fs::is_regular_file(file)) *flag = file;
+  }
   plan.base = generate::plan_generation(base);
   const int64_t hidden = generate::inference_config(plan.base.info.layout.model_shape).hidden_size;
   for (const auto& t : plan.tables.tasks)

@@ -492,7 +492,10 @@ void PromptRun::write_tables(const std::string& dir, int64_t iteration, double v
                  {"checkpoints", fs::weakly_canonical(plan_.base.plan.location.checkpoints).string()},
                  {"iteration", plan_.base.plan.info.iteration},
                  {"model_shape", plan_.base.plan.info.layout.model_shape},
-                 {"checkpoint_digest", base_checkpoint_digest_}};
+                 {"checkpoint_digest", base_checkpoint_digest_},
+                 // The tokenizer the records were laid out with (generate uses it by default).
+                 {"vocab_file", fs::weakly_canonical(r_.model.tokenizer.vocab_file).string()},
+                 {"merge_file", fs::weakly_canonical(r_.model.tokenizer.merge_file).string()}};
   tables.iteration = iteration;
   tables.val_loss = val_loss;
   tables.add_bos = r_.model.data.add_bos;
