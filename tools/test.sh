@@ -5,7 +5,9 @@
 #   tools/test.sh --full     also prepares the GPU bundle and dry-runs the GPU bring-up on the
 #                            stand-in device (tools/gpu_bundle.sh, tools/gpu_bringup.sh --dry-run):
 #                            run it before a session with a GPU host, so that GPU minutes go to
-#                            measurement; it downloads ~60 MB, so CI does not
+#                            measurement; it downloads ~60 MB, so CI does not. It also runs
+#                            every prompt-learning method under every layout
+#                            (LOOM_PTUNE_FULL_MATRIX=1; CI runs a set covering every layout once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 full=0
@@ -17,6 +19,7 @@ echo "[test] C++ tests" >&2
 echo "[test] fuzzing the recipe, .idx, .npy and checkpoint readers" >&2
 tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
+if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1; fi
 .venv/bin/python -m pytest -q tests/python
 if [ "$full" = 1 ]; then
   echo "[test] GPU bring-up dry run" >&2
