@@ -29,6 +29,7 @@
 #include "train/run_directory.h"
 #include "train/run_settings.h"
 #include "train/step_log.h"
+#include "train/step_loop.h"
 #include "train/stop_signal.h"
 #include "train/training_state.h"
 
@@ -93,28 +94,12 @@ int TrainingRun::run() {
   dir_->write_resolved_recipe(r_);
   install_stop_signal_handlers();
 
-  const int64_t max_steps = r_.trainer.max_steps;
-  const int64_t every_save = r_.exp_manager.checkpoint_callback_params.every_n_steps;
-  const int64_t every_val = r_.trainer.val_check_interval;
-  const int64_t first_step = position_.iteration;
-  if (first_step >= max_steps) {
-    log_->message("[loom] the checkpoint is already at trainer.max_steps: nothing to train");
+  const StepLoopHooks hooks{[&](int64_t step) { train_step(step); }, [&](int64_t done) { validate(done); },
+                            [&](int64_t done) { save(done); }};
+  if (run_step_loop(r_, position_.iteration, options_.stop_after_steps, *groups_, *log_, hooks) !=
+      StepLoopEnd::kMaxSteps)
     return finish();
-  }
-  if (first_step == 0 && every_val > 0) validate(0);
-  for (int64_t step = first_step; step < max_steps; ++step) {
-    train_step(step);
-    const int64_t done = step + 1;
-    if (done == max_steps) break;
-    if (every_val > 0 && done % every_val == 0) validate(done);
-    if (every_save > 0 && done % every_save == 0) save(done);
-    const bool enough = options_.stop_after_steps > 0 && done - first_step >= options_.stop_after_steps;
-    if (stop_requested(*groups_, enough)) {
-      log_->message(fmt::format("[loom] stop requested at step {}: saving and exiting", done));
-      save(done);
-      return finish();
-    }
-  }
+  const int64_t max_steps = r_.trainer.max_steps;
   validate(max_steps);
   save(max_steps);
   return finish();

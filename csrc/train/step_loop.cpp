@@ -1,0 +1,35 @@
+#include "train/step_loop.h"
+
+#include <fmt/format.h>
+
+#include "train/stop_signal.h"
+
+namespace loom::train {
+
+StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int64_t stop_after_steps,
+                          runtime::ProcessGroups& groups, MetricsLog& log, const StepLoopHooks& hooks) {
+  const int64_t max_steps = recipe.trainer.max_steps;
+  const int64_t every_save = recipe.exp_manager.checkpoint_callback_params.every_n_steps;
+  const int64_t every_val = recipe.trainer.val_check_interval;
+  if (first_step >= max_steps) {
+    log.message("[loom] the checkpoint is already at trainer.max_steps: nothing to train");
+    return StepLoopEnd::kNothingToDo;
+  }
+  if (first_step == 0 && every_val > 0) hooks.validate(0);
+  for (int64_t step = first_step; step < max_steps; ++step) {
+    hooks.train_step(step);
+    const int64_t done = step + 1;
+    if (done == max_steps) break;
+    if (every_val > 0 && done % every_val == 0) hooks.validate(done);
+    if (every_save > 0 && done % every_save == 0) hooks.save(done);
+    const bool enough = stop_after_steps > 0 && done - first_step >= stop_after_steps;
+    if (stop_requested(groups, enough)) {
+      log.message(fmt::format("[loom] stop requested at step {}: saving and exiting", done));
+      hooks.save(done);
+      return StepLoopEnd::kStopped;
+    }
+  }
+  return StepLoopEnd::kMaxSteps;
+}
+
+}  // namespace loom::train
