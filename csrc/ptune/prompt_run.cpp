@@ -235,19 +235,14 @@ void PromptRun::setup() {
         info.world_size));
   shape_ = train::run_shape(r_);
   runtime::use_fair_share_of_cores(info.local_world_size);
-  train::RunDirectoryOptions d;
-  d.run_dir = config::run_directory(r_);
-  d.command = "loom ptune";
-  d.recipe_file = r_.origin.file;
-  d.resume_iteration = options_.resume_iteration;
-  d.resume_if_exists = r_.exp_manager.resume_if_exists;
-  d.save_checkpoints = r_.exp_manager.create_checkpoint_callback;
-  dir_ = std::make_unique<train::RunDirectory>(d, info.rank == 0);
+  // Before anything in the run directory is touched: one run per directory.
+  dir_ = std::make_unique<train::RunDirectory>(
+      train::run_directory_options(r_, "loom ptune", options_.resume_iteration), info.rank == 0);
 
   const runtime::ProcessGroupOptions pg = train::process_group_options(r_, info.local_rank);
   groups_ = runtime::ProcessGroups::create(info, pg);
   groups_->host_world().barrier();
-  log_ = std::make_unique<train::MetricsLog>(is_rank0() ? (fs::path(d.run_dir) / "metrics.jsonl").string() : "",
+  log_ = std::make_unique<train::MetricsLog>(is_rank0() ? (fs::path(dir_->run_dir()) / "metrics.jsonl").string() : "",
                                              is_rank0());
   dir_->attach(*groups_, *log_);
   log_->message(fmt::format("[loom] prompt learning ({}) on {} | t={} p={} v={} d={} | {} micro-batches of {} per step",

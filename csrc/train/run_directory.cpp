@@ -6,12 +6,25 @@
 #include <chrono>
 #include <filesystem>
 
+#include "config/derived.h"
 #include "launch/local_launcher.h"
 #include "train/checkpoint_files.h"
 
 namespace fs = std::filesystem;
 
 namespace loom::train {
+
+RunDirectoryOptions run_directory_options(const config::Recipe& recipe, const std::string& command,
+                                          std::optional<int64_t> resume_iteration) {
+  RunDirectoryOptions d;
+  d.run_dir = config::run_directory(recipe);
+  d.command = command;
+  d.recipe_file = recipe.origin.file;
+  d.resume_iteration = resume_iteration;
+  d.resume_if_exists = recipe.exp_manager.resume_if_exists;
+  d.save_checkpoints = recipe.exp_manager.create_checkpoint_callback;
+  return d;
+}
 
 RunDirectory::RunDirectory(RunDirectoryOptions options, bool rank0)
     : options_(std::move(options)), checkpoint_dir_((fs::path(options_.run_dir) / "checkpoints").string()) {

@@ -34,6 +34,11 @@ struct ResumePoint {
   RankCheckpoint state;
 };
 
+/// The run directory options of `recipe` (config::run_directory, exp_manager's resume and
+/// checkpoint switches) for `command` ("loom train", "loom ptune").
+RunDirectoryOptions run_directory_options(const config::Recipe& recipe, const std::string& command,
+                                          std::optional<int64_t> resume_iteration);
+
 class RunDirectory {
  public:
   /// On world rank 0 (`rank0`) takes the lock (throws launch::RunLockError naming the holder).

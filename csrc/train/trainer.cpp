@@ -115,15 +115,9 @@ void TrainingRun::setup() {
   }
   shape_ = run_shape(r_);
   runtime::use_fair_share_of_cores(info.local_world_size);
-  RunDirectoryOptions d;
-  d.run_dir = config::run_directory(r_);
-  d.command = "loom train";
-  d.recipe_file = r_.origin.file;
-  d.resume_iteration = options_.resume_iteration;
-  d.resume_if_exists = r_.exp_manager.resume_if_exists;
-  d.save_checkpoints = r_.exp_manager.create_checkpoint_callback;
   // Before anything in the run directory is touched: one run per directory.
-  dir_ = std::make_unique<RunDirectory>(d, info.rank == 0);
+  dir_ = std::make_unique<RunDirectory>(run_directory_options(r_, "loom train", options_.resume_iteration),
+                                        info.rank == 0);
 
   const runtime::ProcessGroupOptions pg = process_group_options(r_, info.local_rank);
   groups_ = runtime::ProcessGroups::create(info, pg);
