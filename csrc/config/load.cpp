@@ -130,10 +130,18 @@ void check_input_files(const Recipe& r) {
     errors.push_back(located(r, path, message));
   };
   // A prompt-learning recipe may leave the tokenizer to the base's run.
-  if (!r.model.tokenizer.vocab_file.empty() || r.kind == RecipeKind::kPretraining)
-    check("model.tokenizer.vocab_file", r.model.tokenizer.vocab_file, "GPT-2 vocab file");
-  if (!r.model.tokenizer.merge_file.empty() || r.kind == RecipeKind::kPretraining)
-    check("model.tokenizer.merge_file", r.model.tokenizer.merge_file, "GPT-2 merges file");
+  const auto& k = r.model.tokenizer;
+  const bool pretraining = r.kind == RecipeKind::kPretraining;
+  if (k.library == TokenizerLibrary::kMegatron) {
+    if (!k.vocab_file.empty() || pretraining) check("model.tokenizer.vocab_file", k.vocab_file, "GPT-2 vocab file");
+    if (!k.merge_file.empty() || pretraining) check("model.tokenizer.merge_file", k.merge_file, "GPT-2 merges file");
+  } else if (k.model || pretraining) {
+    const std::string file = k.model.value_or("");
+    if (k.library == TokenizerLibrary::kSentencePiece)
+      check("model.tokenizer.model", file, "SentencePiece model file");
+    else if (!fs::is_directory(file, ec) || !fs::is_regular_file(fs::path(file) / "tokenizer.json", ec))
+      check("model.tokenizer.model", file, "tokenizer.json (or a folder holding one)");
+  }
   for (const auto& entry : r.model.data.data_prefix) {
     check("model.data.data_prefix", entry.path + ".bin", "indexed dataset file");
     check("model.data.data_prefix", entry.path + ".idx", "indexed dataset index");

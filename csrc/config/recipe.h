@@ -42,8 +42,9 @@ enum class OptimizerName { kAdam, kFusedAdam, kDistributedFusedAdam, kAdamW };
 /// then min_lr for the last constant_steps. LinearDecay (alias NeMo's WarmupAnnealing):
 /// linear warm-up then linear decay to min_lr. Constant (alias WarmupPolicy): warm-up, then lr.
 enum class SchedulerName { kCosineAnnealing, kLinearDecay, kConstant };
-enum class TokenizerLibrary { kMegatron };
-enum class TokenizerType { kGpt2BpeTokenizer };
+/// model.tokenizer.library as NeMo spells it: megatron (GPT-2 BPE vocab + merges),
+/// sentencepiece (a .model file), huggingface (a tokenizer.json byte-level BPE).
+enum class TokenizerLibrary { kMegatron, kSentencePiece, kHuggingFace };
 /// What a recipe describes: pretraining a GPT (`loom train`) or prompt learning on a frozen
 /// one (`loom ptune`, docs/design/ptuning.md). The kind decides which keys the recipe has.
 enum class RecipeKind { kPretraining, kPromptLearning };
@@ -120,11 +121,18 @@ struct DataConfig {
   std::optional<int64_t> max_seq_length;
 };
 
+/// The tokenizer (docs/design/tokenizers.md); data::make_tokenizer builds it.
 struct TokenizerConfig {
   TokenizerLibrary library = TokenizerLibrary::kMegatron;  ///< [default megatron]
-  TokenizerType type = TokenizerType::kGpt2BpeTokenizer;   ///< [default GPT2BPETokenizer]
-  std::string vocab_file;                     ///< [required] GPT-2 vocab.json
-  std::string merge_file;                     ///< [required] GPT-2 merges.txt
+  /// [default GPT2BPETokenizer] megatron: the tokenizer class (GPT2BPETokenizer only);
+  /// huggingface: the model's hub name, informational (files are read offline, from `model`);
+  /// sentencepiece: unused (NeMo writes null).
+  std::optional<std::string> type = std::string("GPT2BPETokenizer");
+  /// [default null; required for sentencepiece and huggingface] sentencepiece: the .model
+  /// file; huggingface: a tokenizer.json, or a folder holding one.
+  std::optional<std::string> model;
+  std::string vocab_file;                     ///< [required for megatron] GPT-2 vocab.json
+  std::string merge_file;                     ///< [required for megatron] GPT-2 merges.txt
 };
 
 /// One entry of model.task_templates (prompt learning; NeMo's field names). A template is text

@@ -59,14 +59,9 @@ const std::vector<EnumSpelling<SchedulerName>>& enum_spellings<SchedulerName>() 
 
 template <>
 const std::vector<EnumSpelling<TokenizerLibrary>>& enum_spellings<TokenizerLibrary>() {
-  static const std::vector<EnumSpelling<TokenizerLibrary>> s = {{TokenizerLibrary::kMegatron, {"megatron"}}};
-  return s;
-}
-
-template <>
-const std::vector<EnumSpelling<TokenizerType>>& enum_spellings<TokenizerType>() {
-  static const std::vector<EnumSpelling<TokenizerType>> s = {
-      {TokenizerType::kGpt2BpeTokenizer, {"GPT2BPETokenizer"}}};
+  static const std::vector<EnumSpelling<TokenizerLibrary>> s = {{TokenizerLibrary::kMegatron, {"megatron"}},
+                                                                 {TokenizerLibrary::kSentencePiece, {"sentencepiece"}},
+                                                                 {TokenizerLibrary::kHuggingFace, {"huggingface"}}};
   return s;
 }
 

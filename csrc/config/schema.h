@@ -86,9 +86,12 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
 
   // Prompt learning reads the tokenizer of the base's run unless the recipe names one.
   auto& k = m.tokenizer;
-  const Need files = pretraining ? Need::kRequired : Need::kDefault;
   v("model.tokenizer.library", k.library, Need::kDefault);
+  // The GPT-2 files are required of the megatron library only (read before them: the visitor
+  // goes in this order).
+  const Need files = pretraining && k.library == TokenizerLibrary::kMegatron ? Need::kRequired : Need::kDefault;
   v("model.tokenizer.type", k.type, Need::kDefault);
+  v("model.tokenizer.model", k.model, Need::kDefault);
   v("model.tokenizer.vocab_file", k.vocab_file, files);
   v("model.tokenizer.merge_file", k.merge_file, files);
 
@@ -187,8 +190,6 @@ template <>
 const std::vector<EnumSpelling<SchedulerName>>& enum_spellings<SchedulerName>();
 template <>
 const std::vector<EnumSpelling<TokenizerLibrary>>& enum_spellings<TokenizerLibrary>();
-template <>
-const std::vector<EnumSpelling<TokenizerType>>& enum_spellings<TokenizerType>();
 template <>
 const std::vector<EnumSpelling<VirtualPromptStyle>>& enum_spellings<VirtualPromptStyle>();
 template <>

@@ -83,6 +83,7 @@ class Checker {
       error(path, fmt::format("expected a probability in [0, 1), found {}", value));
     }
   }
+  void tokenizer();
   void non_empty(const char* path, const std::string& value) {
     if (ok({path}) && value.empty()) error(path, "expected a non-empty string, found an empty string");
   }
@@ -372,8 +373,26 @@ void Checker::data() {
                 d.splits_string + "\"");
     }
   }
-  non_empty("model.tokenizer.vocab_file", r_.model.tokenizer.vocab_file);
-  non_empty("model.tokenizer.merge_file", r_.model.tokenizer.merge_file);
+  tokenizer();
+}
+
+void Checker::tokenizer() {
+  const auto& k = r_.model.tokenizer;
+  if (!ok({"model.tokenizer.library"})) return;
+  if (k.library == TokenizerLibrary::kMegatron) {
+    if (ok({"model.tokenizer.type"}) && k.type.value_or("GPT2BPETokenizer") != "GPT2BPETokenizer")
+      error("model.tokenizer.type",
+            "expected GPT2BPETokenizer (the megatron library's tokenizer Loom reads; for another vocabulary use "
+            "library sentencepiece or huggingface), found '" + *k.type + "'");
+    non_empty("model.tokenizer.vocab_file", k.vocab_file);
+    non_empty("model.tokenizer.merge_file", k.merge_file);
+  } else if (ok({"model.tokenizer.model"}) && (!k.model || k.model->empty())) {
+    error("model.tokenizer.model",
+          k.library == TokenizerLibrary::kSentencePiece
+              ? "expected the SentencePiece .model file (library sentencepiece), found none"
+              : "expected a tokenizer.json or the folder holding one (library huggingface; Loom reads it offline, "
+                "model.tokenizer.type only names the model), found none");
+  }
 }
 
 void Checker::prompt_learning() {
@@ -457,6 +476,7 @@ std::set<std::string> not_in_prompt_recipes(const Recipe& r, bool shape_known) {
   }
   if (r.model.tokenizer.vocab_file.empty()) out.insert("model.tokenizer.vocab_file");
   if (r.model.tokenizer.merge_file.empty()) out.insert("model.tokenizer.merge_file");
+  if (!r.model.tokenizer.model) out.insert("model.tokenizer.model");
   return out;
 }
 

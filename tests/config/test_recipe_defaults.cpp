@@ -37,7 +37,8 @@ TEST_CASE("minimal recipe: NeMo defaults are filled in", "[config]") {
   CHECK(r.model.data.num_workers == 2);
   CHECK(r.model.data.data_prefix == std::vector<DataBlendEntry>{{1.0, "data/x_text_document"}});
   CHECK(r.model.tokenizer.library == TokenizerLibrary::kMegatron);
-  CHECK(r.model.tokenizer.type == TokenizerType::kGpt2BpeTokenizer);
+  CHECK(r.model.tokenizer.type == std::optional<std::string>("GPT2BPETokenizer"));
+  CHECK_FALSE(r.model.tokenizer.model.has_value());
   CHECK(r.model.optim.name == OptimizerName::kFusedAdam);
   CHECK(r.model.optim.weight_decay == 0.01);
   CHECK(r.model.optim.betas == std::array<double, 2>{0.9, 0.98});
