@@ -8,6 +8,8 @@
 #                            measurement; it downloads ~60 MB, so CI does not. It also runs
 #                            every prompt-learning method under every layout
 #                            (LOOM_PTUNE_FULL_MATRIX=1; CI runs a set covering every layout once)
+#                            and the 64-client x 500-request serving soak (LOOM_SERVE_SOAK_FULL=1;
+#                            CI runs 16 x 100)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 full=0
@@ -19,7 +21,7 @@ echo "[test] C++ tests" >&2
 echo "[test] fuzzing the recipe, .idx, .npy and checkpoint readers" >&2
 tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
-if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1; fi
+if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1 LOOM_SERVE_SOAK_FULL=1; fi
 .venv/bin/python -m pytest -q tests/python
 if [ "$full" = 1 ]; then
   echo "[test] GPU bring-up dry run" >&2
