@@ -5,7 +5,9 @@
 #include <string>
 
 #include "command_registry.h"
+#if LOOM_WITH_RUNTIME  // else a torch-free build (launcher/CMakeLists.txt): no devices to load
 #include "runtime/device_plugin.h"
+#endif
 
 namespace loom::cli {
 std::vector<Command>& command_registry() {
@@ -30,12 +32,14 @@ int main(int argc, char** argv) {
   }
   // A device plugin registers its device before anything else runs: autograd sizes its
   // per-device queues at the first backward, and the dispatcher must know the device by then.
+#if LOOM_WITH_RUNTIME
   try {
     loom::runtime::device_plugin();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom: %s\n", e.what());
     return 2;
   }
+#endif
   const std::string name = argv[1];
   for (const auto& c : loom::cli::command_registry()) {
     if (c.name != name) continue;
