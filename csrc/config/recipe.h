@@ -22,18 +22,17 @@
 #include <string>
 #include <vector>
 
+#include "rules/layout_terms.h"
+
 namespace loom::config {
 
 enum class Accelerator { kCpu, kGpu };
-/// trainer.precision: 32 (fp32), bf16 ("bf16", "bf16-mixed"), 16 (fp16 with loss scaling:
-/// 16, "16", "16-mixed"). Dumped as 32 | bf16 | 16.
-enum class Precision { kFp32, kBf16, kFp16 };
-/// model.activations_checkpoint_granularity: null | selective (core attention only,
-/// Korthikanti et al. 2022) | full (whole layers, per activations_checkpoint_method).
-enum class RecomputeGranularity { kNone, kSelective, kFull };
-/// model.activations_checkpoint_method: null | uniform (recompute chunks of num_layers layers)
-/// | block (recompute the first num_layers layers of each pipeline chunk).
-enum class RecomputeMethod { kNone, kUniform, kBlock };
+/// trainer.precision (accepted spellings: 32, "32-true"; bf16, "bf16-mixed"; 16, "16-mixed"),
+/// model.activations_checkpoint_granularity and _method: the one vocabulary the recipe, the
+/// model and the planner share (rules/layout_terms.h).
+using loom::Precision;
+using loom::RecomputeGranularity;
+using loom::RecomputeMethod;
 /// model.optim.name. NeMo's fused_adam and distributed_fused_adam are Adam with decoupled
 /// weight decay (AdamW); `adam` is torch.optim.Adam (L2 penalty added to the gradient).
 /// distributed_fused_adam additionally shards optimizer state over data-parallel ranks.

@@ -10,6 +10,7 @@
 #include "config/derived.h"
 #include "config/schema.h"
 #include "config/schema_read.h"
+#include "rules/layout_rules.h"
 
 namespace loom::config {
 
@@ -171,62 +172,23 @@ void Checker::field_ranges() {
 
 void Checker::parallel_layout() {
   const auto& m = r_.model;
-  const int64_t t = m.tensor_model_parallel_size;
-  const int64_t p = m.pipeline_model_parallel_size;
-  const int64_t v = m.virtual_pipeline_model_parallel_size.value_or(1);
-  const bool layout_ok = ok({"trainer.num_nodes", "trainer.devices", "model.tensor_model_parallel_size",
-                             "model.pipeline_model_parallel_size"});
-  const int64_t world = r_.trainer.num_nodes * r_.trainer.devices;
-  if (layout_ok && world % (t * p) != 0) {
-    error("trainer.devices",
-          fmt::format("expected the world size num_nodes*devices = {}*{} = {} to be a multiple of "
-                      "tensor_model_parallel_size*pipeline_model_parallel_size = {}*{} = {}, found remainder {}",
-                      r_.trainer.num_nodes, r_.trainer.devices, world, t, p, t * p, world % (t * p)));
-  }
-  if (ok({"model.num_attention_heads", "model.tensor_model_parallel_size"}) && m.num_attention_heads % t != 0) {
-    error("model.num_attention_heads",
-          fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t, m.num_attention_heads));
-  }
-  if (ok({"model.hidden_size", "model.num_attention_heads"}) && m.hidden_size % m.num_attention_heads != 0) {
-    error("model.hidden_size",
-          fmt::format("expected a multiple of num_attention_heads ({}), found {}", m.num_attention_heads, m.hidden_size));
-  }
-  if (ok({"model.ffn_hidden_size", "model.tensor_model_parallel_size"}) && m.ffn_hidden_size % t != 0) {
-    error("model.ffn_hidden_size",
-          fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t, m.ffn_hidden_size));
-  }
-  const bool v_ok = ok({"model.virtual_pipeline_model_parallel_size", "model.pipeline_model_parallel_size"});
-  if (v_ok && v > 1 && p == 1) {
-    error("model.virtual_pipeline_model_parallel_size",
-          fmt::format("expected null or 1 when pipeline_model_parallel_size is 1 (interleaving needs a "
-                      "pipeline), found {}", v));
-  }
-  if (v_ok && ok({"model.num_layers"}) && m.num_layers % (p * v) != 0) {
-    error("model.num_layers",
-          v > 1 ? fmt::format("expected a multiple of pipeline_model_parallel_size*virtual_pipeline_model_parallel_size"
-                              " = {}*{} = {}, found {}", p, v, p * v, m.num_layers)
-                : fmt::format("expected a multiple of pipeline_model_parallel_size ({}), found {}", p, m.num_layers));
-  }
-  const bool batch_ok = ok({"trainer.num_nodes", "trainer.devices", "model.tensor_model_parallel_size",
-                            "model.pipeline_model_parallel_size", "model.micro_batch_size",
-                            "model.global_batch_size"});
-  if (batch_ok) {
-    const int64_t d = world / (t * p);
-    const int64_t per_step = m.micro_batch_size * d;
-    if (m.global_batch_size % per_step != 0) {
-      error("model.global_batch_size",
-            fmt::format("expected a multiple of micro_batch_size*data_parallel_size = {}*{} = {}, found {}",
-                        m.micro_batch_size, d, per_step, m.global_batch_size));
-    } else if (v_ok && v > 1 && p > 1) {
-      const int64_t microbatches = m.global_batch_size / per_step;
-      if (microbatches % p != 0) {
-        error("model.virtual_pipeline_model_parallel_size",
-              fmt::format("the interleaved schedule expects num_microbatches (global_batch_size/(micro_batch_size*"
-                          "data_parallel_size) = {}/({}*{})) to be a multiple of pipeline_model_parallel_size ({}), "
-                          "found {}", m.global_batch_size, m.micro_batch_size, d, p, microbatches));
-      }
-    }
-  }
+  rules::LayoutQuery q;
+  q.num_nodes = r_.trainer.num_nodes;
+  q.devices = r_.trainer.devices;
+  q.tensor = m.tensor_model_parallel_size;
+  q.pipeline = m.pipeline_model_parallel_size;
+  q.virtual_stages = m.virtual_pipeline_model_parallel_size.value_or(1);
+  q.micro_batch = m.micro_batch_size;
+  q.global_batch = m.global_batch_size;
+  q.sequence_parallel = m.sequence_parallel;
+  q.model = {m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.encoder_seq_length,
+             m.max_position_embeddings};
+  q.recompute = {m.activations_checkpoint_granularity, m.activations_checkpoint_method,
+                 m.activations_checkpoint_num_layers};
+  // A rule is skipped when a field it reads was rejected already (its value means nothing).
+  for (const auto& v : rules::layout_violations(q))
+    if (std::none_of(v.reads.begin(), v.reads.end(), [&](const std::string& f) { return !ok({f.c_str()}); }))
+      error(v.field, v.message);
   if (ok({"cluster.gpus_per_node", "trainer.devices"}) && r_.trainer.accelerator == Accelerator::kGpu &&
       r_.cluster.gpus_per_node != r_.trainer.devices) {
     error("cluster.gpus_per_node", fmt::format("expected trainer.devices ({}) on GPU nodes, found {}",
@@ -236,75 +198,25 @@ void Checker::parallel_layout() {
 
 void Checker::sequence_lengths() {
   const auto& m = r_.model;
-  const int64_t t = m.tensor_model_parallel_size;
-  if (m.sequence_parallel && ok({"model.tensor_model_parallel_size", "model.sequence_parallel"})) {
-    if (t == 1) {
-      warn("model.sequence_parallel",
-           "sequence_parallel has no effect with tensor_model_parallel_size 1; turned off (as Megatron-LM does)");
-    } else if (ok({"model.encoder_seq_length"}) && m.encoder_seq_length % t != 0) {
-      error("model.encoder_seq_length",
-            fmt::format("expected a multiple of tensor_model_parallel_size ({}) with sequence_parallel, found {}", t,
-                        m.encoder_seq_length));
-    }
+  if (m.sequence_parallel && m.tensor_model_parallel_size == 1 &&
+      ok({"model.tensor_model_parallel_size", "model.sequence_parallel"})) {
+    warn("model.sequence_parallel",
+         "sequence_parallel has no effect with tensor_model_parallel_size 1; turned off (as Megatron-LM does)");
   }
   if (ok({"model.data.seq_length", "model.encoder_seq_length"}) && m.data.seq_length != m.encoder_seq_length) {
     error("model.data.seq_length", fmt::format("expected model.encoder_seq_length ({}), found {}",
                                                m.encoder_seq_length, m.data.seq_length));
   }
-  if (ok({"model.max_position_embeddings", "model.encoder_seq_length"}) &&
-      m.max_position_embeddings < m.encoder_seq_length) {
-    error("model.max_position_embeddings",
-          fmt::format("expected at least encoder_seq_length ({}), found {}", m.encoder_seq_length,
-                      m.max_position_embeddings));
-  }
 }
 
 void Checker::recompute() {
   const auto& m = r_.model;
-  const char* gran = "model.activations_checkpoint_granularity";
   const char* method = "model.activations_checkpoint_method";
-  const char* layers = "model.activations_checkpoint_num_layers";
-  if (!ok({gran, method, layers})) return;
-  const std::string method_name = enum_name(m.activations_checkpoint_method);
-  const std::string layers_text =
-      m.activations_checkpoint_num_layers ? std::to_string(*m.activations_checkpoint_num_layers) : "null";
-  switch (m.activations_checkpoint_granularity) {
-    case RecomputeGranularity::kNone:
-      if (m.activations_checkpoint_method != RecomputeMethod::kNone) {
-        warn(method, "activations_checkpoint_method " + method_name +
-                         " has no effect without activations_checkpoint_granularity; ignored");
-      }
-      return;
-    case RecomputeGranularity::kSelective: {
-      const bool nemo_none = m.activations_checkpoint_method == RecomputeMethod::kBlock &&
-                             m.activations_checkpoint_num_layers.value_or(0) == 0;
-      if (m.activations_checkpoint_method != RecomputeMethod::kNone && !nemo_none) {
-        error(method, "expected null with activations_checkpoint_granularity selective (only full recomputation "
-                      "takes a method), found " + method_name);
-      } else if (m.activations_checkpoint_method == RecomputeMethod::kNone &&
-                 m.activations_checkpoint_num_layers.value_or(0) != 0) {
-        error(layers, "expected null with activations_checkpoint_granularity selective, found " + layers_text);
-      }
-      return;
-    }
-    case RecomputeGranularity::kFull:
-      break;
-  }
-  if (m.activations_checkpoint_method == RecomputeMethod::kNone) {
-    error(method, "expected uniform or block with activations_checkpoint_granularity full, found null");
-    return;
-  }
-  if (!ok({"model.num_layers", "model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"})) {
-    return;  // the layer split itself is wrong (reported above)
-  }
-  const int64_t per_chunk =
-      m.num_layers / (m.pipeline_model_parallel_size * m.virtual_pipeline_model_parallel_size.value_or(1));
-  const bool uniform = m.activations_checkpoint_method == RecomputeMethod::kUniform;
-  const int64_t lo = uniform ? 1 : 0;
-  if (!m.activations_checkpoint_num_layers || *m.activations_checkpoint_num_layers < lo ||
-      *m.activations_checkpoint_num_layers > per_chunk) {
-    error(layers, fmt::format("expected an integer in [{}, {}] (layers per pipeline chunk) for method {}, found {}",
-                              lo, per_chunk, method_name, layers_text));
+  if (ok({"model.activations_checkpoint_granularity", method}) &&
+      m.activations_checkpoint_granularity == RecomputeGranularity::kNone &&
+      m.activations_checkpoint_method != RecomputeMethod::kNone) {
+    warn(method, std::string("activations_checkpoint_method ") + enum_name(m.activations_checkpoint_method) +
+                     " has no effect without activations_checkpoint_granularity; ignored");
   }
 }
 

@@ -38,13 +38,13 @@ std::vector<int> parse_switches(const std::vector<std::string>& values, const ch
   return out;
 }
 
-std::vector<Recompute> parse_recompute(const std::vector<std::string>& values) {
-  std::vector<Recompute> out;
+std::vector<RecomputeGranularity> parse_recompute(const std::vector<std::string>& values) {
+  std::vector<RecomputeGranularity> out;
   for (const auto& v : values) {
     const std::string x = lower(v);
-    if (x == "none" || x == "null") out.push_back(Recompute::none);
-    else if (x == "selective") out.push_back(Recompute::selective);
-    else if (x == "full") out.push_back(Recompute::full);
+    if (x == "none" || x == "null") out.push_back(RecomputeGranularity::kNone);
+    else if (x == "selective") out.push_back(RecomputeGranularity::kSelective);
+    else if (x == "full") out.push_back(RecomputeGranularity::kFull);
     else throw std::invalid_argument(fmt::format("--recompute: expected none, selective or full, found '{}'", v));
   }
   return out;
@@ -54,8 +54,8 @@ std::vector<RecomputeMethod> parse_methods(const std::vector<std::string>& value
   std::vector<RecomputeMethod> out;
   for (const auto& v : values) {
     const std::string x = lower(v);
-    if (x == "uniform") out.push_back(RecomputeMethod::uniform);
-    else if (x == "block") out.push_back(RecomputeMethod::block);
+    if (x == "uniform") out.push_back(RecomputeMethod::kUniform);
+    else if (x == "block") out.push_back(RecomputeMethod::kBlock);
     else throw std::invalid_argument(fmt::format("--recompute-method: expected uniform or block, found '{}'", v));
   }
   return out;
@@ -133,7 +133,7 @@ int run_plan_command(int argc, char** argv) {
   app.add_option("--vp", vp, "Allowed virtual stages per pipeline rank (list; 1 = no interleaving)")->delimiter(',');
   app.add_option("--mbs", mbs, "Allowed micro-batch sizes (list)")->delimiter(',');
   app.add_option("--sp", sp, "Sequence parallelism: on, off or on,off")->delimiter(',');
-  app.add_option("--recompute", recompute, "Recompute granularity: none, selective, full (list)")->delimiter(',');
+  app.add_option("--recompute", recompute, "RecomputeGranularity granularity: none, selective, full (list)")->delimiter(',');
   app.add_option("--recompute-method", method, "Full recompute method: uniform, block (list)")->delimiter(',');
   app.add_option("--recompute-layers", layers, "activations_checkpoint_num_layers values (list)")->delimiter(',');
   app.add_option("--dist-opt", dopt, "Distributed optimizer: on, off or on,off")->delimiter(',');
@@ -237,9 +237,9 @@ int run_plan_command(int argc, char** argv) {
       shape = model.resolve();
     }
     if (base_recipe.empty() || app.count("--precision")) {
-      if (precision == "bf16") setup.precision = Precision::bf16;
-      else if (precision == "16" || precision == "fp16") setup.precision = Precision::fp16;
-      else if (precision == "32" || precision == "fp32") setup.precision = Precision::fp32;
+      if (precision == "bf16") setup.precision = Precision::kBf16;
+      else if (precision == "16" || precision == "fp16") setup.precision = Precision::kFp16;
+      else if (precision == "32" || precision == "fp32") setup.precision = Precision::kFp32;
       else throw std::invalid_argument(fmt::format("--precision: expected bf16, 16 or 32, found '{}'", precision));
     }
     if (setup.global_batch <= 0)

@@ -4,18 +4,17 @@
 #pragma once
 #include <string>
 
+#include "rules/layout_terms.h"
+
 namespace loom::planner {
 
-/// activations_checkpoint_granularity: null | selective | full.
-enum class Recompute { none, selective, full };
-/// activations_checkpoint_method for full recompute: uniform (checkpoint every k layers, all
-/// recomputed) or block (the first k layers of each model chunk recomputed, the rest stored).
-enum class RecomputeMethod { uniform, block };
-
-/// Precision scheme; sets the bytes per parameter of parallel_layout.md (bf16 params + fp32
-/// grads: 18 → 6 + 12/d; fp16: 20 → 4 + 16/d; fp32, as CPU ranks train: 16 → 8 + 8/d) and the
-/// bytes of an activation element (2, or 4 for fp32).
-enum class Precision { bf16, fp16, fp32 };
+// The recipe's vocabulary (rules/layout_terms.h). Precision sets the bytes per parameter of
+// docs/design/parallel_layout.md, "Distributed optimizer" (bf16 params + fp32 grads: 18 → 6 + 12/d;
+// fp16: 20 → 4 + 16/d; fp32, as CPU ranks train: 16 → 8 + 8/d) and the bytes of an activation
+// element (2, or 4 for fp32).
+using loom::Precision;
+using loom::RecomputeGranularity;
+using loom::RecomputeMethod;
 
 /// Bytes of one activation element: 2 for bf16/fp16, 4 for fp32.
 double element_bytes(Precision p);
@@ -27,8 +26,8 @@ struct Layout {
   int dp = 1;            ///< data-parallel size d = world / (t·p)
   int micro_batch = 1;   ///< micro_batch_size b
   bool sequence_parallel = false;
-  Recompute recompute = Recompute::none;
-  RecomputeMethod method = RecomputeMethod::uniform;
+  RecomputeGranularity recompute = RecomputeGranularity::kNone;
+  RecomputeMethod method = RecomputeMethod::kUniform;
   int recompute_layers = 0;  ///< activations_checkpoint_num_layers (full only)
   bool distributed_optimizer = false;
 
@@ -38,8 +37,5 @@ struct Layout {
   std::string recompute_name() const;
 };
 
-const char* to_string(Recompute r);
-const char* to_string(RecomputeMethod m);
-const char* to_string(Precision p);
 
 }  // namespace loom::planner

@@ -5,14 +5,14 @@
 
 namespace loom::planner {
 
-double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, Recompute r) {
+double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, RecomputeGranularity r) {
   const double s = m.seq_length, h = m.hidden_size, a = m.num_attention_heads;
   const double sbh = s * b * h;
   const double shard = sp ? t : 1;
-  if (r == Recompute::full) return 2 * sbh / shard;
+  if (r == RecomputeGranularity::kFull) return 2 * sbh / shard;
   const double replicated = 10.0 / shard;
   const double split = (8.0 + 4.0 * m.ffn() / h) / t;
-  const double attention = r == Recompute::selective ? 0.0 : 5.0 * a * s / (h * t);
+  const double attention = r == RecomputeGranularity::kSelective ? 0.0 : 5.0 * a * s / (h * t);
   return sbh * (replicated + split + attention);
 }
 
@@ -28,9 +28,9 @@ double layer_params_per_rank(const ModelShape& m, int t) {
 
 double bytes_per_param(Precision p, bool dist, int d) {
   switch (p) {
-    case Precision::bf16: return dist ? 6.0 + 12.0 / d : 18.0;
-    case Precision::fp16: return dist ? 4.0 + 16.0 / d : 20.0;
-    case Precision::fp32: return dist ? 8.0 + 8.0 / d : 16.0;  // fp32 params and grads; Adam m, v sharded
+    case Precision::kBf16: return dist ? 6.0 + 12.0 / d : 18.0;
+    case Precision::kFp16: return dist ? 4.0 + 16.0 / d : 20.0;
+    case Precision::kFp32: return dist ? 8.0 + 8.0 / d : 16.0;  // fp32 params and grads; Adam m, v sharded
   }
   return 18.0;
 }
@@ -70,16 +70,16 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   const int chunks = in_flight_chunks(p, v, m_micro, stage);
   const int layers_per_chunk = m.num_layers / (p * v);
   const double full_layer =
-      layer_activation_bytes(m, b, t, L.sequence_parallel, Recompute::none);
-  const double input = layer_activation_bytes(m, b, t, L.sequence_parallel, Recompute::full);
+      layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kNone);
+  const double input = layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kFull);
   double per_chunk = 0;
   switch (L.recompute) {
-    case Recompute::none:
-    case Recompute::selective:
+    case RecomputeGranularity::kNone:
+    case RecomputeGranularity::kSelective:
       per_chunk = layers_per_chunk * layer_activation_bytes(m, b, t, L.sequence_parallel, L.recompute);
       break;
-    case Recompute::full:
-      if (L.method == RecomputeMethod::uniform) {
+    case RecomputeGranularity::kFull:
+      if (L.method == RecomputeMethod::kUniform) {
         const int k = std::max(1, L.recompute_layers);
         per_chunk = std::ceil(double(layers_per_chunk) / k) * input;
         out.transient = k * full_layer;
@@ -91,7 +91,7 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
       break;
   }
   out.activations = chunks * per_chunk;
-  if (L.recompute == Recompute::selective)
+  if (L.recompute == RecomputeGranularity::kSelective)
     out.transient = 5.0 * m.num_attention_heads * s * s * b / t;
   // The formulas count 2-byte activations; fp32 doubles them (the 1-byte masks are then
   // over-counted, by under 6% of the total: Loom regenerates its masks anyway).

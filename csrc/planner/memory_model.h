@@ -16,7 +16,7 @@ namespace loom::planner {
 /// which is sbh(34 + 5as/h) unparallelised, sbh(10 + 24/t + 5as/(ht)) under TP and
 /// sbh(34/t + 5as/(ht)) under TP+SP. Selective recompute drops the 5as/(ht) term; full recompute
 /// keeps only the layer input 2sbh (2sbh/t under SP).
-double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool sp, Recompute r);
+double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool sp, RecomputeGranularity r);
 
 /// Micro-batch chunks whose activations stage `stage` holds at peak: 1F1B holds min(m, p − r)
 /// micro-batches; the interleaved schedule with v chunks holds min(m·v, 2(p − r − 1) + (v − 1)p + 1)

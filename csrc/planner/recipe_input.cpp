@@ -14,11 +14,7 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   in.shape.seq_length = int(m.encoder_seq_length);
   in.shape.vocab_size = int(config::padded_vocab_size(config::kGpt2VocabSize, m.make_vocab_size_divisible_by, 1));
   in.setup.global_batch = int(m.global_batch_size);
-  switch (r.trainer.precision) {
-    case config::Precision::kFp32: in.setup.precision = Precision::fp32; break;
-    case config::Precision::kBf16: in.setup.precision = Precision::bf16; break;
-    case config::Precision::kFp16: in.setup.precision = Precision::fp16; break;
-  }
+  in.setup.precision = r.trainer.precision;
   in.num_nodes = int(r.trainer.num_nodes);
   in.devices = int(r.trainer.devices);
   in.cpu = r.trainer.accelerator == config::Accelerator::kCpu;
@@ -31,20 +27,15 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   L.dp = int(config::data_parallel_size(r));
   L.micro_batch = int(m.micro_batch_size);
   L.sequence_parallel = m.sequence_parallel && L.tp > 1;
-  switch (m.activations_checkpoint_granularity) {
-    case config::RecomputeGranularity::kNone: L.recompute = Recompute::none; break;
-    case config::RecomputeGranularity::kSelective: L.recompute = Recompute::selective; break;
-    case config::RecomputeGranularity::kFull: L.recompute = Recompute::full; break;
-  }
-  L.method = m.activations_checkpoint_method == config::RecomputeMethod::kBlock ? RecomputeMethod::block
-                                                                                : RecomputeMethod::uniform;
+  L.recompute = m.activations_checkpoint_granularity;
+  if (m.activations_checkpoint_method != RecomputeMethod::kNone) L.method = m.activations_checkpoint_method;
   L.recompute_layers = int(m.activations_checkpoint_num_layers.value_or(0));
   L.distributed_optimizer = config::uses_distributed_optimizer(r);
   return in;
 }
 
 std::vector<std::string> layout_overrides(const Layout& L, const config::Recipe& base) {
-  const bool full = L.recompute == Recompute::full;
+  const bool full = L.recompute == RecomputeGranularity::kFull;
   std::vector<std::string> o = {
       "model.tensor_model_parallel_size=" + std::to_string(L.tp),
       "model.pipeline_model_parallel_size=" + std::to_string(L.pp),
@@ -52,8 +43,8 @@ std::vector<std::string> layout_overrides(const Layout& L, const config::Recipe&
       "model.micro_batch_size=" + std::to_string(L.micro_batch),
       std::string("model.sequence_parallel=") + (L.sequence_parallel ? "true" : "false"),
       std::string("model.activations_checkpoint_granularity=") +
-          (L.recompute == Recompute::none ? "null" : to_string(L.recompute)),
-      std::string("model.activations_checkpoint_method=") + (full ? to_string(L.method) : "null"),
+          recipe_name(L.recompute),
+      std::string("model.activations_checkpoint_method=") + (full ? recipe_name(L.method) : "null"),
       "model.activations_checkpoint_num_layers=" + (full ? std::to_string(L.recompute_layers) : std::string("null")),
       std::string("model.use_distributed_optimizer=") + (L.distributed_optimizer ? "true" : "false"),
   };

@@ -69,12 +69,12 @@ std::string format_csv(const PlanContext& ctx, const std::vector<Candidate>& can
     const MemoryTerms& m = c.memory.terms;
     const TimeBreakdown& t = c.time;
     const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour);
-    const bool full = L.recompute == Recompute::full;
+    const bool full = L.recompute == RecomputeGranularity::kFull;
     s += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},"
         "{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.2f},{:.4f},{:.3f},{:.2f}\n",
         i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, L.sequence_parallel ? 1 : 0,
-        L.recompute == Recompute::none ? "null" : to_string(L.recompute), full ? to_string(L.method) : "",
+        recipe_name(L.recompute), full ? recipe_name(L.method) : "",
         full ? std::to_string(L.recompute_layers) : "", L.distributed_optimizer ? 1 : 0, c.fits ? 1 : 0,
         c.memory.stage, m.total() / kGiB, m.weights_optimizer / kGiB, m.activations / kGiB,
         m.embedding_logits / kGiB, m.transient / kGiB, m.reserve / kGiB, t.total(), t.gemm, t.attention,
@@ -88,7 +88,7 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   const Layout& L = best.layout;
   const ModelShape& m = ctx.shape;
   const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, best, ctx.token_budget, ctx.price_per_gpu_hour);
-  const bool full = L.recompute == Recompute::full;
+  const bool full = L.recompute == RecomputeGranularity::kFull;
   std::string s;
   s += fmt::format("# Written by `loom plan` for {} on {} x {} {} ({} GPUs).\n", m.summary(),
                    ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, ctx.cluster.gpu.name, ctx.cluster.world());
@@ -99,7 +99,7 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   if (th.days > 0) s += fmt::format(" {:.1f} days for {:.3g} tokens.", th.days, ctx.token_budget);
   s += "\ntrainer:\n";
   s += fmt::format("  num_nodes: {}\n  devices: {}\n  accelerator: gpu\n  precision: {}\n",
-                   ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, to_string(ctx.setup.precision));
+                   ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, recipe_name(ctx.setup.precision));
   s += "model:\n";
   s += fmt::format("  micro_batch_size: {}\n  global_batch_size: {}\n", L.micro_batch, ctx.setup.global_batch);
   s += fmt::format("  tensor_model_parallel_size: {}\n  pipeline_model_parallel_size: {}\n", L.tp, L.pp);
@@ -109,8 +109,8 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   s += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n  num_attention_heads: {}\n",
                    m.num_layers, m.hidden_size, m.ffn(), m.num_attention_heads);
   s += fmt::format("  activations_checkpoint_granularity: {}\n",
-                   L.recompute == Recompute::none ? "null" : to_string(L.recompute));
-  s += fmt::format("  activations_checkpoint_method: {}\n", full ? to_string(L.method) : "null");
+                   recipe_name(L.recompute));
+  s += fmt::format("  activations_checkpoint_method: {}\n", full ? recipe_name(L.method) : "null");
   s += fmt::format("  activations_checkpoint_num_layers: {}\n", full ? std::to_string(L.recompute_layers) : "null");
   s += "  data:\n";
   s += fmt::format("    seq_length: {}\n", m.seq_length);

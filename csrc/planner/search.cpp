@@ -1,5 +1,7 @@
 #include "planner/search.h"
 
+#include "rules/layout_rules.h"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -52,36 +54,27 @@ class TopK {
 
 std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
                          const Layout& L) {
-  const int world = c.world();
-  if (L.tp < 1 || L.pp < 1 || L.vp < 1 || L.dp < 1 || L.micro_batch < 1)
-    return "all sizes must be >= 1";
-  if (long(L.tp) * L.pp * L.dp != world)
-    return fmt::format("t·p·d = {}·{}·{} must equal the {} GPUs", L.tp, L.pp, L.dp, world);
-  if (m.num_attention_heads % L.tp) return fmt::format("heads {} % t {} != 0", m.num_attention_heads, L.tp);
-  if (m.hidden_size % L.tp) return fmt::format("hidden {} % t {} != 0", m.hidden_size, L.tp);
-  if (m.ffn() % L.tp) return fmt::format("ffn {} % t {} != 0", m.ffn(), L.tp);
-  if (L.sequence_parallel && L.tp == 1) return "sequence parallelism needs t > 1";
-  if (L.sequence_parallel && m.seq_length % L.tp)
-    return fmt::format("sequence parallelism needs s {} % t {} == 0", m.seq_length, L.tp);
-  if (m.num_layers % (L.pp * L.vp))
-    return fmt::format("layers {} % (p·v = {}·{}) != 0", m.num_layers, L.pp, L.vp);
-  if (setup.global_batch % (L.dp * L.micro_batch))
-    return fmt::format("global batch {} % (d·b = {}·{}) != 0", setup.global_batch, L.dp, L.micro_batch);
-  const int micro_batches = setup.global_batch / (L.dp * L.micro_batch);
-  if (L.vp > 1 && L.pp < 2) return "virtual stages need p >= 2";
-  if (L.vp > 1 && micro_batches % L.pp)
-    return fmt::format("interleaving needs micro-batches {} % p {} == 0", micro_batches, L.pp);
-  const int chunk = m.num_layers / (L.pp * L.vp);
-  if (L.recompute == Recompute::full) {
-    if (L.recompute_layers < 1) return "full recompute needs activations_checkpoint_num_layers >= 1";
-    if (L.method == RecomputeMethod::uniform && chunk % L.recompute_layers)
-      return fmt::format("uniform recompute layers {} must divide the {} layers of a model chunk",
-                         L.recompute_layers, chunk);
-    if (L.method == RecomputeMethod::block && L.recompute_layers > chunk)
-      return fmt::format("block recompute layers {} exceed the {} layers of a model chunk",
-                         L.recompute_layers, chunk);
-  }
-  if (L.distributed_optimizer && L.dp == 1) return "the distributed optimizer needs d > 1";
+  if (L.dp < 1) return fmt::format("d = {} must be >= 1", L.dp);
+  if (long(L.tp) * L.pp * L.dp != c.world())
+    return fmt::format("t·p·d = {}·{}·{} must equal the {} GPUs", L.tp, L.pp, L.dp, c.world());
+  rules::LayoutQuery q;
+  q.num_nodes = c.num_nodes;
+  q.devices = c.gpus_per_node;
+  q.tensor = L.tp;
+  q.pipeline = L.pp;
+  q.virtual_stages = L.vp;
+  q.micro_batch = L.micro_batch;
+  q.global_batch = setup.global_batch;
+  q.sequence_parallel = L.sequence_parallel;
+  q.model = {m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length, m.seq_length};
+  const bool full = L.recompute == RecomputeGranularity::kFull;
+  q.recompute = {L.recompute, full ? L.method : RecomputeMethod::kNone,
+                 full ? std::optional<int64_t>(L.recompute_layers) : std::nullopt};
+  const auto violations = rules::layout_violations(q);
+  if (!violations.empty()) return violations.front().text();
+  // Legal, but the same run as another candidate: the search space leaves these out.
+  if (L.sequence_parallel && L.tp == 1) return "sequence parallelism with t = 1 is the same layout without it";
+  if (L.distributed_optimizer && L.dp == 1) return "the distributed optimizer with d = 1 shards nothing";
   return "";
 }
 
@@ -143,12 +136,14 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
               Layout L;
               L.tp = t; L.pp = p; L.vp = v; L.dp = d; L.micro_batch = b;
               L.sequence_parallel = sp; L.distributed_optimizer = dist;
-              auto consider = [&](Recompute r, RecomputeMethod method, int layers) {
+              auto consider = [&](RecomputeGranularity r, RecomputeMethod method, int layers) {
                 if (!allowed(space.recompute, r)) return;
-                if (r == Recompute::full &&
+                if (r == RecomputeGranularity::kFull &&
                     (!allowed(space.method, method) || !allowed(space.recompute_layers, layers)))
                   return;
                 L.recompute = r; L.method = method; L.recompute_layers = layers;
+                // The loops above prune by the same rules for speed; the rules decide.
+                if (!check_layout(m, c, setup, L).empty()) return;
                 Candidate cand;
                 cand.layout = L;
                 cand.memory = worst_stage_memory(m, setup, L, capacity);
@@ -163,11 +158,11 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
                   unfit.offer(cand);
                 }
               };
-              consider(Recompute::none, RecomputeMethod::uniform, 0);
-              consider(Recompute::selective, RecomputeMethod::uniform, 0);
-              for (int k : divisors(chunk)) consider(Recompute::full, RecomputeMethod::uniform, k);
+              consider(RecomputeGranularity::kNone, RecomputeMethod::kUniform, 0);
+              consider(RecomputeGranularity::kSelective, RecomputeMethod::kUniform, 0);
+              for (int k : divisors(chunk)) consider(RecomputeGranularity::kFull, RecomputeMethod::kUniform, k);
               // Block with k = chunk recomputes every layer: the same as uniform with k = 1.
-              for (int k = 1; k < chunk; ++k) consider(Recompute::full, RecomputeMethod::block, k);
+              for (int k = 1; k < chunk; ++k) consider(RecomputeGranularity::kFull, RecomputeMethod::kBlock, k);
             }
           }
         }

@@ -21,15 +21,17 @@ namespace loom::planner {
 struct SearchSpace {
   std::vector<int> tp, pp, vp, micro_batch;
   std::vector<int> sequence_parallel;  ///< 0 / 1
-  std::vector<Recompute> recompute;
+  std::vector<RecomputeGranularity> recompute;
   std::vector<RecomputeMethod> method;
   std::vector<int> recompute_layers;
   std::vector<int> distributed_optimizer;  ///< 0 / 1
 };
 
-/// Why a layout is invalid (parallel_layout.md's divisibility rules), or "" when valid:
-/// world % (t·p), heads % t, ffn % t, layers % (p·v), s % t under SP, global batch % (d·b),
-/// v > 1 needs p ≥ 2 and micro-batches % p == 0, uniform recompute layers divide the chunk.
+/// Why a layout cannot be a candidate, or "" when it can: d must equal world/(t·p), then the
+/// first violation of the layout rules (rules/layout_rules.h, the recipe check's messages, e.g.
+/// "model.num_layers: expected a multiple of …"), then two legal layouts the search leaves out as
+/// duplicates (sequence parallelism at t = 1, the distributed optimizer at d = 1). The position
+/// table is taken as long as the sequence.
 std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSetup& setup,
                          const Layout& layout);
 

@@ -186,12 +186,12 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
   StageTime common;
   common.add(layer.fwd, layers_stage);
   common.add(layer.bwd, layers_stage);
-  if (L.recompute == Recompute::full) {
-    const int recomputed = L.method == RecomputeMethod::uniform
+  if (L.recompute == RecomputeGranularity::kFull) {
+    const int recomputed = L.method == RecomputeMethod::kUniform
                                ? layers_stage
                                : v * std::min(std::max(0, L.recompute_layers), layers_chunk);
     common.recompute = recomputed * layer.fwd.total();
-  } else if (L.recompute == Recompute::selective) {
+  } else if (L.recompute == RecomputeGranularity::kSelective) {
     common.recompute = layers_stage * layer.attention_core.total();
   }
   if (p > 1) {

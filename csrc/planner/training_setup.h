@@ -6,7 +6,7 @@ namespace loom::planner {
 
 struct TrainingSetup {
   int global_batch = 0;                 ///< global_batch_size, samples per step
-  Precision precision = Precision::bf16;
+  Precision precision = Precision::kBf16;
   /// Memory kept free on every GPU: a fixed reserve (CUDA context, NCCL and cuBLAS workspaces)
   /// plus a fraction of capacity for allocator fragmentation.
   double reserve_gib = 2.0;

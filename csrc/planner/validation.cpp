@@ -41,7 +41,7 @@ std::vector<PublishedRow> published_rows() {
       r.shape = gpt(k.L, k.h, k.a);
       r.gpus = k.gpus; r.tp = k.t; r.pp = k.p; r.vp = k.v; r.global_batch = k.gbs; r.micro_batch = k.b;
       r.sequence_parallel = sel;
-      r.recompute = sel ? Recompute::selective : Recompute::full;
+      r.recompute = sel ? RecomputeGranularity::kSelective : RecomputeGranularity::kFull;
       r.metric = M::iteration_seconds;
       r.published = sel ? k.sel : k.full;
       rows.push_back(r);
@@ -64,7 +64,7 @@ std::vector<PublishedRow> published_rows() {
     r.label = fmt::format("{} full recompute", n.name);
     r.shape = gpt(n.L, n.h, n.a);
     r.gpus = n.gpus; r.tp = n.t; r.pp = n.p; r.global_batch = n.gbs;
-    r.recompute = Recompute::full;
+    r.recompute = RecomputeGranularity::kFull;
     r.metric = M::tflops_per_gpu;
     r.published = n.tflops;
     rows.push_back(r);
@@ -89,8 +89,8 @@ std::vector<RowCheck> check_published(const GpuSpec& gpu, bool search_best) {
     if (row.micro_batch) fixed.micro_batch = {row.micro_batch};
     fixed.sequence_parallel = {row.sequence_parallel ? 1 : 0};
     fixed.recompute = {row.recompute};
-    if (row.recompute == Recompute::full) {
-      fixed.method = {RecomputeMethod::uniform};
+    if (row.recompute == RecomputeGranularity::kFull) {
+      fixed.method = {RecomputeMethod::kUniform};
       fixed.recompute_layers = {1};
     }
     fixed.distributed_optimizer = {0};

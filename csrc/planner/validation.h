@@ -19,7 +19,7 @@ struct PublishedRow {
   int vp = 0;           ///< virtual stages; 0 = not published, the planner chooses
   int micro_batch = 0;  ///< 0 = not published, the planner chooses
   bool sequence_parallel = false;
-  Recompute recompute = Recompute::full;  ///< full = uniform, 1 layer per checkpoint
+  RecomputeGranularity recompute = RecomputeGranularity::kFull;  ///< full = uniform, 1 layer per checkpoint
   enum class Metric { iteration_seconds, tflops_per_gpu } metric = Metric::iteration_seconds;
   double published = 0;
 };

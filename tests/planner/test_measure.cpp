@@ -157,7 +157,7 @@ TEST_CASE("a recipe gives the plan's model, batch, precision and its own layout"
   CHECK(in.shape.seq_length == 128);
   CHECK(in.shape.vocab_size == 50304);  // 50257 rounded up to make_vocab_size_divisible_by 128
   CHECK(in.setup.global_batch == 8);
-  CHECK(in.setup.precision == Precision::fp32);
+  CHECK(in.setup.precision == Precision::kFp32);
   CHECK(in.cpu);
   CHECK(in.devices == 4);
   CHECK(in.layout.tp == 2);
@@ -165,7 +165,7 @@ TEST_CASE("a recipe gives the plan's model, batch, precision and its own layout"
   CHECK(in.layout.dp == 1);
   CHECK(in.layout.micro_batch == 2);
   CHECK(in.layout.sequence_parallel);
-  CHECK(in.layout.recompute == Recompute::selective);
+  CHECK(in.layout.recompute == RecomputeGranularity::kSelective);
   CHECK_FALSE(in.layout.distributed_optimizer);
 }
 
@@ -173,7 +173,7 @@ TEST_CASE("a planned layout applied to a recipe as overrides round-trips", "[pla
   const auto base = loom::config::load_recipe(kRecipe);
   Layout L;
   L.tp = 1; L.pp = 2; L.vp = 2; L.dp = 2; L.micro_batch = 1;
-  L.recompute = Recompute::full; L.method = RecomputeMethod::block; L.recompute_layers = 1;
+  L.recompute = RecomputeGranularity::kFull; L.method = RecomputeMethod::kBlock; L.recompute_layers = 1;
   L.distributed_optimizer = true;
   const auto applied = loom::config::load_recipe(kRecipe, layout_overrides(L, base));
   const RecipePlanInput back = plan_input_from_recipe(applied);
@@ -183,8 +183,8 @@ TEST_CASE("a planned layout applied to a recipe as overrides round-trips", "[pla
   CHECK(back.layout.dp == 2);
   CHECK(back.layout.micro_batch == 1);
   CHECK_FALSE(back.layout.sequence_parallel);
-  CHECK(back.layout.recompute == Recompute::full);
-  CHECK(back.layout.method == RecomputeMethod::block);
+  CHECK(back.layout.recompute == RecomputeGranularity::kFull);
+  CHECK(back.layout.method == RecomputeMethod::kBlock);
   CHECK(back.layout.recompute_layers == 1);
   CHECK(back.layout.distributed_optimizer);
   CHECK(applied.model.data.data_prefix == base.model.data.data_prefix);  // the rest is kept
@@ -230,13 +230,13 @@ TEST_CASE("a measured profile may define its own device and latencies", "[planne
 }
 
 TEST_CASE("fp32 training (CPU ranks) counts 16 bytes per parameter and 4-byte activations", "[planner][memory]") {
-  CHECK(bytes_per_param(Precision::fp32, false, 1) == 16);
-  CHECK(bytes_per_param(Precision::fp32, true, 4) == 10);
+  CHECK(bytes_per_param(Precision::kFp32, false, 1) == 16);
+  CHECK(bytes_per_param(Precision::kFp32, true, 4) == 10);
   ModelShape m;
   m.num_layers = 4; m.hidden_size = 128; m.num_attention_heads = 4; m.seq_length = 128; m.vocab_size = 50304;
   TrainingSetup bf16, fp32;
   bf16.global_batch = fp32.global_batch = 8;
-  fp32.precision = Precision::fp32;
+  fp32.precision = Precision::kFp32;
   Layout L;
   L.micro_batch = 2;
   const MemoryTerms a = stage_memory(m, bf16, L, 0, 1e12), b = stage_memory(m, fp32, L, 0, 1e12);

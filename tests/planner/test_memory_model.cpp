@@ -20,17 +20,17 @@ TEST_CASE("per-layer activation bytes follow the sp_sar.md table", "[planner]") 
   const ModelShape m = gpt(96, 12288, 96);
   const double s = 2048, b = 2, h = 12288, a = 96, t = 8;
   const double sbh = s * b * h;
-  CHECK(layer_activation_bytes(m, 2, 1, false, Recompute::none) == Approx(sbh * (34 + 5 * a * s / h)));
-  CHECK(layer_activation_bytes(m, 2, 8, false, Recompute::none) ==
+  CHECK(layer_activation_bytes(m, 2, 1, false, RecomputeGranularity::kNone) == Approx(sbh * (34 + 5 * a * s / h)));
+  CHECK(layer_activation_bytes(m, 2, 8, false, RecomputeGranularity::kNone) ==
         Approx(sbh * (10 + 24 / t + 5 * a * s / (h * t))));
-  CHECK(layer_activation_bytes(m, 2, 8, true, Recompute::none) == Approx(sbh * (34 / t + 5 * a * s / (h * t))));
-  CHECK(layer_activation_bytes(m, 2, 8, false, Recompute::selective) == Approx(sbh * (10 + 24 / t)));
-  CHECK(layer_activation_bytes(m, 2, 8, true, Recompute::selective) == Approx(sbh * 34 / t));
-  CHECK(layer_activation_bytes(m, 2, 1, false, Recompute::full) == Approx(2 * sbh));
-  CHECK(layer_activation_bytes(m, 2, 8, true, Recompute::full) == Approx(2 * sbh / t));
+  CHECK(layer_activation_bytes(m, 2, 8, true, RecomputeGranularity::kNone) == Approx(sbh * (34 / t + 5 * a * s / (h * t))));
+  CHECK(layer_activation_bytes(m, 2, 8, false, RecomputeGranularity::kSelective) == Approx(sbh * (10 + 24 / t)));
+  CHECK(layer_activation_bytes(m, 2, 8, true, RecomputeGranularity::kSelective) == Approx(sbh * 34 / t));
+  CHECK(layer_activation_bytes(m, 2, 1, false, RecomputeGranularity::kFull) == Approx(2 * sbh));
+  CHECK(layer_activation_bytes(m, 2, 8, true, RecomputeGranularity::kFull) == Approx(2 * sbh / t));
   // GPT-3: 5as/h = 80, TP alone at t=8 against TP+SP+SAR: (10+3+10)/4.25 ≈ 5.4x.
-  CHECK(layer_activation_bytes(m, 1, 8, false, Recompute::none) /
-            layer_activation_bytes(m, 1, 8, true, Recompute::selective) ==
+  CHECK(layer_activation_bytes(m, 1, 8, false, RecomputeGranularity::kNone) /
+            layer_activation_bytes(m, 1, 8, true, RecomputeGranularity::kSelective) ==
         Approx(23.0 / 4.25));
 }
 
@@ -44,10 +44,10 @@ TEST_CASE("in-flight micro-batches under 1F1B and interleaving", "[planner]") {
 }
 
 TEST_CASE("bytes per parameter of parallel_layout.md", "[planner]") {
-  CHECK(bytes_per_param(Precision::bf16, false, 8) == 18);
-  CHECK(bytes_per_param(Precision::bf16, true, 8) == Approx(6 + 12.0 / 8));
-  CHECK(bytes_per_param(Precision::fp16, false, 4) == 20);
-  CHECK(bytes_per_param(Precision::fp16, true, 4) == Approx(4 + 16.0 / 4));
+  CHECK(bytes_per_param(Precision::kBf16, false, 8) == 18);
+  CHECK(bytes_per_param(Precision::kBf16, true, 8) == Approx(6 + 12.0 / 8));
+  CHECK(bytes_per_param(Precision::kFp16, false, 4) == 20);
+  CHECK(bytes_per_param(Precision::kFp16, true, 4) == Approx(4 + 16.0 / 4));
 }
 
 TEST_CASE("layer params per rank sum to 12h2 + 13h over the TP group", "[planner]") {
@@ -75,10 +75,10 @@ TEST_CASE("Korthikanti et al memory figures per GPU", "[planner]") {
     // Layer weights of a middle stage (no embedding): 18 bytes per parameter.
     const double layer_weights = double(r.L / r.p) * layer_params_per_rank(m, r.t) * 18 / kGiB;
     CHECK(layer_weights == Approx(r.weights).margin(0.06));
-    lay.recompute = Recompute::none;
+    lay.recompute = RecomputeGranularity::kNone;
     CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.none).margin(0.06));
     lay.sequence_parallel = true;
-    lay.recompute = Recompute::selective;
+    lay.recompute = RecomputeGranularity::kSelective;
     CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.sel).margin(0.06));
   }
 }
@@ -103,16 +103,16 @@ TEST_CASE("stage memory terms for end stages and sharding and the reserve", "[pl
   CHECK(stage_memory(m, setup, lay, 1, cap).weights_optimizer ==
         Approx(middle.weights_optimizer * (6 + 12.0 / 4) / 18));
   // Full recompute, uniform every 2 layers: ceil(6/2) = 3 stored inputs per in-flight micro-batch.
-  lay.recompute = Recompute::full;
-  lay.method = RecomputeMethod::uniform;
+  lay.recompute = RecomputeGranularity::kFull;
+  lay.method = RecomputeMethod::kUniform;
   lay.recompute_layers = 2;
   const MemoryTerms full = stage_memory(m, setup, lay, 0, cap);
   CHECK(full.activations == Approx(4 * 3 * 2.0 * 2048 * 2 * h));
-  CHECK(full.transient == Approx(2 * layer_activation_bytes(m, 2, 2, false, Recompute::none)));
+  CHECK(full.transient == Approx(2 * layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone)));
   // Block: 2 of 6 layers recomputed, 4 stored in full.
-  lay.method = RecomputeMethod::block;
+  lay.method = RecomputeMethod::kBlock;
   const MemoryTerms block = stage_memory(m, setup, lay, 0, cap);
   CHECK(block.activations == Approx(4 * (2 * 2.0 * 2048 * 2 * h +
-                                         4 * layer_activation_bytes(m, 2, 2, false, Recompute::none))));
+                                         4 * layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone))));
   CHECK(std::string(block.largest_term()) == "layer activations");
 }

@@ -55,16 +55,16 @@ TEST_CASE("fixed knobs restrict the search", "[planner]") {
   SearchSpace space;
   space.tp = {2};
   space.micro_batch = {2, 4};
-  space.recompute = {Recompute::selective, Recompute::full};
-  space.method = {RecomputeMethod::block};
+  space.recompute = {RecomputeGranularity::kSelective, RecomputeGranularity::kFull};
+  space.method = {RecomputeMethod::kBlock};
   space.distributed_optimizer = {1};
   const SearchResult r = search(m, c, setup, space, 1000);
   REQUIRE(!r.best.empty());
   for (const Candidate& cand : r.best) {
     CHECK(cand.layout.tp == 2);
     CHECK((cand.layout.micro_batch == 2 || cand.layout.micro_batch == 4));
-    CHECK(cand.layout.recompute != Recompute::none);
-    if (cand.layout.recompute == Recompute::full) CHECK(cand.layout.method == RecomputeMethod::block);
+    CHECK(cand.layout.recompute != RecomputeGranularity::kNone);
+    if (cand.layout.recompute == RecomputeGranularity::kFull) CHECK(cand.layout.method == RecomputeMethod::kBlock);
     CHECK(cand.layout.distributed_optimizer);
   }
 }
@@ -82,18 +82,24 @@ TEST_CASE("check_layout names the broken divisibility rule", "[planner]") {
   L.tp = 5; L.pp = 4; L.dp = 1;
   Cluster c20 = cluster("A100-80GB", 4);
   c20.gpus_per_node = 5;
-  CHECK_THAT(check_layout(m, c20, setup, L), Catch::Contains("heads"));
+  CHECK(check_layout(m, c20, setup, L) ==
+        "model.num_attention_heads: expected a multiple of tensor_model_parallel_size (5), found 96");
   L.tp = 8; L.vp = 5;
-  CHECK_THAT(check_layout(m, c, setup, L), Catch::Contains("layers"));
+  CHECK(check_layout(m, c, setup, L) == "model.num_layers: expected a multiple of pipeline_model_parallel_size*"
+                                        "virtual_pipeline_model_parallel_size = 4*5 = 20, found 96");
   L.vp = 3;
   setup.global_batch = 30;  // 30 micro-batches, not a multiple of p = 4
-  CHECK_THAT(check_layout(m, c, setup, L), Catch::Contains("interleaving"));
+  CHECK_THAT(check_layout(m, c, setup, L), Catch::Contains("the interleaved schedule expects num_microbatches"));
   setup.global_batch = 64;
-  L.recompute = Recompute::full;
-  L.method = RecomputeMethod::uniform;
-  L.recompute_layers = 3;  // chunk of 96/(4·3) = 8 layers
-  CHECK_THAT(check_layout(m, c, setup, L), Catch::Contains("uniform recompute"));
-  L.recompute_layers = 4;
+  L.recompute = RecomputeGranularity::kFull;
+  L.method = RecomputeMethod::kUniform;
+  L.recompute_layers = 3;  // chunk of 96/(4·3) = 8 layers: groups of 3, 3, 2, as the model runs them
+  CHECK(check_layout(m, c, setup, L).empty());
+  L.recompute_layers = 9;
+  CHECK(check_layout(m, c, setup, L) == "model.activations_checkpoint_num_layers: expected an integer in [1, 8] "
+                                        "(layers per pipeline chunk) for method uniform, found 9");
+  L.method = RecomputeMethod::kBlock;
+  L.recompute_layers = 0;  // legal: nothing recomputed
   CHECK(check_layout(m, c, setup, L).empty());
 }
 
