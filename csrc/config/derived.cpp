@@ -1,5 +1,7 @@
 #include "config/derived.h"
 
+#include <cctype>
+
 #include <numeric>
 
 #include <stdexcept>
@@ -57,6 +59,19 @@ int64_t gpt_parameter_count(const Recipe& r, int64_t vocab_size) {
 bool uses_distributed_optimizer(const Recipe& r) {
   return r.model.use_distributed_optimizer ||
          r.model.optim.name == OptimizerName::kDistributedFusedAdam;
+}
+
+std::optional<int64_t> parse_max_time(const std::string& s) {
+  // DD:HH:MM:SS: colons at fixed distances from the end, digits elsewhere.
+  if (s.size() < 10) return std::nullopt;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool colon_pos = i == s.size() - 3 || i == s.size() - 6 || i == s.size() - 9;
+    if (colon_pos ? s[i] != ':' : std::isdigit(static_cast<unsigned char>(s[i])) == 0) return std::nullopt;
+  }
+  const auto field = [&](size_t from, size_t n) { return std::stoll(s.substr(from, n)); };
+  const size_t n = s.size();
+  if (n - 9 > 12) return std::nullopt;  // days beyond 10^12 would overflow the seconds
+  return ((field(0, n - 9) * 24 + field(n - 8, 2)) * 60 + field(n - 5, 2)) * 60 + field(n - 2, 2);
 }
 
 std::string run_directory(const Recipe& r) {

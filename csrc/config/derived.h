@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "config/recipe.h"
@@ -45,6 +46,10 @@ int64_t gpt_parameter_count(const Recipe& r, int64_t vocab_size = kGpt2VocabSize
 /// True when the optimizer state is sharded over DP ranks (use_distributed_optimizer, which
 /// load_recipe also sets for optim.name distributed_fused_adam).
 bool uses_distributed_optimizer(const Recipe& r);
+
+/// trainer.max_time "DD:HH:MM:SS" (any number of day digits, as Lightning's Timer takes it) in
+/// seconds; nullopt when the text is not in that form.
+std::optional<int64_t> parse_max_time(const std::string& text);
 
 /// The run directory: exp_manager.explicit_log_dir if set, else
 /// <exp_manager.exp_dir or "runs">/<exp_manager.name>.

@@ -115,16 +115,8 @@ void Checker::field_ranges() {
   at_least("trainer.val_check_interval", t.val_check_interval, 1);
   at_least("trainer.limit_val_batches", t.limit_val_batches, 0);
   non_negative_real("trainer.gradient_clip_val", t.gradient_clip_val);
-  if (t.max_time && ok({"trainer.max_time"})) {
-    const std::string& s = *t.max_time;
-    // DD:HH:MM:SS with any number of day digits.
-    bool good = s.size() >= 10 && s[s.size() - 3] == ':' && s[s.size() - 6] == ':' && s[s.size() - 9] == ':';
-    for (size_t i = 0; good && i < s.size(); ++i) {
-      const bool colon_pos = i == s.size() - 3 || i == s.size() - 6 || i == s.size() - 9;
-      good = colon_pos ? s[i] == ':' : std::isdigit(static_cast<unsigned char>(s[i])) != 0;
-    }
-    if (!good) error("trainer.max_time", "expected DD:HH:MM:SS (e.g. 00:23:30:00), found \"" + s + "\"");
-  }
+  if (t.max_time && ok({"trainer.max_time"}) && !parse_max_time(*t.max_time))
+    error("trainer.max_time", "expected DD:HH:MM:SS (e.g. 00:23:30:00), found \"" + *t.max_time + "\"");
   at_least("exp_manager.checkpoint_callback_params.every_n_steps",
            r_.exp_manager.checkpoint_callback_params.every_n_steps, 1);
   non_empty("exp_manager.name", r_.exp_manager.name);
@@ -150,6 +142,9 @@ void Checker::field_ranges() {
   probability("model.hidden_dropout", m.hidden_dropout);
   probability("model.attention_dropout", m.attention_dropout);
   probability("model.ffn_dropout", m.ffn_dropout);
+  if (ok({"model.ffn_dropout"}) && m.ffn_dropout != 0.0)
+    error("model.ffn_dropout", fmt::format("expected 0.0 (Loom's MLP has no dropout between its two linear layers; "
+                                           "hidden_dropout applies after the MLP), found {}", m.ffn_dropout));
   probability("model.label_smoothing", m.label_smoothing);
   positive_real("model.layernorm_epsilon", m.layernorm_epsilon);
   at_least("model.seed", m.seed, 0);

@@ -50,3 +50,13 @@ TEST_CASE("edit distance and closest key", "[config]") {
   CHECK(closest("num_layer", {"num_layers", "num_attention_heads", "seed"}) == "num_layers");
   CHECK(closest("x", {}).empty());
 }
+
+TEST_CASE("parse_max_time reads DD:HH:MM:SS with any number of day digits", "[config]") {
+  CHECK(parse_max_time("00:23:30:00") == 23 * 3600 + 30 * 60);
+  CHECK(parse_max_time("125:00:00:01") == 125LL * 86400 + 1);
+  CHECK(parse_max_time("00:00:00:03") == 3);
+  CHECK_FALSE(parse_max_time("23:30:00"));
+  CHECK_FALSE(parse_max_time("00:23:3a:00"));
+  CHECK_FALSE(parse_max_time("00-23:30:00"));
+  CHECK_FALSE(parse_max_time("9999999999999:00:00:00"));
+}
