@@ -62,6 +62,7 @@ std::atomic<uint64_t> next_instance{1};
 
 struct Gpt2Tokenizer::Impl {
   uint64_t instance = next_instance++;
+  std::string vocab_path;
   std::unordered_map<std::string, int32_t> vocab;   // vocab entry (mapped alphabet) -> id
   std::vector<std::string> id_bytes;                // id -> raw bytes
   std::vector<bool> id_present;
@@ -217,6 +218,7 @@ struct Gpt2Tokenizer::Impl {
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::string& merges_path)
     : impl_(std::make_unique<Impl>()) {
   auto& im = *impl_;
+  im.vocab_path = vocab_json_path;
   // Vocabulary.
   nlohmann::json vocab;
   try {
@@ -312,11 +314,7 @@ void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) con
   impl_->for_each_piece(text, ts, [&](size_t off, size_t len) { impl_->bpe(text.substr(off, len), out, ts); });
 }
 
-std::vector<int32_t> Gpt2Tokenizer::encode(std::string_view text) const {
-  std::vector<int32_t> out;
-  encode(text, out);
-  return out;
-}
+std::string Gpt2Tokenizer::description() const { return "GPT-2 BPE ('" + impl_->vocab_path + "')"; }
 
 const std::string& Gpt2Tokenizer::token_bytes(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= impl_->id_bytes.size() || !impl_->id_present[id])

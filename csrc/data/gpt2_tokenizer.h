@@ -28,33 +28,36 @@
 #include <string_view>
 #include <vector>
 
+#include "data/tokenizer.h"
+
 namespace loom::data {
 
-class Gpt2Tokenizer {
+class Gpt2Tokenizer : public Tokenizer {
  public:
   /// Loads the vocabulary (JSON object token -> id) and the merges (optional first line
   /// "#version: ...", then one "left right" pair per line in rank order). Throws
   /// DataError (data_error.h) naming the file and line when a file is missing or malformed, or a merge
   /// names a token absent from the vocabulary.
   Gpt2Tokenizer(const std::string& vocab_json_path, const std::string& merges_path);
-  ~Gpt2Tokenizer();
+  ~Gpt2Tokenizer() override;
   Gpt2Tokenizer(const Gpt2Tokenizer&) = delete;
   Gpt2Tokenizer& operator=(const Gpt2Tokenizer&) = delete;
 
   /// Largest id + 1 (50257 for GPT-2).
-  size_t vocab_size() const;
+  size_t vocab_size() const override;
   /// Id of `<|endoftext|>` (50256 for GPT-2), or -1 when the vocabulary has none.
-  int32_t eod_id() const { return eod_id_; }
+  int32_t eod_id() const override { return eod_id_; }
   /// Number of merges loaded (50000 for GPT-2).
   size_t num_merges() const;
 
   /// Appends the ids of `text` (UTF-8; ill-formed bytes repaired as described above) to `out`.
-  void encode(std::string_view text, std::vector<int32_t>& out) const;
-  std::vector<int32_t> encode(std::string_view text) const;
+  void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  using Tokenizer::encode;
 
   /// The exact bytes of the given ids concatenated. decode(encode(t)) == t for valid UTF-8 t.
   /// Throws std::out_of_range naming the id if one is not in the vocabulary.
-  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  std::string description() const override;
   /// Bytes of one token.
   const std::string& token_bytes(int32_t id) const;
   /// Id of a vocabulary entry (written in the byte-to-unicode alphabet), or -1.

@@ -327,6 +327,14 @@ void IndexedDatasetWriter::add_document(const std::vector<int32_t>& tokens, cons
   doc_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }
 
+void IndexedDatasetWriter::discard() noexcept {
+  if (bin_) std::fclose(bin_);
+  bin_ = nullptr;
+  finalized_ = true;
+  std::remove(bin_path(prefix_).c_str());
+  std::remove(idx_path(prefix_).c_str());
+}
+
 void IndexedDatasetWriter::finalize() {
   if (finalized_) return;
   finalized_ = true;

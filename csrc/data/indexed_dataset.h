@@ -95,8 +95,11 @@ class IndexedDatasetWriter {
   /// tokens.size()); empty means one sequence holding all tokens (none if `tokens` is empty).
   /// Throws DataError if a token does not fit the dtype.
   void add_document(const std::vector<int32_t>& tokens, const std::vector<int32_t>& sequence_lengths = {});
-  /// Writes {prefix}.idx and closes the .bin. Called by the destructor if not called.
+  /// Writes {prefix}.idx and closes the .bin. Called by the destructor if neither this nor
+  /// discard() was.
   void finalize();
+  /// Closes and removes {prefix}.bin (and an .idx already written): for a run that failed.
+  void discard() noexcept;
   size_t num_sequences() const { return lengths_.size(); }
   size_t num_documents() const { return doc_indices_.size() - 1; }
 

@@ -1,95 +1,133 @@
 #include "data/preprocess.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <fstream>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "data/data_error.h"
-#include "data/gpt2_tokenizer.h"
 #include "data/indexed_dataset.h"
+#include "data/input_stream.h"
 
 namespace loom::data {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool blank(const std::string& line) { return line.find_first_not_of(" \t\r\f\v") == std::string::npos; }
 
-// One unit of input: a JSONL line or a plain-text document, with its first line number.
+// One unit of input: a JSON line or a plain-text document, with its file and first line.
 struct Item {
   std::string text;
+  int32_t file;
   int64_t line;
 };
 
-// One encoded document per key: token ids and sequence lengths.
+// One encoded document per key: token ids and sequence lengths; or why the line is malformed.
 struct Encoded {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<int32_t>> lengths;
+  std::string error;
 };
 
-class Reader {
+// The documents of a partition's share, in input order, read in chunks of about `budget` bytes.
+class CorpusReader {
  public:
-  Reader(const std::string& path, bool jsonl) : in_(path, std::ios::binary), jsonl_(jsonl) {
-    if (!in_) throw std::runtime_error("preprocess: cannot open input '" + path + "'");
-  }
-  // Reads items until about `budget` bytes are collected or the input ends.
-  bool read(std::vector<Item>& out, size_t budget, int64_t& bytes) {
+  explicit CorpusReader(const PartitionShare& share) : share_(share) {}
+
+  bool read(std::vector<Item>& out, size_t budget) {
     out.clear();
     size_t got = 0;
     std::string line;
-    while (got < budget && std::getline(in_, line)) {
-      ++lineno_;
-      bytes += static_cast<int64_t>(line.size()) + (in_.eof() ? 0 : 1);
+    while (got < budget && !done_) {
+      if (!stream_ && !open_next()) break;
+      const int64_t start = base_ + stream_->bytes_out();
+      if (!stream_->next_line(line)) {
+        flush(out);
+        base_ += stream_->bytes_out();
+        bytes_in_done_ += stream_->bytes_in();
+        stream_.reset();
+        continue;
+      }
       got += line.size() + 1;
-      if (jsonl_) {
+      if (json_) {
+        if (blank(line)) continue;
+        if (past_end(start)) break;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (!blank(line)) out.push_back({std::move(line), lineno_});
+        if (in_share(start)) out.push_back({std::move(line), file_, stream_->line_number()});
         continue;
       }
       if (blank(line)) {
         flush(out);
         continue;
       }
-      if (doc_.text.empty()) doc_.line = lineno_;
-      else doc_.text += '\n';
+      if (doc_.text.empty() && !open_doc_) {
+        if (past_end(start)) break;
+        doc_.file = file_;
+        doc_.line = stream_->line_number();
+        doc_start_ = start;
+        open_doc_ = true;
+      } else {
+        doc_.text += '\n';
+      }
       doc_.text += line;
     }
-    if (!in_ && !in_.eof()) throw std::runtime_error("preprocess: read error");
-    if (in_.eof()) flush(out);
-    return !out.empty() || !in_.eof();
+    return !out.empty();
   }
+  int64_t bytes() const { return base_ + (stream_ ? stream_->bytes_out() : 0); }
+  int64_t bytes_in() const { return bytes_in_done_ + (stream_ ? stream_->bytes_in() : 0); }
+  int64_t files_opened() const { return next_file_; }
 
  private:
-  void flush(std::vector<Item>& out) {
-    if (!doc_.text.empty()) out.push_back(std::move(doc_));
-    doc_ = Item{};
+  bool open_next() {
+    if (next_file_ >= share_.files.size()) {
+      done_ = true;
+      return false;
+    }
+    file_ = static_cast<int32_t>(next_file_);
+    stream_ = std::make_unique<LineStream>(share_.files[next_file_++]);
+    json_ = input_kind(stream_->path()).json;
+    return true;
   }
-  std::ifstream in_;
-  bool jsonl_;
-  int64_t lineno_ = 0;
+  bool in_share(int64_t start) const {
+    return !share_.by_documents || (start >= share_.first_byte && start < share_.end_byte);
+  }
+  bool past_end(int64_t start) {
+    if (share_.by_documents && start >= share_.end_byte) done_ = true;
+    return done_;
+  }
+  void flush(std::vector<Item>& out) {
+    if (open_doc_ && in_share(doc_start_)) out.push_back(std::move(doc_));
+    doc_ = Item{};
+    open_doc_ = false;
+  }
+
+  const PartitionShare& share_;
+  size_t next_file_ = 0;
+  int32_t file_ = -1;
+  std::unique_ptr<LineStream> stream_;
+  bool json_ = false, done_ = false, open_doc_ = false;
+  int64_t base_ = 0, bytes_in_done_ = 0, doc_start_ = 0;
   Item doc_;
 };
 
-void encode_item(const Item& item, const PreprocessOptions& o, bool jsonl, const Gpt2Tokenizer& tok, Encoded& out) {
+// Encodes one item; a malformed JSON line is reported in out.error (not thrown) so that the
+// writer can skip it in input order.
+void encode_item(const Item& item, bool json, const PreprocessOptions& o, const Tokenizer& tok, Encoded& out) {
   out.tokens.assign(o.json_keys.size(), {});
   out.lengths.assign(o.json_keys.size(), {});
-  auto where = [&] { return "preprocess: '" + o.input + "' line " + std::to_string(item.line); };
   auto finish = [&](size_t k) {
     if (o.append_eod && !out.tokens[k].empty()) {
       out.tokens[k].push_back(tok.eod_id());
       out.lengths[k].back() += 1;
     }
   };
-  if (!jsonl) {
+  if (!json) {
     tok.encode(item.text, out.tokens[0]);
     if (!out.tokens[0].empty()) out.lengths[0].push_back(static_cast<int32_t>(out.tokens[0].size()));
     finish(0);
@@ -99,28 +137,72 @@ void encode_item(const Item& item, const PreprocessOptions& o, bool jsonl, const
   try {
     j = nlohmann::json::parse(item.text);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(where() + ": not a JSON object: " + e.what());
+    out.error = std::string("not a JSON object: ") + e.what();
+    return;
   }
-  if (!j.is_object()) throw DataError(where() + ": expected a JSON object, found " + std::string(j.type_name()));
+  if (!j.is_object()) {
+    out.error = "expected a JSON object, found " + std::string(j.type_name());
+    return;
+  }
   for (size_t k = 0; k < o.json_keys.size(); ++k) {
     auto it = j.find(o.json_keys[k]);
-    if (it == j.end()) throw DataError(where() + ": no key \"" + o.json_keys[k] + "\"");
-    std::vector<std::string> parts;
-    if (it->is_string()) parts.push_back(it->get<std::string>());
-    else if (it->is_array() && std::all_of(it->begin(), it->end(), [](const auto& v) { return v.is_string(); }))
-      for (const auto& v : *it) parts.push_back(v.get<std::string>());
-    else
-      throw DataError(where() + ": key \"" + o.json_keys[k] + "\" holds " + it->type_name() +
-                      ", expected a string or an array of strings");
-    for (const auto& p : parts) {
+    if (it == j.end()) {
+      out.error = "no key \"" + o.json_keys[k] + "\"";
+      return;
+    }
+    std::vector<const std::string*> parts;
+    if (it->is_string()) {
+      parts.push_back(it->get_ptr<const std::string*>());
+    } else if (it->is_array() && std::all_of(it->begin(), it->end(), [](const auto& v) { return v.is_string(); })) {
+      for (const auto& v : *it) parts.push_back(v.get_ptr<const std::string*>());
+    } else {
+      out.error = "key \"" + o.json_keys[k] + "\" holds " + it->type_name() + ", expected a string or an array of strings";
+      return;
+    }
+    for (const auto* p : parts) {
       const size_t before = out.tokens[k].size();
-      tok.encode(p, out.tokens[k]);
+      tok.encode(*p, out.tokens[k]);
       const size_t n = out.tokens[k].size() - before;
       if (n > 0) out.lengths[k].push_back(static_cast<int32_t>(n));
     }
     finish(k);
   }
 }
+
+std::string parent_directory(const std::string& prefix) {
+  const auto slash = prefix.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : prefix.substr(0, slash);
+}
+
+// The writers of one run: temporary files renamed into place by commit(), removed otherwise.
+class Outputs {
+ public:
+  Outputs(const std::vector<std::string>& finals, DType dtype) : finals_(finals) {
+    const std::string tag = ".partial-" + std::to_string(::getpid());
+    for (const auto& f : finals) {
+      temps_.push_back(f + tag);
+      writers_.push_back(std::make_unique<IndexedDatasetWriter>(temps_.back(), dtype));
+    }
+  }
+  ~Outputs() {
+    if (committed_) return;
+    for (auto& w : writers_) w->discard();
+  }
+  IndexedDatasetWriter& operator[](size_t k) { return *writers_[k]; }
+  void commit() {
+    for (auto& w : writers_) w->finalize();
+    for (size_t k = 0; k < finals_.size(); ++k)
+      for (auto path : {bin_path, idx_path})
+        if (std::rename(path(temps_[k]).c_str(), path(finals_[k]).c_str()) != 0)
+          throw std::runtime_error("preprocess: cannot rename '" + path(temps_[k]) + "' to '" + path(finals_[k]) + "'");
+    committed_ = true;
+  }
+
+ private:
+  std::vector<std::string> finals_, temps_;
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers_;
+  bool committed_ = false;
+};
 
 }  // namespace
 
@@ -129,74 +211,92 @@ PreprocessResult preprocess(const PreprocessOptions& o) {
   const auto t0 = clock::now();
   if (o.json_keys.empty()) throw DataError("preprocess: no JSON key given");
   if (o.workers < 1) throw DataError("preprocess: workers must be at least 1, got " + std::to_string(o.workers));
-  const bool jsonl = ends_with(o.input, ".jsonl") || ends_with(o.input, ".json");
-  if (!jsonl && o.json_keys.size() != 1)
-    throw DataError("preprocess: plain-text input '" + o.input + "' has one document stream; give one key, not " +
-                    std::to_string(o.json_keys.size()));
+  if (o.skip_bad_lines < 0) throw DataError("preprocess: --skip-bad-lines must be >= 0, got " + std::to_string(o.skip_bad_lines));
+  const std::vector<std::string> files = expand_inputs(o.inputs);
+  for (const auto& f : files)
+    if (!input_kind(f).json && o.json_keys.size() != 1)
+      throw DataError("preprocess: plain-text input '" + f + "' has one document stream; give one key, not " +
+                      std::to_string(o.json_keys.size()));
   struct stat st{};
-  if (::stat(o.input.c_str(), &st) != 0) throw DataError("preprocess: input '" + o.input + "' does not exist");
-  const auto total_bytes = static_cast<int64_t>(st.st_size);
+  const std::string out_dir = parent_directory(o.output_prefix);
+  if (::stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw DataError("preprocess: --output-prefix '" + o.output_prefix + "': directory '" + out_dir + "' does not exist");
 
-  Gpt2Tokenizer tok(o.vocab_file, o.merge_file);
-  if (o.append_eod && tok.eod_id() < 0)
-    throw DataError("preprocess: --append-eod but vocabulary '" + o.vocab_file + "' has no <|endoftext|>");
-  const DType dtype = token_dtype_for_vocab(tok.vocab_size());
+  const auto tok = make_tokenizer(o.tokenizer);
+  if (o.append_eod && tok->eod_id() < 0)
+    throw DataError("preprocess: --append-eod but the tokenizer " + tok->description() + " has no end-of-document token");
+  const DType dtype = token_dtype_for_vocab(tok->vocab_size());
+  const PartitionShare share = partition_share(files, o.partition, &decompressed_bytes);
+  int64_t total_bytes = 0;
+  for (const auto& f : share.files)
+    if (::stat(f.c_str(), &st) == 0) total_bytes += static_cast<int64_t>(st.st_size);
 
   PreprocessResult r;
-  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
-  for (const auto& key : o.json_keys) {
-    r.output_prefixes.push_back(o.output_prefix + "_" + key + "_document");
-    writers.push_back(std::make_unique<IndexedDatasetWriter>(r.output_prefixes.back(), dtype));
-  }
+  for (const auto& key : o.json_keys) r.output_prefixes.push_back(o.output_prefix + "_" + key + "_document");
+  Outputs outputs(r.output_prefixes, dtype);
 
-  Reader reader(o.input, jsonl);
-  std::vector<Item> items;
+  CorpusReader reader(share);
+  std::vector<Item> items, next;
   std::vector<Encoded> encoded;
   const size_t budget = o.chunk_bytes * static_cast<size_t>(o.workers);
-  double encode_seconds = 0;
-  while (reader.read(items, budget, r.bytes)) {
+  bool have = reader.read(items, budget);
+  while (have) {
     encoded.assign(items.size(), {});
-    const auto e0 = clock::now();
-    const size_t nw = std::min<size_t>(static_cast<size_t>(o.workers), std::max<size_t>(items.size(), 1));
-    std::vector<std::exception_ptr> errors(nw);
-    std::vector<size_t> error_item(nw, SIZE_MAX);
+    const size_t nw = std::min<size_t>(static_cast<size_t>(o.workers), items.size());
+    std::vector<std::exception_ptr> failures(nw);
     auto work = [&](size_t w) {
-      for (size_t i = w; i < items.size(); i += nw) {
-        try {
-          encode_item(items[i], o, jsonl, tok, encoded[i]);
-        } catch (...) {
-          errors[w] = std::current_exception();
-          error_item[w] = i;
-          return;
-        }
+      try {
+        for (size_t i = w; i < items.size(); i += nw)
+          encode_item(items[i], input_kind(share.files[items[i].file]).json, o, *tok, encoded[i]);
+      } catch (...) {
+        failures[w] = std::current_exception();
       }
     };
-    if (nw == 1) {
-      work(0);
-    } else {
-      std::vector<std::thread> threads;
-      for (size_t w = 0; w < nw; ++w) threads.emplace_back(work, w);
-      for (auto& t : threads) t.join();
+    const auto e0 = clock::now();
+    // The next chunk is read (and decompressed) while the workers tokenize this one.
+    std::vector<std::thread> threads;
+    for (size_t w = 0; w < nw; ++w) threads.emplace_back(work, w);
+    std::exception_ptr read_failure;
+    bool have_next = false;
+    try {
+      have_next = reader.read(next, budget);
+    } catch (...) {
+      read_failure = std::current_exception();
     }
-    encode_seconds += std::chrono::duration<double>(clock::now() - e0).count();
-    // Report the earliest failing item (lowest line), whatever worker met it.
-    size_t first = 0;
-    for (size_t w = 1; w < nw; ++w)
-      if (error_item[w] < error_item[first]) first = w;
-    if (errors[first]) std::rethrow_exception(errors[first]);
-    for (auto& e : encoded) {
-      for (size_t k = 0; k < writers.size(); ++k) {
-        writers[k]->add_document(e.tokens[k], e.lengths[k]);
+    for (auto& t : threads) t.join();
+    r.encode_seconds += std::chrono::duration<double>(clock::now() - e0).count();
+    for (auto& f : failures)
+      if (f) std::rethrow_exception(f);
+    for (size_t i = 0; i < items.size(); ++i) {
+      auto& e = encoded[i];
+      if (!e.error.empty()) {
+        PreprocessOptions::BadLine bad{share.files[items[i].file], items[i].line, e.error};
+        const std::string where = "'" + bad.file + "' line " + std::to_string(bad.line) + ": " + bad.reason;
+        if (static_cast<int64_t>(r.bad_lines.size()) >= o.skip_bad_lines)
+          throw DataError(o.skip_bad_lines == 0
+                              ? where + " (--skip-bad-lines N skips and reports up to N such lines)"
+                              : where + " (more than --skip-bad-lines " + std::to_string(o.skip_bad_lines) +
+                                    " malformed lines; the earlier ones were reported)");
+        if (o.on_bad_line) o.on_bad_line(bad);
+        r.bad_lines.push_back(std::move(bad));
+        continue;
+      }
+      for (size_t k = 0; k < o.json_keys.size(); ++k) {
+        outputs[k].add_document(e.tokens[k], e.lengths[k]);
         r.tokens += static_cast<int64_t>(e.tokens[k].size());
       }
       ++r.documents;
     }
+    if (read_failure) std::rethrow_exception(read_failure);
     if (o.on_progress)
-      o.on_progress({r.bytes, total_bytes, r.documents, r.tokens,
+      o.on_progress({reader.bytes_in(), total_bytes, r.documents, r.tokens,
                      std::chrono::duration<double>(clock::now() - t0).count()});
+    items.swap(next);
+    have = have_next;
   }
-  for (auto& w : writers) w->finalize();
-  r.encode_seconds = encode_seconds;
+  outputs.commit();
+  r.bytes = reader.bytes();
+  r.files = reader.files_opened();
   r.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return r;
 }

@@ -1,5 +1,6 @@
-// `loom preprocess`: corpus (JSONL or plain text) -> Megatron indexed dataset (.bin/.idx) with
-// the GPT-2 BPE tokenizer. Options follow Megatron-LM's tools/preprocess_data.py.
+// `loom preprocess`: corpus files (JSONL or plain text, optionally .zst/.gz/.xz) -> Megatron
+// indexed dataset (.bin/.idx). Options follow Megatron-LM's tools/preprocess_data.py; the
+// tokenizer options follow NeMo's model.tokenizer keys (docs/design/tokenizers.md).
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,20 +17,33 @@ namespace {
 
 int run_preprocess(int argc, char** argv) {
   loom::data::PreprocessOptions o;
-  std::string tokenizer_type = "GPT2BPETokenizer";
+  std::string tokenizer_type, library = "megatron", partition = "0/1";
   bool quiet = false;
   CLI::App app{"Tokenize a corpus into a Megatron indexed dataset: {output-prefix}_{key}_document.bin/.idx.\n"
-               "Input .jsonl/.json: one JSON object per line, documents under --json-keys.\n"
-               "Other input: plain UTF-8 text, documents separated by blank lines.",
+               "Inputs: files, directories (all files below, sorted) or glob patterns, in the order given.\n"
+               ".jsonl/.json: one JSON object per line, documents under --json-keys; other files: plain UTF-8\n"
+               "text, documents separated by blank lines. A .zst, .gz or .xz suffix is decompressed on the fly.",
                "loom preprocess"};
-  app.add_option("--input", o.input, "input file (.jsonl, .json or plain text)")->required();
+  app.add_option("--input", o.inputs, "input file, directory or glob (repeatable, or several after one --input)")
+      ->required()
+      ->expected(1, -1);
   app.add_option("--output-prefix", o.output_prefix, "output path prefix")->required();
   app.add_option("--json-keys", o.json_keys, "JSON keys to extract (default: text)")->expected(1, -1);
-  app.add_option("--tokenizer-type", tokenizer_type, "only GPT2BPETokenizer is supported")
-      ->check(CLI::IsMember({"GPT2BPETokenizer"}));
-  app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json")->required();
-  app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt")->required();
-  app.add_flag("--append-eod", o.append_eod, "end each document with <|endoftext|> (50256)");
+  app.add_option("--tokenizer-library", library, "megatron (GPT-2 BPE), sentencepiece or huggingface")
+      ->check(CLI::IsMember({"megatron", "sentencepiece", "huggingface"}));
+  app.add_option("--tokenizer-type", tokenizer_type,
+                 "megatron: GPT2BPETokenizer (default); also selects the library: SentencePieceTokenizer, "
+                 "HuggingFaceTokenizer (Megatron's spellings)");
+  app.add_option("--tokenizer-model", o.tokenizer.model, "sentencepiece: the .model file; huggingface: tokenizer.json");
+  app.add_option("--vocab-file", o.tokenizer.vocab_file, "GPT-2 vocab.json (megatron)");
+  app.add_option("--merge-file", o.tokenizer.merge_file, "GPT-2 merges.txt (megatron)");
+  app.add_flag("--append-eod", o.append_eod, "end each document with the tokenizer's end-of-document id");
+  app.add_option("--partition", partition,
+                 "I/N: process share I (0-based) of N: whole files when there are at least N, else documents "
+                 "(docs/design/corpus_inputs.md); merge the N outputs with loom merge-datasets");
+  app.add_option("--skip-bad-lines", o.skip_bad_lines,
+                 "skip up to N malformed JSON lines, each reported with file and line (default 0: stop at the first)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--workers", o.workers, "tokenizing threads")->check(CLI::PositiveNumber);
   app.add_flag("--quiet", quiet, "no progress display");
   try {
@@ -38,12 +52,19 @@ int run_preprocess(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  // Megatron's --tokenizer-type names pick the library too.
+  if (tokenizer_type == "SentencePieceTokenizer" || tokenizer_type == "GPTSentencePieceTokenizer") library = "sentencepiece";
+  else if (tokenizer_type == "HuggingFaceTokenizer") library = "huggingface";
+  o.tokenizer.library = library;
+  o.tokenizer.type = library == "megatron" ? (tokenizer_type.empty() ? "GPT2BPETokenizer" : tokenizer_type) : tokenizer_type;
   const bool tty = ::isatty(STDERR_FILENO);
   double last_report = -1;
+  bool progress_shown = false;
   if (!quiet) {
     o.on_progress = [&](const loom::data::PreprocessOptions::Progress& p) {
       if (!tty && p.seconds - last_report < 5.0 && p.bytes_read < p.bytes_total) return;
       last_report = p.seconds;
+      progress_shown = true;
       const double mb = p.bytes_read / 1e6, total = p.bytes_total / 1e6;
       std::fprintf(stderr, "%s[preprocess] %.1f/%.1f MB (%.0f%%), %lld docs, %lld tokens, %.2f MB/s%s",
                    tty ? "\r" : "", mb, total, total > 0 ? 100.0 * mb / total : 100.0,
@@ -52,21 +73,36 @@ int run_preprocess(int argc, char** argv) {
       std::fflush(stderr);
     };
   }
+  auto end_progress_line = [&] {
+    if (progress_shown && tty) std::fprintf(stderr, "\n");
+    progress_shown = false;
+  };
+  o.on_bad_line = [&](const loom::data::PreprocessOptions::BadLine& b) {
+    end_progress_line();
+    std::fprintf(stderr, "[preprocess] skipped '%s' line %lld: %s\n", b.file.c_str(), static_cast<long long>(b.line),
+                 b.reason.c_str());
+  };
   try {
+    o.partition = loom::data::parse_partition(partition);
     const auto r = loom::data::preprocess(o);
-    if (!quiet && tty) std::fprintf(stderr, "\n");
+    end_progress_line();
     for (const auto& p : r.output_prefixes) std::fprintf(stderr, "[preprocess] wrote %s.bin/.idx\n", p.c_str());
     std::fprintf(stderr,
-                 "[preprocess] %lld documents, %lld tokens from %.2f MB in %.2f s; tokenize %.2f MB/s with %d "
-                 "worker(s)\n",
-                 static_cast<long long>(r.documents), static_cast<long long>(r.tokens), r.bytes / 1e6, r.seconds,
-                 r.encode_seconds > 0 ? r.bytes / 1e6 / r.encode_seconds : 0.0, o.workers);
+                 "[preprocess] %lld documents, %lld tokens from %lld file(s), %.2f MB in %.2f s; tokenize %.2f MB/s "
+                 "with %d worker(s)%s\n",
+                 static_cast<long long>(r.documents), static_cast<long long>(r.tokens), static_cast<long long>(r.files),
+                 r.bytes / 1e6, r.seconds, r.encode_seconds > 0 ? r.bytes / 1e6 / r.encode_seconds : 0.0, o.workers,
+                 o.partition.whole() ? "" : (", partition " + partition).c_str());
+    if (!r.bad_lines.empty())
+      std::fprintf(stderr, "[preprocess] %zu malformed line(s) skipped (listed above)\n", r.bad_lines.size());
     return 0;
   } catch (const loom::data::DataError& e) {
-    std::fprintf(stderr, "%sloom preprocess: error: %s\n", (!quiet && tty) ? "\n" : "", e.what());
+    end_progress_line();
+    std::fprintf(stderr, "loom preprocess: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%sloom preprocess: failed: %s\n", (!quiet && tty) ? "\n" : "", e.what());
+    end_progress_line();
+    std::fprintf(stderr, "loom preprocess: failed: %s\n", e.what());
     return 1;
   }
 }
