@@ -58,11 +58,18 @@ std::vector<uint32_t> code_points(std::string_view s) {
 
 std::atomic<uint64_t> next_instance{1};
 
+struct MergeError {
+  int32_t rank;
+  std::string merge;
+};
+
 }  // namespace
 
 struct Gpt2Tokenizer::Impl {
   uint64_t instance = next_instance++;
   std::string vocab_path;
+  bool ignore_merges = false;
+  std::unordered_map<std::string, int32_t> raw_vocab;  // raw bytes -> id (ignore_merges only)
   std::unordered_map<std::string, int32_t> vocab;   // vocab entry (mapped alphabet) -> id
   std::vector<std::string> id_bytes;                // id -> raw bytes
   std::vector<bool> id_present;
@@ -115,10 +122,10 @@ struct Gpt2Tokenizer::Impl {
   template <class Fn>
   void for_each_piece(std::string_view text, ThreadState& ts, Fn&& fn) const {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t start = 0;
-    while (start < text.size()) {
-      int rc = pcre2_match(regex, subject, text.size(), start, PCRE2_NO_UTF_CHECK, ts.match, ts.context);
-      if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: every character matches an alternative
+    size_t start = 0, search = 0;
+    while (search < text.size()) {
+      int rc = pcre2_match(regex, subject, text.size(), search, PCRE2_NO_UTF_CHECK, ts.match, ts.context);
+      if (rc == PCRE2_ERROR_NOMATCH) break;  // GPT-2's pattern matches every character
       if (rc < 0) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof msg);
@@ -126,10 +133,17 @@ struct Gpt2Tokenizer::Impl {
                                  ": " + reinterpret_cast<char*>(msg));
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ts.match);
-      if (ov[1] <= ov[0]) throw std::runtime_error("GPT-2 tokenizer: empty pre-tokenisation match");
+      if (ov[1] <= ov[0]) {  // an empty match splits nothing: look again one character on
+        search = ov[0] + 1;
+        while (search < text.size() && (static_cast<uint8_t>(text[search]) & 0xC0) == 0x80) ++search;
+        continue;
+      }
+      // Text between matches is a piece of its own (Hugging Face's Split "Isolated").
+      if (ov[0] > start) fn(start, ov[0] - start);
       fn(ov[0], ov[1] - ov[0]);
-      start = ov[1];
+      start = search = ov[1];
     }
+    if (start < text.size()) fn(start, text.size() - start);
   }
 
   // Applies the merges to `sym` in place: the lowest-ranked adjacent pair first, the leftmost
@@ -201,6 +215,13 @@ struct Gpt2Tokenizer::Impl {
       out.insert(out.end(), hit->second.begin(), hit->second.end());
       return;
     }
+    if (ignore_merges) {
+      auto whole = raw_vocab.find(ts.key);
+      if (whole != raw_vocab.end()) {
+        out.push_back(whole->second);
+        return;
+      }
+    }
     auto& sym = ts.symbols;
     sym.clear();
     for (char c : piece) sym.push_back(byte_id[static_cast<uint8_t>(c)]);
@@ -217,9 +238,8 @@ struct Gpt2Tokenizer::Impl {
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::string& merges_path)
     : impl_(std::make_unique<Impl>()) {
-  auto& im = *impl_;
-  im.vocab_path = vocab_json_path;
-  // Vocabulary.
+  Parts parts;
+  parts.source = vocab_json_path;
   nlohmann::json vocab;
   try {
     vocab = nlohmann::json::parse(read_file(vocab_json_path, "GPT-2 vocab file"));
@@ -228,13 +248,56 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
   }
   if (!vocab.is_object() || vocab.empty())
     throw DataError("GPT-2 vocab file '" + vocab_json_path + "': expected a non-empty JSON object token -> id");
-  int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 30))
-      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': token '" + it.key() +
-                               "' has id " + it.value().dump() + ", expected a non-negative integer");
-    const auto id = it.value().get<int32_t>();
-    im.vocab.emplace(it.key(), id);
+      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': token '" + it.key() + "' has id " +
+                      it.value().dump() + ", expected a non-negative integer");
+    parts.vocab.emplace_back(it.key(), it.value().get<int32_t>());
+  }
+  std::istringstream merges(read_file(merges_path, "GPT-2 merges file"));
+  std::string line;
+  std::vector<size_t> merge_lines;
+  for (size_t lineno = 1; std::getline(merges, line); ++lineno) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
+    if (line.empty()) continue;
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
+      throw DataError("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
+                      ": expected two tokens separated by one space, found '" + line + "'");
+    parts.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+    merge_lines.push_back(lineno);
+  }
+  try {
+    build(parts);
+  } catch (const MergeError& e) {
+    throw DataError("GPT-2 merges file '" + merges_path + "' line " + std::to_string(merge_lines[e.rank]) + ": merge '" +
+                    e.merge + "' uses a token missing from the vocabulary '" + vocab_json_path + "'");
+  }
+}
+
+Gpt2Tokenizer::Gpt2Tokenizer(const Parts& parts) : impl_(std::make_unique<Impl>()) {
+  try {
+    build(parts);
+  } catch (const MergeError& e) {
+    throw DataError("tokenizer '" + parts.source + "': merge " + std::to_string(e.rank + 1) + " '" + e.merge +
+                    "' uses a token missing from the vocabulary");
+  }
+}
+
+const char* Gpt2Tokenizer::gpt2_pattern() { return kPattern; }
+
+void Gpt2Tokenizer::build(const Parts& parts) {
+  auto& im = *impl_;
+  im.vocab_path = parts.source;
+  im.ignore_merges = parts.ignore_merges;
+  const std::string& vocab_json_path = parts.source;
+  int64_t max_id = -1;
+  for (const auto& [entry, id] : parts.vocab) {
+    if (id < 0 || id > (1 << 30))
+      throw DataError("tokenizer '" + vocab_json_path + "': token '" + entry + "' has id " + std::to_string(id) +
+                      ", expected a non-negative integer");
+    im.vocab.emplace(entry, id);
     max_id = std::max<int64_t>(max_id, id);
   }
   im.id_bytes.assign(max_id + 1, std::string());
@@ -247,7 +310,8 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
       else append_utf8(bytes, cp);  // not from the byte alphabet (e.g. added tokens): keep as is
     }
     if (im.id_present[id])
-      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': id " + std::to_string(id) + " used twice");
+      throw DataError("tokenizer vocabulary '" + vocab_json_path + "': id " + std::to_string(id) + " used twice");
+    if (im.ignore_merges) im.raw_vocab.emplace(bytes, id);
     im.id_bytes[id] = std::move(bytes);
     im.id_present[id] = true;
   }
@@ -257,44 +321,31 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& vocab_json_path, const std::stri
     append_utf8(entry, b2c[b]);
     auto it = im.vocab.find(entry);
     if (it == im.vocab.end())
-      throw DataError("GPT-2 vocab file '" + vocab_json_path + "': no token for byte " + std::to_string(b) +
-                               " (a byte-level vocabulary needs all 256)");
+      throw DataError("tokenizer vocabulary '" + vocab_json_path + "': no token for byte " + std::to_string(b) +
+                      " (a byte-level vocabulary needs all 256)");
     im.byte_id[b] = it->second;
   }
   if (auto it = im.vocab.find("<|endoftext|>"); it != im.vocab.end()) eod_id_ = it->second;
 
-  // Merges.
-  std::istringstream merges(read_file(merges_path, "GPT-2 merges file"));
-  std::string line;
   int32_t rank = 0;
-  for (size_t lineno = 1; std::getline(merges, line); ++lineno) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (lineno == 1 && line.rfind("#version", 0) == 0) continue;
-    if (line.empty()) continue;
-    const auto sp = line.find(' ');
-    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() || line.find(' ', sp + 1) != std::string::npos)
-      throw DataError("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
-                               ": expected two tokens separated by one space, found '" + line + "'");
-    const std::string left = line.substr(0, sp), right = line.substr(sp + 1);
+  for (const auto& [left, right] : parts.merges) {
     auto l = im.vocab.find(left), r = im.vocab.find(right), m = im.vocab.find(left + right);
-    if (l == im.vocab.end() || r == im.vocab.end() || m == im.vocab.end())
-      throw DataError("GPT-2 merges file '" + merges_path + "' line " + std::to_string(lineno) +
-                               ": merge '" + line + "' uses a token missing from the vocabulary '" +
-                               vocab_json_path + "'");
+    if (l == im.vocab.end() || r == im.vocab.end() || m == im.vocab.end()) throw MergeError{rank, left + " " + right};
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32) | static_cast<uint32_t>(r->second);
     im.merges.emplace(key, Impl::Merge{rank++, m->second});  // first (lowest) rank wins on duplicates
   }
 
   // Pre-tokenisation regex.
+  const std::string pattern = parts.pattern.empty() ? std::string(kPattern) : parts.pattern;
   int err = 0;
   PCRE2_SIZE erroff = 0;
-  im.regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+  im.regex = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
                            &err, &erroff, nullptr);
   if (!im.regex) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    throw std::runtime_error(std::string("GPT-2 tokenizer: cannot compile the pre-tokenisation pattern: ") +
-                             reinterpret_cast<char*>(msg));
+    throw DataError("tokenizer '" + vocab_json_path + "': cannot compile the pre-tokenisation pattern at offset " +
+                    std::to_string(erroff) + ": " + reinterpret_cast<char*>(msg));
   }
   im.jit = pcre2_jit_compile(im.regex, PCRE2_JIT_COMPLETE) == 0;
 }

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -39,6 +40,20 @@ class Gpt2Tokenizer : public Tokenizer {
   /// DataError (data_error.h) naming the file and line when a file is missing or malformed, or a merge
   /// names a token absent from the vocabulary.
   Gpt2Tokenizer(const std::string& vocab_json_path, const std::string& merges_path);
+
+  /// The same byte-level BPE from parts already read, e.g. from a Hugging Face tokenizer.json
+  /// (hf_tokenizer.h). Throws DataError naming `source` as the constructor above does.
+  struct Parts {
+    std::string source;                                       ///< the file, for messages
+    std::vector<std::pair<std::string, int32_t>> vocab;       ///< entries (byte-to-unicode alphabet) -> id
+    std::vector<std::pair<std::string, std::string>> merges;  ///< in rank order
+    std::string pattern;         ///< PCRE2 pre-tokenisation pattern (UTF, UCP); empty: GPT-2's
+    bool ignore_merges = false;  ///< a piece that is a whole vocabulary entry is that one token
+  };
+  explicit Gpt2Tokenizer(const Parts& parts);
+  /// The GPT-2 pre-tokenisation pattern (as above), which Hugging Face's ByteLevel
+  /// pre-tokenizer applies when use_regex is true.
+  static const char* gpt2_pattern();
   ~Gpt2Tokenizer() override;
   Gpt2Tokenizer(const Gpt2Tokenizer&) = delete;
   Gpt2Tokenizer& operator=(const Gpt2Tokenizer&) = delete;
@@ -67,6 +82,7 @@ class Gpt2Tokenizer : public Tokenizer {
   std::vector<std::string> pretokenize(std::string_view text) const;
 
  private:
+  void build(const Parts& parts);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int32_t eod_id_ = -1;

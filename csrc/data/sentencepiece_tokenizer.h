@@ -1,0 +1,35 @@
+// A SentencePiece model (the .model files NeMo's multilingual GPT models use), through the
+// sentencepiece library: ids equal `sentencepiece.SentencePieceProcessor(model_file=...)
+// .encode(text)` (what NeMo's SentencePieceTokenizer.text_to_ids and Megatron's
+// GPTSentencePieceTokenizer call). The end-of-document id is the model's eos (-1 if disabled).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/tokenizer.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace loom::data {
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  /// Throws DataError naming the file when it is missing or not a SentencePiece model.
+  explicit SentencePieceTokenizer(const std::string& model_path);
+  ~SentencePieceTokenizer() override;
+
+  size_t vocab_size() const override;
+  int32_t eod_id() const override;
+  void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  using Tokenizer::encode;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  std::string description() const override { return "SentencePiece ('" + path_ + "')"; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+}  // namespace loom::data

@@ -1,0 +1,129 @@
+"""SentencePiece and Hugging Face tokenizer.json tokenizers through `loom preprocess`, against
+the reference libraries on a multilingual text (docs/design/tokenizers.md):
+
+- a tiny SentencePiece model (unigram and BPE) trained here with the `sentencepiece` package:
+  ids equal `SentencePieceProcessor.encode(text)`, plus the model's eos with --append-eod;
+- small byte-level BPE tokenizer.json files trained here with `tokenizers`: GPT-NeoX's layout
+  (NFC normalizer, ByteLevel pre-tokenizer) and Llama 3's (Split regex + ByteLevel without
+  regex, ignore_merges), with and without add_prefix_space: ids equal
+  `Tokenizer.encode(text, add_special_tokens=False).ids`;
+- a tokenizer file that does not parse exits 2 naming it.
+"""
+import io
+import json
+import pathlib
+import warnings
+
+import pytest
+
+from test_data_helpers import DATA, preprocess, read_indexed
+
+warnings.filterwarnings("ignore")
+
+MULTILINGUAL = [
+    "The quick brown fox jumps over the lazy dog. It's 12:30, isn't it? I'll say 3.14159!",
+    "Grüße aus München: Äpfel, Öl und Übermut kosten 5 €.",
+    "Ça a été une journée très agréable à Noël, n'est-ce pas ?",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία.",
+    "我能吞下玻璃而不伤身体。今天天气很好，我们去公园吧！",
+    "いろはにほへと ちりぬるを わかよたれそ つねならむ。カタカナも。",
+    "نص عربي للاختبار مع أرقام ١٢٣ و 456.",
+    "हिन्दी में परीक्षण पाठ, संख्या २०२४।",
+    "한국어 문장도 있습니다. 감사합니다!",
+    "Emoji 🙂🚀 and combining e\u0301 vs \u00e9, ﬁ ligature, full-width ＡＢＣ１２３.",
+    "Tabs\tand  double  spaces\n\nnew lines   \n trailing   ",
+    "code: def f(x):\n    return x ** 2  # ok",
+    "A special <|endoftext|> inside the text, then more.",
+]
+
+
+def training_text():
+    text = (DATA / "tinyshakespeare.txt").read_text(encoding="utf-8")[:200000]
+    return [l for l in text.split("\n") if l.strip()] + MULTILINGUAL * 20
+
+
+def write_docs(path):
+    with open(path, "w", encoding="utf-8") as f:
+        for d in MULTILINGUAL:
+            f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
+
+
+@pytest.fixture(scope="module")
+def docs_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("docs") / "multi.jsonl"
+    write_docs(path)
+    return path
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_sentencepiece_ids_equal_the_reference(tmp_path, docs_file, model_type):
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=model, vocab_size=800,
+                                   model_type=model_type, character_coverage=1.0, byte_fallback=True,
+                                   num_threads=1, minloglevel=2)
+    path = tmp_path / "tiny.model"
+    path.write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_file=str(path))
+    r = preprocess(docs_file, tmp_path / "sp", "--append-eod", "--tokenizer-library", "sentencepiece",
+                   "--tokenizer-model", str(path))
+    assert r.returncode == 0, r.stderr
+    seqs, _ = read_indexed(tmp_path / "sp_text_document")
+    want = [sp.encode(d) + [sp.eos_id()] for d in MULTILINGUAL]
+    assert [s.tolist() for s in seqs] == want
+    assert (tmp_path / "sp_text_document.idx").read_bytes()[17] == 8  # uint16 for 800 entries
+
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_hf(flavor, add_prefix_space):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    if flavor == "neox":
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    else:
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<|endoftext|>", "<|padding|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(training_text(), trainer=trainer)
+    return tok
+
+
+@pytest.mark.parametrize("flavor,add_prefix_space", [("neox", False), ("neox", True), ("llama3", False)])
+def test_tokenizer_json_ids_equal_the_reference(tmp_path, docs_file, flavor, add_prefix_space):
+    tok = train_hf(flavor, add_prefix_space)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    r = preprocess(docs_file, tmp_path / "hf", "--append-eod", "--tokenizer-library", "huggingface",
+                   "--tokenizer-model", str(tmp_path))  # the folder holding tokenizer.json
+    assert r.returncode == 0, r.stderr
+    seqs, _ = read_indexed(tmp_path / "hf_text_document")
+    eod = tok.token_to_id("<|endoftext|>")
+    want = [tok.encode(d, add_special_tokens=False).ids + [eod] for d in MULTILINGUAL]
+    bad = [i for i, (s, w) in enumerate(zip(seqs, want)) if s.tolist() != w]
+    assert not bad, [(MULTILINGUAL[i], seqs[i].tolist(), want[i]) for i in bad[:2]]
+
+
+def test_tokenizer_files_that_do_not_parse(tmp_path, docs_file):
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": ')
+    r = preprocess(docs_file, tmp_path / "x", "--tokenizer-library", "huggingface",
+                   "--tokenizer-model", str(tmp_path / "tokenizer.json"))
+    assert r.returncode == 2 and "tokenizer.json" in r.stderr and "not valid JSON" in r.stderr, r.stderr
+    (tmp_path / "wp.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": None}))
+    r = preprocess(docs_file, tmp_path / "x", "--tokenizer-library", "huggingface",
+                   "--tokenizer-model", str(tmp_path / "wp.json"))
+    assert r.returncode == 2 and "wp.json" in r.stderr and "WordPiece" in r.stderr, r.stderr
+    (tmp_path / "junk.model").write_bytes(b"this is not a protobuf \x00\xff" * 10)
+    r = preprocess(docs_file, tmp_path / "x", "--tokenizer-library", "sentencepiece",
+                   "--tokenizer-model", str(tmp_path / "junk.model"))
+    assert r.returncode == 2 and "junk.model" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("x_*"))
