@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config/derived.h"
+#include "data/recipe_tokenizer.h"
 #include "runtime/run_device.h"
 
 namespace loom::train {
@@ -80,7 +81,7 @@ data::GptDataConfig gpt_data_config(const config::Recipe& r, int64_t train_sampl
   c.num_samples = {train_samples, valid_samples, std::nullopt};
   c.eod_mask_loss = r.model.data.eod_mask_loss;
   c.index_cache_dir = r.model.data.index_mapping_dir.value_or(default_cache_dir);
-  c.vocab_size = config::kGpt2VocabSize;
+  c.vocab_size = data::recipe_vocab_size(r.model.tokenizer);  // the model's vocabulary follows the tokenizer
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include "config/derived.h"
 #include "data/gpt_data_factory.h"
 #include "data/pretraining_sampler.h"
+#include "data/recipe_tokenizer.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
 #include "runtime/cpu_threads.h"
@@ -150,7 +151,7 @@ void TrainingRun::build_data() {
 }
 
 void TrainingRun::build_model() {
-  model_config_ = gpt_config_from_recipe(r_, config::kGpt2VocabSize);
+  model_config_ = gpt_config_from_recipe(r_, data::recipe_vocab_size(r_.model.tokenizer));
   chunks_ = build_model_chunks(model_config_, *groups_, shape_.v, groups_->device());
   optimizer_ = optim::Optimizer::create(trainable_params(chunks_), groups_, optimizer_options(r_));
   scheduler_ = std::make_unique<optim::LrScheduler>(lr_schedule_config(r_));

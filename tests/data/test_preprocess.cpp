@@ -8,6 +8,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
+#include "data/recipe_tokenizer.h"
 #include "data_test_util.h"
 
 using namespace loom::data;
@@ -173,4 +174,21 @@ TEST_CASE("partition specs and input lists are checked", "[preprocess][errors]")
   CHECK_THROWS_WITH(expand_inputs({dir / "x.jsonl", dir / "*.jsonl"}), Catch::Contains("named twice"));
   CHECK_THROWS_WITH(expand_inputs({dir / "*.zst"}), Catch::Contains("matches no file"));
   CHECK_THROWS_WITH(expand_inputs({dir / "nope.jsonl"}), Catch::Contains("no such file"));
+}
+
+TEST_CASE("a recipe's tokenizer section builds the tokenizer it names", "[preprocess][tokenizer]") {
+  loom::config::TokenizerConfig t;
+  t.vocab_file = vocab_file();
+  t.merge_file = merges_file();
+  CHECK(recipe_vocab_size(t) == 50257);
+  const auto spec = tokenizer_spec(t);
+  CHECK(spec.library == "megatron");
+  CHECK(spec.type == "GPT2BPETokenizer");
+  t.library = loom::config::TokenizerLibrary::kSentencePiece;
+  t.type.reset();
+  t.model = "/nonexistent/spm.model";
+  CHECK(tokenizer_spec(t).type.empty());
+  CHECK_THROWS_AS(recipe_tokenizer(t), DataError);
+  t.library = loom::config::TokenizerLibrary::kHuggingFace;
+  CHECK_THROWS_WITH(recipe_tokenizer(t), Catch::Contains("/nonexistent/spm.model") && Catch::Contains("cannot open"));
 }
