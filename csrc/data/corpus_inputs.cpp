@@ -8,6 +8,7 @@
 #include <string>
 
 #include "data/data_error.h"
+#include "data/string_suffix.h"
 #include "data/input_stream.h"
 #include "launch/file_util.h"
 
@@ -15,10 +16,6 @@ namespace loom::data {
 namespace {
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Files under a directory, recursively; hidden entries and indexed-dataset outputs left out.
 void walk(const std::string& dir, std::vector<std::string>& out) {

@@ -11,16 +11,13 @@
 #include <vector>
 
 #include "data/data_error.h"
+#include "data/string_suffix.h"
 
 namespace loom::data {
 namespace {
 
 constexpr size_t kInChunk = size_t{1} << 20;
 constexpr size_t kOutChunk = size_t{4} << 20;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The compression the first bytes show, if any.
 Compression sniff(const unsigned char* p, size_t n) {

@@ -10,15 +10,12 @@
 #include <stdexcept>
 
 #include "data/data_error.h"
+#include "data/string_suffix.h"
 #include "data/indexed_dataset.h"
 #include "launch/file_util.h"
 
 namespace loom::data {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool is_file(const std::string& path) {
   struct stat st{};
