@@ -16,9 +16,13 @@ the checkout. The corpus: data/tinyshakespeare.txt paragraphs as JSONL documents
 --mb MB. Megatron reads .gz only through --partitions (it decompresses the lines round-robin
 into partition files, tokenizes those, then merges; its --keep-sequential-samples counts lines
 without decompressing and fails on .gz), so its .gz output holds the same documents in another
-order: the table says so after comparing the sorted documents. Figures: wall time of the whole command ("wall"), and for Megatron also without
-its fixed start-up cost (Python imports, pool start; measured on a one-document input) as
-"steady". Loom's start-up is a few tenths of a second (loading the vocabulary) and is included.
+order: the table says so after comparing the sorted documents.
+
+Figures: wall time of the whole command ("wall"); for Megatron also without its fixed start-up
+cost (Python imports, pool start; measured on a one-document input) as "steady"; and CPU seconds
+of the command and its worker processes (Megatron's start-up CPU subtracted), whose MB per
+CPU-second is the per-core rate, robust to other load on the machine. Loom's start-up (loading
+the vocabulary, a few tenths of a second) is included in its figures.
 """
 import argparse
 import filecmp
@@ -26,6 +30,7 @@ import gzip
 import json
 import os
 import pathlib
+import resource
 import shutil
 import subprocess
 import sys
@@ -52,12 +57,15 @@ def make_corpus(path, mb):
 
 
 def timed(cmd, env=None):
+    """(wall seconds, CPU seconds of the command and every process it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{r.stderr[-3000:]}")
-    return dt
+    return dt, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def megatron_cmd(script, inp, prefix, workers, partitions=1):
@@ -114,28 +122,32 @@ def main():
         subprocess.run(["zstd", "-q", "-3", "-o", str(tmp / "corpus.jsonl.zst"), str(corpus)], check=True)
         one = tmp / "one.jsonl"
         one.write_text(corpus.open(encoding="utf-8").readline(), encoding="utf-8")
-        startup = min(timed(megatron_cmd(script, one, tmp / "warm", 1), env) for _ in range(2))
+        warm = [timed(megatron_cmd(script, one, tmp / "warm", 1), env) for _ in range(2)]
+        startup, startup_cpu = min(w for w, _ in warm), min(c for _, c in warm)
         print(f"corpus: {mb:.1f} MB JSONL ({sum(1 for _ in open(corpus))} documents); Megatron start-up "
-              f"{startup:.1f} s; {os.cpu_count()} CPU cores\n")
+              f"{startup:.1f} s wall, {startup_cpu:.1f} s CPU; {os.cpu_count()} CPU cores; load average before: "
+              f"{os.getloadavg()[0]:.1f}\n")
         rows = []
         for w in workers:
-            m = timed(megatron_cmd(script, corpus, tmp / f"meg{w}", w), env)
+            m, mc = timed(megatron_cmd(script, corpus, tmp / f"meg{w}", w), env)
             ref = tmp / f"meg{w}"
-            rows.append(("Megatron preprocess_data.py", ".jsonl", w, m, max(m - startup, 1e-9), "reference"))
+            rows.append(("Megatron preprocess_data.py", ".jsonl", w, m, m - startup, mc - startup_cpu, "reference"))
             for kind, inp in ((".jsonl", corpus), (".jsonl.gz", tmp / "gz" / "corpus.jsonl.gz"),
                               (".jsonl.zst", tmp / "corpus.jsonl.zst")):
-                t = timed(loom_cmd(args.loom, inp, tmp / f"loom{w}{kind}", w))
-                rows.append(("loom preprocess", kind, w, t, t, "identical" if same(tmp / f"loom{w}{kind}", ref) else "DIFFERENT"))
+                t, c = timed(loom_cmd(args.loom, inp, tmp / f"loom{w}{kind}", w))
+                rows.append(("loom preprocess", kind, w, t, t, c,
+                             "identical" if same(tmp / f"loom{w}{kind}", ref) else "DIFFERENT"))
             if w >= 2 and w % 2 == 0:
-                mg = timed(megatron_cmd(script, tmp / "gz" / "corpus.jsonl.gz", tmp / f"meggz{w}", w, partitions=2), env)
+                mg, mgc = timed(megatron_cmd(script, tmp / "gz" / "corpus.jsonl.gz", tmp / f"meggz{w}", w, partitions=2), env)
                 eq = "identical" if same(tmp / f"meggz{w}", ref) else \
                     "same documents, round-robin order" if documents(tmp / f"meggz{w}") == documents(ref) else "DIFFERENT"
-                rows.append(("Megatron --partitions 2", ".jsonl.gz", w, mg, max(mg - startup, 1e-9), eq))
-        print("| tool | input | workers | wall s | MB/s wall | MB/s steady | MB/s steady per worker | .bin/.idx vs Megatron |")
-        print("|---|---|---|---|---|---|---|---|")
-        for name, kind, w, wall, steady, eq in rows:
-            print(f"| {name} | {kind} | {w} | {wall:.1f} | {mb / wall:.2f} | {mb / steady:.2f} | {mb / steady / w:.2f} | {eq} |")
-
+                rows.append(("Megatron --partitions 2", ".jsonl.gz", w, mg, mg - startup, mgc - startup_cpu, eq))
+        print("| tool | input | workers | wall s | MB/s wall | MB/s steady | CPU s | MB per CPU-second | .bin/.idx vs Megatron |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, kind, w, wall, steady, cpu, eq in rows:
+            print(f"| {name} | {kind} | {w} | {wall:.1f} | {mb / wall:.2f} | {mb / max(steady, 1e-9):.2f} | {cpu:.1f} | "
+                  f"{mb / max(cpu, 1e-9):.2f} | {eq} |")
+        print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 
 if __name__ == "__main__":
     main()
