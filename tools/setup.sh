@@ -14,6 +14,7 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
               libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
               nlohmann-json3-dev libpcre2-dev
               libzstd-dev zlib1g-dev liblzma-dev  # loom preprocess: .zst/.gz/.xz corpora
+              zstd   # the zstd tool: test_data_corpus.py and bench_preprocess.py compress with it
               libsentencepiece-dev libutf8proc-dev  # SentencePiece models; NFC/NFKC of tokenizer.json
               libcpp-httplib-dev   # loom serve's HTTP server (cpp-httplib 0.11)
               libgloo-dev   # headers only: the pip wheel links Gloo in but ships no gloo/*.h
