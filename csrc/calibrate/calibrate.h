@@ -79,7 +79,4 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
 /// "collective_latency_us", "kernel_launch_us" and "measured" (the raw figures incl. every collective sample, ranks, dtype).
 std::string to_profile_json(const CalibrationResult& result);
 
-/// `loom plan calibrate [--devices N] [--accelerator cpu|gpu] [--dtype ...] [--out FILE]`.
-int run_calibrate_command(int argc, char** argv);
-
 }  // namespace loom::calibrate

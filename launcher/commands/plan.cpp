@@ -1,18 +1,152 @@
 // `loom plan`: choose a parallel layout with the analytic planner (csrc/planner, docs/planner.md);
-// `loom plan calibrate` measures this machine for it; `loom plan infer` plans inference.
+// `loom plan infer` plans inference; `loom plan calibrate` measures this machine for it.
+// The front ends of `plan` and `plan infer` live in the torch-free planner (planner/cli.h,
+// planner/inference_cli.h) so that loom_test_planner runs them in-process without torch
+// (docs/architecture.md, "Commands"); `plan calibrate` is parsed here.
+#include <ATen/ATen.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
 
 #include "calibrate/calibrate.h"
 #include "command_registry.h"
+#include "launch/env_rendezvous.h"
+#include "launch/local_launcher.h"
 #include "planner/cli.h"
 #include "planner/inference_cli.h"
+#include "runtime/cpu_threads.h"
+#include "runtime/process_groups.h"
 
 namespace {
+
+constexpr const char* kCalibrate = "loom plan calibrate";
+
+// What `loom plan calibrate` was asked.
+struct CalibrateArgs {
+  int devices = 1;
+  std::string accelerator = "cpu", dtype, out = "-";
+  double target_seconds = 0.15, timeout_s = 300;
+};
+
+void add_calibrate_flags(CLI::App& app, CalibrateArgs& a) {
+  app.add_option("--devices", a.devices, "Ranks to measure together (trainer.devices of the runs to plan)")
+      ->capture_default_str();
+  app.add_option("--accelerator", a.accelerator, "cpu or gpu")->capture_default_str();
+  app.add_option("--dtype", a.dtype, "fp32, bf16 or fp16 (default: fp32 on cpu, bf16 on gpu)");
+  app.add_option("--out", a.out, "Profile file to write ('-' = stdout)")->capture_default_str();
+  app.add_option("--seconds", a.target_seconds, "Wall time per measurement")->capture_default_str();
+  app.add_option("--timeout", a.timeout_s, "Seconds before a collective is declared stuck")->capture_default_str();
+}
+
+// The GEMM and copy element type of --dtype (default by --accelerator). Throws
+// std::invalid_argument naming the flag for a value outside the choices or --devices < 1.
+c10::ScalarType calibration_dtype(const CalibrateArgs& a) {
+  if (a.accelerator != "cpu" && a.accelerator != "gpu")
+    throw std::invalid_argument(fmt::format("--accelerator: expected cpu or gpu, found '{}'", a.accelerator));
+  if (a.devices < 1) throw std::invalid_argument(fmt::format("--devices must be >= 1, found {}", a.devices));
+  const std::string dtype = a.dtype.empty() ? (a.accelerator == "gpu" ? "bf16" : "fp32") : a.dtype;
+  if (dtype == "fp32") return at::kFloat;
+  if (dtype == "bf16") return at::kBFloat16;
+  if (dtype == "fp16") return at::kHalf;
+  throw std::invalid_argument(fmt::format("--dtype: expected fp32, bf16 or fp16, found '{}'", dtype));
+}
+
+// Rank 0's output: the profile to --out and a one-line summary on stderr.
+void write_profile(const loom::calibrate::CalibrationResult& r, const std::string& out) {
+  const std::string text = loom::calibrate::to_profile_json(r);
+  if (out == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    std::ofstream f(out);
+    if (!f || !(f << text)) throw std::runtime_error(fmt::format("{}: cannot write file", out));
+  }
+  double best_gemm = 0;
+  for (const auto& g : r.gemm) best_gemm = std::max(best_gemm, g.tflops);
+  std::cerr << fmt::format(
+      "{}: {} x {} ({} {} threads each): best GEMM {:.3f} TFLOP/s, copy {:.1f} GB/s, op {:.1f} us", kCalibrate,
+      r.ranks, r.device_name, r.dtype, r.threads_per_rank, best_gemm, r.copy_gbs, r.op_overhead_us);
+  if (r.ranks > 1)
+    std::cerr << fmt::format(", all-reduce {:.2f} GB/s bus, {:.1f} us per step", r.allreduce_busbw_gbs,
+                             r.collective_latency_us);
+  std::cerr << (out == "-" ? "\n" : fmt::format(" -> {}\n", out));
+}
+
+// One rank of the calibration (every rank measures; rank 0 writes). Returns 0, or 1 after
+// recording the rank's error.
+int run_calibration_rank(const CalibrateArgs& a, c10::ScalarType dtype, const loom::launch::RendezvousInfo& info) {
+  using namespace loom;
+  try {
+    runtime::use_fair_share_of_cores(info.local_world_size);
+    calibrate::CalibrationOptions opt;
+    opt.dtype = dtype;
+    opt.target_seconds = a.target_seconds;
+    runtime::ProcessGroupOptions pg;
+    pg.timeout = std::chrono::milliseconds(int64_t(a.timeout_s * 1000));
+    pg.device = runtime::select_run_device(
+        a.accelerator == "gpu" ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu, info.local_rank);
+    opt.device = pg.device.device;
+    auto groups = runtime::ProcessGroups::create(info, pg);
+    const calibrate::CalibrationResult r = calibrate::run_calibration(groups->world(), opt);
+    if (groups->rank() == 0) write_profile(r, a.out);
+    groups->shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    launch::record_rank_error(e.what());
+    std::cerr << kCalibrate << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+// `loom plan calibrate`: starts --devices ranks of itself (like `loom train`) when no launcher
+// started this process, else measures as one rank. Run it with the ranks per node that training
+// will use, so that the GEMM rates include the sharing of cores (CPU) and the collectives span
+// those ranks.
+int calibrate_command(int argc, char** argv) {
+  CLI::App app{
+      "Measure this machine for the planner: GEMM TFLOP/s at several shapes, copy bandwidth, "
+      "per-op overhead and all-reduce bandwidth/latency over N local ranks measured together. "
+      "Writes the profile JSON that `loom plan --profile FILE` reads."};
+  app.name(argc > 0 ? argv[0] : kCalibrate);
+  CalibrateArgs args;
+  add_calibrate_flags(app, args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  c10::ScalarType dtype;
+  loom::launch::RendezvousInfo info;
+  try {
+    dtype = calibration_dtype(args);
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << kCalibrate << ": " << e.what() << "\n";
+    return 2;
+  }
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess || args.devices == 1)
+    return run_calibration_rank(args, dtype, info);
+  loom::launch::LaunchOptions lo;
+  lo.argv = {loom::launch::self_executable(), "plan", "calibrate"};
+  for (int i = 1; i < argc; ++i) lo.argv.push_back(argv[i]);
+  lo.nproc = args.devices;
+  lo.timeout_s = args.timeout_s + 600;
+  auto result = loom::launch::launch_local(lo);
+  if (result.exit_code() != 0) std::cerr << kCalibrate << ": " << result.summary() << "\n";
+  return result.exit_code();
+}
+
 int plan_main(int argc, char** argv) {
   if (argc > 1 && !std::strcmp(argv[1], "calibrate")) {
     static char label[] = "loom plan calibrate";
     argv[1] = label;
-    return loom::calibrate::run_calibrate_command(argc - 1, argv + 1);
+    return calibrate_command(argc - 1, argv + 1);
   }
   if (argc > 1 && !std::strcmp(argv[1], "infer")) {
     static char label[] = "loom plan infer";
@@ -21,6 +155,7 @@ int plan_main(int argc, char** argv) {
   }
   return loom::planner::run_plan_command(argc, argv);
 }
+
 }  // namespace
 
 LOOM_REGISTER_COMMAND("plan",
