@@ -244,54 +244,60 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-LaunchResult launch_local(const LaunchOptions& opt) {
-  if (opt.nproc < 1) throw std::invalid_argument("number of local ranks must be >= 1, got " +
-                                                 std::to_string(opt.nproc));
-  if (opt.argv.empty()) throw std::invalid_argument("launch_local: empty argv");
-  const int port = opt.master_port > 0 ? opt.master_port : find_free_port();
+namespace {
 
-  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-    throw std::runtime_error("pipe2 failed for the signal pipe");
+// SIGINT and SIGTERM go to the self-pipe while the ranks run; restore() puts the previous
+// handlers back and closes the pipe.
+struct SignalForwarding {
+  struct sigaction old_int {}, old_term {};
+
+  void install() {
+    if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      throw std::runtime_error("pipe2 failed for the signal pipe");
+    }
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
   }
-  struct sigaction sa {}, old_int{}, old_term{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  auto restore = [&] {
+  void restore() {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     close(g_signal_pipe[0]);
     close(g_signal_pipe[1]);
-  };
+  }
+};
 
-  char dir_template[] = "/tmp/loom-launch-XXXXXX";
-  const std::string error_dir = mkdtemp(dir_template) ? dir_template : "";
-  const auto system_start = SystemClock::now();
-  std::vector<Child> children(static_cast<size_t>(opt.nproc));
+// Starts rank r with its stdout and stderr on pipes that `c` reads. Throws std::runtime_error
+// naming the rank (no descriptor left open).
+void start_rank(Child& c, int r, const LaunchOptions& opt, int port, const std::string& error_dir) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
   try {
-    for (int r = 0; r < opt.nproc; ++r) {
-      int out[2] = {-1, -1}, err[2] = {-1, -1};
-      try {
-        if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-          throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-        }
-        Child& c = children[static_cast<size_t>(r)];
-        c.rank = r;
-        c.exit.rank = r;
-        c.pid = spawn(opt, r, port, out[1], err[1], error_dir);
-      } catch (const std::exception& e) {
-        for (int fd : {out[0], out[1], err[0], err[1]})
-          if (fd >= 0) close(fd);
-        throw std::runtime_error("cannot start rank " + std::to_string(r) + " of " + std::to_string(opt.nproc) +
-                                 ": " + e.what());
-      }
-      Child& c = children[static_cast<size_t>(r)];
-      close(out[1]);
-      close(err[1]);
-      c.out = {out[0], false, {}};
-      c.err = {err[0], true, {}};
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
     }
+    c.rank = r;
+    c.exit.rank = r;
+    c.pid = spawn(opt, r, port, out[1], err[1], error_dir);
+  } catch (const std::exception& e) {
+    for (int fd : {out[0], out[1], err[0], err[1]})
+      if (fd >= 0) close(fd);
+    throw std::runtime_error("cannot start rank " + std::to_string(r) + " of " + std::to_string(opt.nproc) +
+                             ": " + e.what());
+  }
+  close(out[1]);
+  close(err[1]);
+  c.out = {out[0], false, {}};
+  c.err = {err[0], true, {}};
+}
+
+// Starts every rank; when one cannot start, kills and reaps those started, closes their pipes,
+// removes `error_dir` and rethrows.
+void start_ranks(std::vector<Child>& children, const LaunchOptions& opt, int port, const std::string& error_dir,
+                 SystemClock::time_point system_start) {
+  try {
+    for (int r = 0; r < opt.nproc; ++r) start_rank(children[static_cast<size_t>(r)], r, opt, port, error_dir);
   } catch (...) {
     signal_all(children, SIGKILL, system_start);
     for (auto& c : children) {
@@ -300,92 +306,109 @@ LaunchResult launch_local(const LaunchOptions& opt) {
         if (fd >= 0) close(fd);
     }
     if (!error_dir.empty()) remove_tree(error_dir);
-    restore();
     throw;
   }
+}
 
-  LaunchResult result;
-  const auto start = Clock::now();
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// The supervision loop's state while ranks run.
+struct Supervision {
+  Clock::time_point start;
+  SystemClock::time_point system_start;
   int interrupts = 0;  // SIGINTs received: the second one stops the ranks at once
   Clock::time_point kill_deadline = Clock::time_point::max();
-  int alive = opt.nproc;
+  int alive = 0;
   bool stopping_after_failure = false;
-  while (alive > 0) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Child*, Stream*>> owners;
-    fds.push_back({g_signal_pipe[0], POLLIN, 0});
-    owners.push_back({nullptr, nullptr});
-    for (auto& c : children) {
-      for (Stream* s : {&c.out, &c.err}) {
-        if (s->fd >= 0) {
-          fds.push_back({s->fd, POLLIN, 0});
-          owners.push_back({&c, s});
-        }
-      }
-    }
-    poll(fds.data(), fds.size(), 50);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      if (i == 0) {
-        unsigned char sig;
-        while (read(g_signal_pipe[0], &sig, 1) == 1) {
-          signal_all(children, sig, system_start);  // forward SIGINT/SIGTERM
-          // A second Ctrl-C means "now": the ranks exit at once on theirs; kill what lingers.
-          const double grace = (sig == SIGINT && ++interrupts >= 2) ? std::min(opt.grace_s, 2.0) : opt.grace_s;
-          const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                   std::chrono::duration<double>(grace));
-          kill_deadline = std::min(kill_deadline, deadline);
-        }
-      } else {
-        drain(*owners[i].first, *owners[i].second, opt);
-      }
-    }
-    // Reap exited ranks (their pipes may still hold output; drained above and below).
-    for (auto& c : children) {
-      if (c.exited) continue;
-      int status = 0;
-      struct rusage usage {};
-      pid_t got = wait4(c.pid, &status, WNOHANG, &usage);
-      if (got != c.pid) continue;
-      c.exit.max_rss_mib = double(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
-      while (c.out.fd >= 0 && drain(c, c.out, opt)) {
-      }
-      while (c.err.fd >= 0 && drain(c, c.err, opt)) {
-      }
-      c.exited = true;
-      c.exit.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      c.exit_system_s = seconds_between(system_start, SystemClock::now());
-      --alive;
-      if (WIFEXITED(status)) {
-        c.exit.exit_code = WEXITSTATUS(status);
-      } else if (WIFSIGNALED(status)) {
-        c.exit.exit_code = 128 + WTERMSIG(status);
-        c.exit.signaled = true;
-      }
-      if (c.exit.exit_code != 0 && !stopping_after_failure) {
-        stopping_after_failure = true;
-        if (opt.stop_all_on_failure) {
-          signal_all(children, SIGTERM, system_start);
-          kill_deadline = std::min(kill_deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                                     std::chrono::duration<double>(opt.grace_s)));
-        }
-      }
-    }
-    const auto now = Clock::now();
-    if (opt.timeout_s > 0 && !result.timed_out &&
-        now - start > std::chrono::duration<double>(opt.timeout_s)) {
-      result.timed_out = true;
-      signal_all(children, SIGTERM, system_start);
-      kill_deadline = now + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(opt.grace_s));
-    }
-    if (now > kill_deadline) signal_all(children, SIGKILL, system_start);
+};
+
+// Forwards the signals the launcher received to every rank and sets when to kill what lingers.
+void forward_signals(std::vector<Child>& children, const LaunchOptions& opt, Supervision& run) {
+  unsigned char sig;
+  while (read(g_signal_pipe[0], &sig, 1) == 1) {
+    signal_all(children, sig, run.system_start);  // forward SIGINT/SIGTERM
+    // A second Ctrl-C means "now": the ranks exit at once on theirs; kill what lingers.
+    const double grace = (sig == SIGINT && ++run.interrupts >= 2) ? std::min(opt.grace_s, 2.0) : opt.grace_s;
+    run.kill_deadline = std::min(run.kill_deadline, Clock::now() + seconds(grace));
   }
-  restore();
-  result.interrupts = interrupts;
-  // What each rank said and when, for naming the failure that caused the others.
-  std::vector<RankOutcome> outcomes;
+}
+
+// Waits up to 50 ms for a signal or rank output, then handles what arrived.
+void poll_signals_and_output(std::vector<Child>& children, const LaunchOptions& opt, Supervision& run) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Child*, Stream*>> owners;
+  fds.push_back({g_signal_pipe[0], POLLIN, 0});
+  owners.push_back({nullptr, nullptr});
   for (auto& c : children) {
+    for (Stream* s : {&c.out, &c.err}) {
+      if (s->fd >= 0) {
+        fds.push_back({s->fd, POLLIN, 0});
+        owners.push_back({&c, s});
+      }
+    }
+  }
+  poll(fds.data(), fds.size(), 50);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    if (i == 0) forward_signals(children, opt, run);
+    else drain(*owners[i].first, *owners[i].second, opt);
+  }
+}
+
+// Reaps exited ranks (their pipes may still hold output: drained here); the first failure
+// stops the others when opt.stop_all_on_failure.
+void reap_exited(std::vector<Child>& children, const LaunchOptions& opt, Supervision& run) {
+  for (auto& c : children) {
+    if (c.exited) continue;
+    int status = 0;
+    struct rusage usage {};
+    pid_t got = wait4(c.pid, &status, WNOHANG, &usage);
+    if (got != c.pid) continue;
+    c.exit.max_rss_mib = double(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
+    while (c.out.fd >= 0 && drain(c, c.out, opt)) {
+    }
+    while (c.err.fd >= 0 && drain(c, c.err, opt)) {
+    }
+    c.exited = true;
+    c.exit.seconds = std::chrono::duration<double>(Clock::now() - run.start).count();
+    c.exit_system_s = seconds_between(run.system_start, SystemClock::now());
+    --run.alive;
+    if (WIFEXITED(status)) {
+      c.exit.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      c.exit.exit_code = 128 + WTERMSIG(status);
+      c.exit.signaled = true;
+    }
+    if (c.exit.exit_code != 0 && !run.stopping_after_failure) {
+      run.stopping_after_failure = true;
+      if (opt.stop_all_on_failure) {
+        signal_all(children, SIGTERM, run.system_start);
+        run.kill_deadline = std::min(run.kill_deadline, Clock::now() + seconds(opt.grace_s));
+      }
+    }
+  }
+}
+
+// The launch timeout stops the ranks (SIGTERM); past the kill deadline they get SIGKILL.
+void enforce_deadlines(std::vector<Child>& children, const LaunchOptions& opt, Supervision& run,
+                       LaunchResult& result) {
+  const auto now = Clock::now();
+  if (opt.timeout_s > 0 && !result.timed_out && now - run.start > std::chrono::duration<double>(opt.timeout_s)) {
+    result.timed_out = true;
+    signal_all(children, SIGTERM, run.system_start);
+    run.kill_deadline = now + seconds(opt.grace_s);
+  }
+  if (now > run.kill_deadline) signal_all(children, SIGKILL, run.system_start);
+}
+
+// What each rank said and when, for naming the failure that caused the others: its recorded
+// error (removed with `error_dir`), else its last stderr lines.
+std::vector<RankOutcome> collect_outcomes(const std::vector<Child>& children, const std::string& error_dir,
+                                          SystemClock::time_point system_start) {
+  std::vector<RankOutcome> outcomes;
+  for (const auto& c : children) {
     RankOutcome o;
     o.rank = c.rank;
     o.exit_code = c.exit.exit_code;
@@ -395,8 +418,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
     o.stop_s = c.stop_s;
     const std::string file = error_dir.empty() ? "" : error_dir + "/rank_" + std::to_string(c.rank) + ".err";
     if (const auto recorded = file.empty() ? std::nullopt : read_recorded_error(file)) {
-      o.error_s = double(recorded->ns) / 1e9 -
-                  std::chrono::duration<double>(system_start.time_since_epoch()).count();
+      o.error_s = double(recorded->ns) / 1e9 - std::chrono::duration<double>(system_start.time_since_epoch()).count();
       o.error = recorded->message;
       o.error_is_consequence = recorded->consequence;
     } else {
@@ -406,6 +428,42 @@ LaunchResult launch_local(const LaunchOptions& opt) {
     outcomes.push_back(std::move(o));
   }
   if (!error_dir.empty()) rmdir(error_dir.c_str());
+  return outcomes;
+}
+
+}  // namespace
+
+LaunchResult launch_local(const LaunchOptions& opt) {
+  if (opt.nproc < 1) throw std::invalid_argument("number of local ranks must be >= 1, got " +
+                                                 std::to_string(opt.nproc));
+  if (opt.argv.empty()) throw std::invalid_argument("launch_local: empty argv");
+  const int port = opt.master_port > 0 ? opt.master_port : find_free_port();
+  SignalForwarding signals;
+  signals.install();
+
+  char dir_template[] = "/tmp/loom-launch-XXXXXX";
+  const std::string error_dir = mkdtemp(dir_template) ? dir_template : "";
+  Supervision run;
+  run.system_start = SystemClock::now();
+  std::vector<Child> children(static_cast<size_t>(opt.nproc));
+  try {
+    start_ranks(children, opt, port, error_dir, run.system_start);
+  } catch (...) {
+    signals.restore();
+    throw;
+  }
+
+  LaunchResult result;
+  run.start = Clock::now();
+  run.alive = opt.nproc;
+  while (run.alive > 0) {
+    poll_signals_and_output(children, opt, run);
+    reap_exited(children, opt, run);
+    enforce_deadlines(children, opt, run, result);
+  }
+  signals.restore();
+  result.interrupts = run.interrupts;
+  const std::vector<RankOutcome> outcomes = collect_outcomes(children, error_dir, run.system_start);
   for (auto& c : children) result.ranks.push_back(std::move(c.exit));
   const int primary = primary_failure(outcomes);
   if (primary >= 0) {
