@@ -4,6 +4,7 @@
 
 #include <map>
 #include <set>
+#include <utility>
 
 namespace loom::prompt_data {
 namespace {
@@ -158,69 +159,9 @@ class TaskChecker {
     size_t text_from = 0, i = 0;
     while (i < s.size()) {
       if (s.compare(i, stem.size(), stem) == 0) {
-        // "<|VIRTUAL_PROMPT_" digits "|>", no leading zeros.
-        size_t j = i + stem.size();
-        int64_t k = -1;
-        if (j < s.size() && s[j] == '_') {
-          size_t d = j + 1, e = d;
-          while (e < s.size() && e - d < 10 && s[e] >= '0' && s[e] <= '9') ++e;
-          const bool digits_ok = e > d && !(s[d] == '0' && e - d > 1);
-          if (digits_ok && s.compare(e, 2, "|>") == 0) {
-            k = std::stoll(s.substr(d, e - d));
-            j = e + 2;
-          }
-        }
-        if (k < 0) {
-          problem("prompt_template",
-                  fmt::format("prompt_template has a malformed marker '{}' at offset {}; expected "
-                              "<|VIRTUAL_PROMPT_k|> with k = 0, 1, ...",
-                              excerpt(s, i), i));
-          ok = false;
-          i += stem.size();
-          text_from = i;
-          continue;
-        }
-        add_text(s, text_from, i);
-        TemplatePiece p;
-        p.kind = TemplatePiece::Kind::kVirtual;
-        p.marker = k;
-        pieces_.push_back(p);
-        i = text_from = j;
+        i = scan_marker(i, text_from, ok);
       } else if (s[i] == '{') {
-        const size_t close = s.find_first_of("{}", i + 1);
-        if (close == std::string::npos || s[close] == '{') {
-          problem("prompt_template",
-                  fmt::format("prompt_template has an unmatched '{{' at offset {} ('{}'); braces are reserved "
-                              "for {{field}} placeholders",
-                              i, excerpt(s, i)));
-          ok = false;
-          i = text_from = i + 1;
-          continue;
-        }
-        const std::string name = s.substr(i + 1, close - i - 1);
-        if (name.empty()) {
-          problem("prompt_template", fmt::format("prompt_template has an empty placeholder {{}} at offset {}", i));
-          ok = false;
-        } else if (!listed(name)) {
-          problem("prompt_template", fmt::format("prompt_template has placeholder {{{}}}, which is not in "
-                                                 "prompt_template_fields {}",
-                                                 name, fields_list()));
-          ok = false;
-        }
-        // A space right before the placeholder belongs to the field (see the header).
-        bool space = false;
-        size_t text_end = i;
-        if (text_end > text_from && s[text_end - 1] == ' ') {
-          space = true;
-          --text_end;
-        }
-        add_text(s, text_from, text_end);
-        TemplatePiece p;
-        p.kind = TemplatePiece::Kind::kField;
-        p.field = name;
-        p.leading_space = space;
-        pieces_.push_back(std::move(p));
-        i = text_from = close + 1;
+        i = scan_placeholder(i, text_from, ok);
       } else if (s[i] == '}') {
         problem("prompt_template",
                 fmt::format("prompt_template has an unmatched '}}' at offset {}; braces are reserved for "
@@ -234,6 +175,80 @@ class TaskChecker {
     }
     add_text(s, text_from, s.size());
     return ok;
+  }
+
+  // The k of the "<|VIRTUAL_PROMPT_k|>" marker at `i` of prompt_template (digits, no leading
+  // zeros) and the offset after it; k = -1 when the marker is malformed.
+  std::pair<int64_t, size_t> parse_marker(size_t i) const {
+    const std::string& s = t_.prompt_template;
+    const size_t j = i + std::string(kMarkerStem).size();
+    if (j < s.size() && s[j] == '_') {
+      size_t d = j + 1, e = d;
+      while (e < s.size() && e - d < 10 && s[e] >= '0' && s[e] <= '9') ++e;
+      const bool digits_ok = e > d && !(s[d] == '0' && e - d > 1);
+      if (digits_ok && s.compare(e, 2, "|>") == 0) return {std::stoll(s.substr(d, e - d)), e + 2};
+    }
+    return {-1, j};
+  }
+
+  // The marker starting at `i`: a virtual-token piece, or a problem (scanning resumes after the
+  // stem). Returns the offset where scanning continues (also the new `text_from`).
+  size_t scan_marker(size_t i, size_t& text_from, bool& ok) {
+    const std::string& s = t_.prompt_template;
+    const auto [k, end] = parse_marker(i);
+    if (k < 0) {
+      problem("prompt_template",
+              fmt::format("prompt_template has a malformed marker '{}' at offset {}; expected "
+                          "<|VIRTUAL_PROMPT_k|> with k = 0, 1, ...",
+                          excerpt(s, i), i));
+      ok = false;
+      return text_from = end;
+    }
+    add_text(s, text_from, i);
+    TemplatePiece p;
+    p.kind = TemplatePiece::Kind::kVirtual;
+    p.marker = k;
+    pieces_.push_back(p);
+    return text_from = end;
+  }
+
+  // The "{field}" placeholder opening at `i`: a field piece (taking the space before it), or a
+  // problem. Returns the offset where scanning continues (also the new `text_from`).
+  size_t scan_placeholder(size_t i, size_t& text_from, bool& ok) {
+    const std::string& s = t_.prompt_template;
+    const size_t close = s.find_first_of("{}", i + 1);
+    if (close == std::string::npos || s[close] == '{') {
+      problem("prompt_template",
+              fmt::format("prompt_template has an unmatched '{{' at offset {} ('{}'); braces are reserved "
+                          "for {{field}} placeholders",
+                          i, excerpt(s, i)));
+      ok = false;
+      return text_from = i + 1;
+    }
+    const std::string name = s.substr(i + 1, close - i - 1);
+    if (name.empty()) {
+      problem("prompt_template", fmt::format("prompt_template has an empty placeholder {{}} at offset {}", i));
+      ok = false;
+    } else if (!listed(name)) {
+      problem("prompt_template", fmt::format("prompt_template has placeholder {{{}}}, which is not in "
+                                             "prompt_template_fields {}",
+                                             name, fields_list()));
+      ok = false;
+    }
+    // A space right before the placeholder belongs to the field (see the header).
+    bool space = false;
+    size_t text_end = i;
+    if (text_end > text_from && s[text_end - 1] == ' ') {
+      space = true;
+      --text_end;
+    }
+    add_text(s, text_from, text_end);
+    TemplatePiece p;
+    p.kind = TemplatePiece::Kind::kField;
+    p.field = name;
+    p.leading_space = space;
+    pieces_.push_back(std::move(p));
+    return text_from = close + 1;
   }
 
   void check_placeholders() {
