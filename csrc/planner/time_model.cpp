@@ -175,14 +175,32 @@ EndCost end_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b, 
   return out;
 }
 
-TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSetup& setup,
-                        const Layout& L, const LayerCost& layer, const EndCost& ends) {
-  const int t = L.tp, p = L.pp, v = L.vp, d = L.dp, b = L.micro_batch;
-  const int micro_batches = setup.global_batch / (d * b);
-  const int layers_stage = md.num_layers / p, layers_chunk = layers_stage / v;
-  const GpuSpec& g = c.gpu;
+namespace {
 
-  // Work common to every stage, per micro-batch.
+// One pipeline exchange with a neighbouring stage per micro-batch and direction. Messages are
+// [s/t, b, h] shards (SP, or Megatron's scatter-gather without SP, which then all-gathers
+// inside the TP group). Neighbouring stages are t·d ranks apart.
+double pipeline_message_seconds(const ModelShape& md, const Cluster& c, const TrainingSetup& setup,
+                                const Layout& L) {
+  const int t = L.tp, d = L.dp, b = L.micro_batch;
+  const GpuSpec& g = c.gpu;
+  const double bytes = element_bytes(setup.precision) * double(b) * md.seq_length * md.hidden_size / t;
+  const bool cross_node = long(t) * d >= c.gpus_per_node;
+  const Efficiency& e = g.efficiency;
+  const double bw = cross_node ? g.inter_node_gbs * e.inter_node_comm_fraction
+                               : g.intra_node_gbs * e.intra_node_comm_fraction;
+  double msg = bytes / (bw * 1e9) + e.collective_latency_us * 1e-6;
+  if (!L.sequence_parallel && t > 1)
+    msg += collective_seconds(c, Collective::all_gather, bytes * t, t, 1);
+  return msg;
+}
+
+// Work common to every stage, per micro-batch: its layers forward and backward, what they
+// recompute, and (p > 1) one forward and one backward exchange per model chunk.
+StageTime common_stage_time(const ModelShape& md, const Cluster& c, const TrainingSetup& setup, const Layout& L,
+                            const LayerCost& layer) {
+  const int p = L.pp, v = L.vp;
+  const int layers_stage = md.num_layers / p, layers_chunk = layers_stage / v;
   StageTime common;
   common.add(layer.fwd, layers_stage);
   common.add(layer.bwd, layers_stage);
@@ -194,21 +212,39 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
   } else if (L.recompute == RecomputeGranularity::kSelective) {
     common.recompute = layers_stage * layer.attention_core.total();
   }
-  if (p > 1) {
-    // Per model chunk one forward and one backward exchange with the neighbours. Messages are
-    // [s/t, b, h] shards (SP, or Megatron's scatter-gather without SP, which then all-gathers
-    // inside the TP group). Neighbouring stages are t·d ranks apart.
-    const double bytes = element_bytes(setup.precision) * double(b) * md.seq_length * md.hidden_size / t;
-    const bool cross_node = long(t) * d >= c.gpus_per_node;
-    const Efficiency& e = g.efficiency;
-    const double bw = cross_node ? g.inter_node_gbs * e.inter_node_comm_fraction
-                                 : g.intra_node_gbs * e.intra_node_comm_fraction;
-    double msg = bytes / (bw * 1e9) + e.collective_latency_us * 1e-6;
-    if (!L.sequence_parallel && t > 1)
-      msg += collective_seconds(c, Collective::all_gather, bytes * t, t, 1);
-    common.pp_comm = 2.0 * v * msg;
-  }
+  if (p > 1) common.pp_comm = 2.0 * v * pipeline_message_seconds(md, c, setup, L);
+  return common;
+}
 
+// Data-parallel gradient reduction (fp32 gradients), parameter all-gather with the
+// distributed optimizer; all-reduce of the tied embedding between the end stages. `params`:
+// parameters of the larger end stage; `critical_s`: the critical stage's time it may overlap.
+double data_parallel_seconds(const ModelShape& md, const Cluster& c, const TrainingSetup& setup, const Layout& L,
+                             double params, double critical_s) {
+  const int t = L.tp, p = L.pp, d = L.dp;
+  double dp = 0;
+  if (d > 1) {
+    if (L.distributed_optimizer)
+      dp = collective_seconds(c, Collective::reduce_scatter, 4 * params, d, t) +
+           collective_seconds(c, Collective::all_gather, 2 * params, d, t);
+    else
+      dp = collective_seconds(c, Collective::all_reduce, 4 * params, d, t);
+    if (setup.overlap_dp_comm) dp = exposed(c.gpu.efficiency, dp, critical_s);
+  }
+  if (p > 1) {
+    const double embedding = std::ceil(double(md.vocab_size) / t) * md.hidden_size;
+    dp += collective_seconds(c, Collective::all_reduce, 4 * embedding, 2, t * d * (p - 1));
+  }
+  return dp;
+}
+
+}  // namespace
+
+TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSetup& setup,
+                        const Layout& L, const LayerCost& layer, const EndCost& ends) {
+  const int p = L.pp, v = L.vp, d = L.dp;
+  const int micro_batches = setup.global_batch / (d * L.micro_batch);
+  const StageTime common = common_stage_time(md, c, setup, L, layer);
   StageTime first = common, last = common;
   first.add(ends.embedding_fwd, 1);
   first.add(ends.embedding_bwd, 1);
@@ -236,29 +272,13 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
   out.pp_comm = micro_batches * critical.pp_comm;
   out.recompute = micro_batches * critical.recompute;
   out.bubble = (sum_stages - critical.total()) / v;
-
-  // Data-parallel gradient reduction (fp32 gradients), parameter all-gather with the
-  // distributed optimizer; all-reduce of the tied embedding between the end stages.
   const double params = std::max(stage_params(md, L, 0), stage_params(md, L, p - 1));
-  double dp = 0;
-  if (d > 1) {
-    if (L.distributed_optimizer)
-      dp = collective_seconds(c, Collective::reduce_scatter, 4 * params, d, t) +
-           collective_seconds(c, Collective::all_gather, 2 * params, d, t);
-    else
-      dp = collective_seconds(c, Collective::all_reduce, 4 * params, d, t);
-    if (setup.overlap_dp_comm) dp = exposed(g.efficiency, dp, critical.total());
-  }
-  if (p > 1) {
-    const double embedding = std::ceil(double(md.vocab_size) / t) * md.hidden_size;
-    dp += collective_seconds(c, Collective::all_reduce, 4 * embedding, 2, t * d * (p - 1));
-  }
-  out.dp_comm = dp;
+  out.dp_comm = data_parallel_seconds(md, c, setup, L, params, critical.total());
 
   // Adam on the owned shard (read grad, param, m, v; write param, m, v; write bf16 copy: 30 B),
   // gradient-norm read (4 B) of the owned shard, zeroing the local gradient buffer (4 B).
   const double owned = L.distributed_optimizer ? params / d : params;
-  out.optimizer = memory_seconds(g, owned * 34 + params * 4, 12);
+  out.optimizer = memory_seconds(c.gpu, owned * 34 + params * 4, 12);
   return out;
 }
 
