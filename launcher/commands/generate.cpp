@@ -159,22 +159,29 @@ std::string read_prompt_file(const std::string& path) {
   return text.str();
 }
 
-int generate_command(int argc, char** argv) {
-  CLI::App app{"Generate text from a training checkpoint (KV cache, tensor parallel)."};
+// What `loom generate` was asked, as parsed (checked by check_generate_args).
+struct GenerateArgs {
   GenerateJob job;
-  GenerateRequest& request = job.request;
   loom::ptune::PromptGenerateRequest prompted;
   int64_t iteration = -1;
-  std::string prompt_file, max_new_tokens = std::to_string(request.max_new_tokens);
-  auto* checkpoint = app.add_option("--checkpoint", request.checkpoint,
-                                    "run directory (holding checkpoints/) or checkpoints directory "
-                                    "(with --prompt-checkpoint: default the base its tables name)");
-  auto* prompt_checkpoint = app.add_option("--prompt-checkpoint", prompted.prompt_checkpoint,
-                                           "a loom ptune run directory (or its prompt_tables folder)");
-  app.add_option("--task", prompted.task, "the task of --input records without \"taskname\"");
-  auto* input = app.add_option("--input", prompted.input, "JSONL records with the task template's fields");
-  app.add_option("--output", job.output, "predictions JSONL (default: stdout)");
-  app.add_flag("--no-virtual-tokens", prompted.without_virtual_tokens,
+  std::string prompt_file, max_new_tokens;
+  CLI::Option* checkpoint = nullptr;
+  CLI::Option* prompt_checkpoint = nullptr;
+  CLI::Option* input = nullptr;
+};
+
+void add_generate_flags(CLI::App& app, GenerateArgs& a) {
+  GenerateRequest& request = a.job.request;
+  a.max_new_tokens = std::to_string(request.max_new_tokens);
+  a.checkpoint = app.add_option("--checkpoint", request.checkpoint,
+                                "run directory (holding checkpoints/) or checkpoints directory "
+                                "(with --prompt-checkpoint: default the base its tables name)");
+  a.prompt_checkpoint = app.add_option("--prompt-checkpoint", a.prompted.prompt_checkpoint,
+                                       "a loom ptune run directory (or its prompt_tables folder)");
+  app.add_option("--task", a.prompted.task, "the task of --input records without \"taskname\"");
+  a.input = app.add_option("--input", a.prompted.input, "JSONL records with the task template's fields");
+  app.add_option("--output", a.job.output, "predictions JSONL (default: stdout)");
+  app.add_flag("--no-virtual-tokens", a.prompted.without_virtual_tokens,
                "the no-prompt baseline: the records' template text without its virtual tokens");
   app.add_option("--min-new-tokens", request.min_new_tokens, "no <|endoftext|> before this many new tokens")
       ->capture_default_str();
@@ -183,11 +190,11 @@ int generate_command(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--stop", request.stop_strings, "stop (and cut the text) at this string; repeatable");
   auto* prompt = app.add_option("--prompt", request.prompt, "text to continue (empty: start a new document)");
-  auto* prompt_from = app.add_option("--prompt-file", prompt_file,
+  auto* prompt_from = app.add_option("--prompt-file", a.prompt_file,
                                      "file whose UTF-8 text is the prompt (for prompts too long for an argument)");
   prompt->excludes(prompt_from);
   // Read as text and checked here: CLI11 accepts integers beyond 64 bits silently.
-  app.add_option("--max-new-tokens", max_new_tokens, "tokens to generate at most")->capture_default_str();
+  app.add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate at most")->capture_default_str();
   app.add_flag("--greedy", request.sampling.greedy, "always take the most probable token");
   app.add_option("--temperature", request.sampling.temperature, "softmax temperature (> 0)")
       ->capture_default_str();
@@ -199,64 +206,52 @@ int generate_command(int argc, char** argv) {
   app.add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str();
   app.add_option("--tensor-parallel", request.tensor_parallel,
                  "tensor-parallel ranks (default: the checkpoint's)");
-  app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
+  app.add_option("--iteration", a.iteration, "checkpoint iteration (default: the latest)");
   app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
   app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
   app.add_option("--accelerator", request.accelerator,
                  "cpu or gpu (default: the run's trainer.accelerator)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (app.count("--iteration") > 0) request.iteration = iteration;
-  try {
-    if (prompt_checkpoint->count() > 0) {
-      if (input->count() == 0)
-        throw std::invalid_argument("--prompt-checkpoint needs --input FILE.jsonl (records of the task's fields)");
-      if (app.count("--prompt") || app.count("--prompt-file"))
-        throw std::invalid_argument("--prompt and --prompt-file do not go with --prompt-checkpoint: the prompts "
-                                    "are the --input records laid out by their task's template");
-    } else {
-      if (checkpoint->count() == 0) throw std::invalid_argument("--checkpoint DIR (or --prompt-checkpoint DIR) is required");
-      if (input->count() > 0 || app.count("--task") || app.count("--output"))
-        throw std::invalid_argument("--input, --task and --output need --prompt-checkpoint");
-      if (!app.count("--prompt") && !app.count("--prompt-file"))
-        throw std::invalid_argument("give the prompt with --prompt TEXT or --prompt-file FILE");
-    }
-    if (app.count("--prompt-file")) request.prompt = read_prompt_file(prompt_file);
-    const bool digits = !max_new_tokens.empty() && max_new_tokens.size() <= 12 &&
-                        max_new_tokens.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || std::stoll(max_new_tokens) > kMaxNewTokens)
-      throw std::invalid_argument("--max-new-tokens: expected an integer in [0, " + std::to_string(kMaxNewTokens) +
-                                  "], found '" + max_new_tokens + "'");
-    request.max_new_tokens = std::stoll(max_new_tokens);
-    if (app.count("--tensor-parallel") && request.tensor_parallel < 1)
-      throw std::invalid_argument("--tensor-parallel: expected an integer >= 1, found " +
-                                  std::to_string(request.tensor_parallel));
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "loom generate: error: " << e.what() << "\n";
-    return 2;
-  }
-  if (prompt_checkpoint->count() > 0) {
-    prompted.generation = request;
-    job.prompted = prompted;
-  }
+}
 
-  loom::launch::RendezvousInfo info;
-  try {
-    info = loom::launch::rendezvous_from_env();
-  } catch (const std::exception& e) {
-    std::cerr << "loom generate: " << loom::cli::error_text(e) << "\n";
-    return 2;
+// Checks the flags that go together (plain or prompted generation), reads --prompt-file and
+// --max-new-tokens into the request. Throws std::invalid_argument naming the flag.
+void check_generate_args(const CLI::App& app, GenerateArgs& a) {
+  GenerateRequest& request = a.job.request;
+  if (a.prompt_checkpoint->count() > 0) {
+    if (a.input->count() == 0)
+      throw std::invalid_argument("--prompt-checkpoint needs --input FILE.jsonl (records of the task's fields)");
+    if (app.count("--prompt") || app.count("--prompt-file"))
+      throw std::invalid_argument("--prompt and --prompt-file do not go with --prompt-checkpoint: the prompts "
+                                  "are the --input records laid out by their task's template");
+  } else {
+    if (a.checkpoint->count() == 0)
+      throw std::invalid_argument("--checkpoint DIR (or --prompt-checkpoint DIR) is required");
+    if (a.input->count() > 0 || app.count("--task") || app.count("--output"))
+      throw std::invalid_argument("--input, --task and --output need --prompt-checkpoint");
+    if (!app.count("--prompt") && !app.count("--prompt-file"))
+      throw std::invalid_argument("give the prompt with --prompt TEXT or --prompt-file FILE");
   }
-  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
+  if (app.count("--prompt-file")) request.prompt = read_prompt_file(a.prompt_file);
+  const std::string& max_new = a.max_new_tokens;
+  const bool digits =
+      !max_new.empty() && max_new.size() <= 12 && max_new.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoll(max_new) > kMaxNewTokens)
+    throw std::invalid_argument("--max-new-tokens: expected an integer in [0, " + std::to_string(kMaxNewTokens) +
+                                "], found '" + max_new + "'");
+  request.max_new_tokens = std::stoll(max_new);
+  if (app.count("--tensor-parallel") && request.tensor_parallel < 1)
+    throw std::invalid_argument("--tensor-parallel: expected an integer >= 1, found " +
+                                std::to_string(request.tensor_parallel));
+}
 
-  // One process: check the input here, then run in place (t = 1) or start t ranks.
+// One process without a launcher: checks the input here, then runs in place (t = 1) or starts
+// t local ranks of itself (their stdout is the generated text, rank 0 only).
+int generate_from_one_process(const GenerateJob& job, const loom::launch::RendezvousInfo& info, int argc,
+                              char** argv) {
   int t = 1;
   try {
     t = job.prompted ? loom::ptune::plan_prompt_generation(*job.prompted).base.tensor_parallel
-                     : loom::generate::plan_generation(request).tensor_parallel;
+                     : loom::generate::plan_generation(job.request).tensor_parallel;
   } catch (const std::exception& e) {
     std::cerr << "loom generate: error: " << loom::cli::error_text(e) << "\n";
     return 2;
@@ -275,6 +270,39 @@ int generate_command(int argc, char** argv) {
     std::cerr << "loom generate: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
     return 1;
   }
+}
+
+int generate_command(int argc, char** argv) {
+  CLI::App app{"Generate text from a training checkpoint (KV cache, tensor parallel)."};
+  GenerateArgs args;
+  add_generate_flags(app, args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  GenerateJob& job = args.job;
+  if (app.count("--iteration") > 0) job.request.iteration = args.iteration;
+  try {
+    check_generate_args(app, args);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "loom generate: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (args.prompt_checkpoint->count() > 0) {
+    args.prompted.generation = job.request;
+    job.prompted = args.prompted;
+  }
+
+  loom::launch::RendezvousInfo info;
+  try {
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "loom generate: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
+  return generate_from_one_process(job, info, argc, argv);
 }
 
 }  // namespace

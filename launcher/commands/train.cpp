@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "command_registry.h"
 #include "error_text.h"
@@ -23,39 +24,103 @@
 
 namespace {
 
-int train_command(int argc, char** argv) {
-  CLI::App app{"Train a GPT model from a YAML recipe (NeMo Megatron field names)."};
+// What `loom train` was asked.
+struct TrainArgs {
   std::string recipe_path;
   std::vector<std::string> overrides;
   int nproc = 0;
   int64_t stop_after = 0;
   int64_t iteration = -1;
-  app.add_option("recipe", recipe_path, "recipe file, e.g. recipes/gpt3_tiny_cpu.yaml")->required();
-  app.add_option("overrides", overrides, "dotted overrides, e.g. trainer.max_steps=100");
-  app.add_option("--nproc", nproc, "local ranks to start (sets trainer.devices)");
-  app.add_option("--stop-after-steps", stop_after,
+};
+
+void add_train_flags(CLI::App& app, TrainArgs& a) {
+  app.add_option("recipe", a.recipe_path, "recipe file, e.g. recipes/gpt3_tiny_cpu.yaml")->required();
+  app.add_option("overrides", a.overrides, "dotted overrides, e.g. trainer.max_steps=100");
+  app.add_option("--nproc", a.nproc, "local ranks to start (sets trainer.devices)");
+  app.add_option("--stop-after-steps", a.stop_after,
                  "save and exit after this many steps, as on SIGTERM (for resume tests)");
-  app.add_option("--iteration", iteration,
+  app.add_option("--iteration", a.iteration,
                  "resume from this checkpoint iteration instead of the latest (e.g. when the newest is damaged)")
       ->check(CLI::Range(int64_t{0}, loom::train::kMaxIteration));
+}
+
+// The recipe with its overrides, its input files checked; nullopt (after saying why) when it
+// is bad input.
+std::optional<loom::config::Recipe> load_train_recipe(const TrainArgs& a) {
+  try {
+    loom::config::Recipe recipe = loom::config::load_recipe(a.recipe_path, a.overrides);
+    loom::config::check_input_files(recipe);
+    return recipe;
+  } catch (const loom::config::RecipeError& e) {
+    std::cerr << "loom train: invalid recipe:\n" << loom::cli::error_text(e) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
+  }
+  return std::nullopt;
+}
+
+// What the run will allocate, against this machine, before any rank starts (the ranks of the
+// local launcher were checked by it; torchrun's and srun's check themselves). False after
+// saying why it does not fit.
+bool fits_this_machine(const loom::config::Recipe& recipe, const loom::launch::RendezvousInfo& info) {
+  if (info.source == loom::launch::RendezvousSource::kLocalLauncher) return true;
+  if (const auto why = loom::planner::run_does_not_fit(recipe, loom::launch::available_memory_bytes(),
+                                                       loom::launch::process_limit())) {
+    std::cerr << "loom train: " << *why << "\n";
+    return false;
+  }
+  return true;
+}
+
+// One process prints the recipe's warnings and the resolved recipe: this one when it starts the
+// ranks itself, else rank 0 of torchrun or srun (not the local launcher's ranks: their parent did).
+void print_resolved_recipe(const loom::config::Recipe& recipe, const loom::launch::RendezvousInfo& info) {
+  const bool under_launcher = info.source != loom::launch::RendezvousSource::kSingleProcess;
+  const bool print_recipe =
+      !under_launcher || (info.source != loom::launch::RendezvousSource::kLocalLauncher && info.rank == 0);
+  if (!print_recipe) return;
+  for (const auto& w : recipe.origin.warnings) std::cerr << "loom train: warning: " << w << "\n";
+  std::cerr << "# resolved recipe\n" << loom::config::to_yaml(recipe) << std::flush;
+}
+
+// Trains as this process's rank; maps the failure to the exit status (2 bad input: a locked
+// run directory, bad data or arguments, a bad checkpoint; 1 runtime failure) after recording it.
+int train_as_rank(const loom::config::Recipe& recipe, const TrainArgs& a) {
+  auto fail = [](int status, const char* what, const std::exception& e) {
+    loom::launch::record_rank_error(loom::cli::error_text(e));
+    std::cerr << "loom train: " << what << loom::cli::error_text(e) << "\n";
+    return status;
+  };
+  try {
+    loom::train::TrainOptions options;
+    options.stop_after_steps = a.stop_after;
+    if (a.iteration >= 0) options.resume_iteration = a.iteration;
+    return loom::train::run_training(recipe, options);
+  } catch (const loom::launch::RunLockError& e) {
+    return fail(2, "", e);
+  } catch (const loom::data::DataError& e) {
+    return fail(2, "data error: ", e);  // bad data is bad input, like a missing data file
+  } catch (const std::invalid_argument& e) {
+    return fail(2, "error: ", e);
+  } catch (const loom::train::CheckpointError& e) {
+    return fail(2, "checkpoint error: ", e);
+  } catch (const std::exception& e) {
+    return fail(1, "error: ", e);
+  }
+}
+
+int train_command(int argc, char** argv) {
+  CLI::App app{"Train a GPT model from a YAML recipe (NeMo Megatron field names)."};
+  TrainArgs args;
+  add_train_flags(app, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (nproc > 0) overrides.push_back("trainer.devices=" + std::to_string(nproc));
-
-  loom::config::Recipe recipe;
-  try {
-    recipe = loom::config::load_recipe(recipe_path, overrides);
-    loom::config::check_input_files(recipe);
-  } catch (const loom::config::RecipeError& e) {
-    std::cerr << "loom train: invalid recipe:\n" << loom::cli::error_text(e) << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  }
+  if (args.nproc > 0) args.overrides.push_back("trainer.devices=" + std::to_string(args.nproc));
+  const std::optional<loom::config::Recipe> recipe = load_train_recipe(args);
+  if (!recipe) return 2;
 
   loom::launch::RendezvousInfo info;
   try {
@@ -64,53 +129,12 @@ int train_command(int argc, char** argv) {
     std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
-  const int64_t world = loom::config::world_size(recipe);
-  const bool under_launcher = info.source != loom::launch::RendezvousSource::kSingleProcess;
-  // What the run will allocate, against this machine, before any rank starts (the ranks of
-  // the local launcher were checked by it; torchrun's and srun's check themselves).
-  if (info.source != loom::launch::RendezvousSource::kLocalLauncher) {
-    if (const auto why = loom::planner::run_does_not_fit(recipe, loom::launch::available_memory_bytes(),
-                                                         loom::launch::process_limit())) {
-      std::cerr << "loom train: " << *why << "\n";
-      return 2;
-    }
-  }
-  const bool print_recipe = !under_launcher || (info.source != loom::launch::RendezvousSource::kLocalLauncher && info.rank == 0);
-  if (print_recipe) {
-    for (const auto& w : recipe.origin.warnings) std::cerr << "loom train: warning: " << w << "\n";
-    std::cerr << "# resolved recipe\n" << loom::config::to_yaml(recipe) << std::flush;
-  }
-
-  if (!under_launcher && world > 1)
-    return loom::cli::run_local_ranks("train", argc, argv, world, recipe.trainer.num_nodes);
-
-  try {
-    loom::train::TrainOptions options;
-    options.stop_after_steps = stop_after;
-    if (iteration >= 0) options.resume_iteration = iteration;
-    return loom::train::run_training(recipe, options);
-  } catch (const loom::launch::RunLockError& e) {
-    loom::launch::record_rank_error(loom::cli::error_text(e));
-    std::cerr << "loom train: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  } catch (const loom::data::DataError& e) {
-    // Bad data is bad input, like a missing data file (exit 2).
-    loom::launch::record_rank_error(loom::cli::error_text(e));
-    std::cerr << "loom train: data error: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  } catch (const std::invalid_argument& e) {
-    loom::launch::record_rank_error(loom::cli::error_text(e));
-    std::cerr << "loom train: error: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  } catch (const loom::train::CheckpointError& e) {
-    loom::launch::record_rank_error(loom::cli::error_text(e));
-    std::cerr << "loom train: checkpoint error: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    loom::launch::record_rank_error(loom::cli::error_text(e));
-    std::cerr << "loom train: error: " << loom::cli::error_text(e) << "\n";
-    return 1;
-  }
+  if (!fits_this_machine(*recipe, info)) return 2;
+  print_resolved_recipe(*recipe, info);
+  const int64_t world = loom::config::world_size(*recipe);
+  if (info.source == loom::launch::RendezvousSource::kSingleProcess && world > 1)
+    return loom::cli::run_local_ranks("train", argc, argv, world, recipe->trainer.num_nodes);
+  return train_as_rank(*recipe, args);
 }
 
 }  // namespace
