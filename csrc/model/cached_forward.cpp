@@ -30,8 +30,10 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Te
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   at::Tensor scores = at::matmul(q, keys.transpose(-2, -1));  // [b, a/t, n, L + n]
-  // causal with sq = n < sk = L + n: query i (position L + i) sees keys j <= L + i.
-  at::Tensor probs = ops::scaled_masked_softmax(scores, std::nullopt, scale, /*causal=*/true);
+  // Rows of one length L: causal with sq = n < sk = L + n (query i, at position L + i, sees
+  // keys j <= L + i). Rows of different lengths: the cache's per-row mask says the same.
+  const std::optional<at::Tensor> mask = cache.attention_mask(n, scores.device());
+  at::Tensor probs = ops::scaled_masked_softmax(scores, mask, scale, /*causal=*/!mask.has_value());
   at::Tensor context = at::matmul(probs, values);
   context = context.permute({2, 0, 1, 3}).reshape({n, b, heads_local * d});
   return proj_.forward(context);
@@ -59,36 +61,45 @@ KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
                  at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
 }
 
-at::Tensor GptStage::forward_cached(const at::Tensor& tokens, KvCache& cache,
+at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
                                     const PromptSplice& prompt) const {
-  if (!layout_.pre_process || !layout_.post_process)
-    throw std::invalid_argument(
-        "GptStage::forward_cached: inference needs the whole model in one stage "
-        "(pre_process and post_process)");
-  if (config_.sequence_parallel && tp_->size() > 1)
+  if (config_.sequence_parallel)
     throw std::invalid_argument(
         "GptStage::forward_cached: inference runs without sequence parallelism; build the "
         "stage with sequence_parallel = false");
-  if (tokens.dim() != 2 || tokens.size(0) != cache.batch() || tokens.size(1) < 1)
-    throw std::invalid_argument("GptStage::forward_cached: expected tokens [" +
-                                std::to_string(cache.batch()) + ", n >= 1], found " +
-                                c10::str(tokens.sizes()));
-  const int64_t b = tokens.size(0), n = tokens.size(1), past = cache.length();
+  // A first stage takes tokens [b, n]; a later pipeline stage the hidden tensor [n, b, h].
+  const bool tokens_in = layout_.pre_process;
+  const int64_t b = tokens_in ? input.size(0) : input.size(1);
+  const int64_t n = tokens_in ? input.size(1) : input.size(0);
+  const bool shape_ok = tokens_in ? input.dim() == 2 : input.dim() == 3 && input.size(2) == config_.hidden_size;
+  if (!shape_ok || b != cache.batch() || n < 1)
+    throw std::invalid_argument(
+        "GptStage::forward_cached: expected " +
+        std::string(tokens_in ? "tokens [" : "hidden [n >= 1, ") + std::to_string(cache.batch()) +
+        (tokens_in ? ", n >= 1]" : ", " + std::to_string(config_.hidden_size) + "]") + ", found " +
+        c10::str(input.sizes()));
+  const int64_t past = cache.length();
   if (past + n > config_.max_position_embeddings)
     throw std::invalid_argument("GptStage::forward_cached: positions up to " +
                                 std::to_string(past + n) + " exceed max_position_embeddings " +
                                 std::to_string(config_.max_position_embeddings));
   at::NoGradGuard no_grad;
-  const at::Tensor ids = tokens.to(embedding_->word_weight().device(), at::kLong);
-  at::Tensor positions =
-      at::arange(past, past + n, ids.options()).unsqueeze(0).expand({b, n}).contiguous();
-  DropoutContext off;
-  off.training = false;
-  at::Tensor x = embedding_->forward(ids, positions, off, prompt);  // [n, b, h]
+  at::Tensor x;
+  if (tokens_in) {
+    const at::Tensor ids = input.to(embedding_->word_weight().device(), at::kLong);
+    const at::Tensor positions = cache.positions(n, ids.options());  // [b, n]
+    DropoutContext off;
+    off.training = false;
+    x = embedding_->forward(ids, positions, off, prompt);  // [n, b, h]
+  } else {
+    x = input;
+  }
   for (const auto& layer : layers_) x = layer->forward_cached(x, cache);
   cache.advance(n);
+  if (!layout_.post_process) return x;
   x = final_ln_->forward(x);
-  return at::linear(copy_to_tensor_model_parallel_region(x, tp_), embedding_->word_weight());
+  const at::Tensor& word = layout_.pre_process ? embedding_->word_weight() : output_word_;
+  return at::linear(copy_to_tensor_model_parallel_region(x, tp_), word);
 }
 
 }  // namespace loom::model

@@ -65,15 +65,17 @@ class GptStage {
   /// `batch` sequences of up to `capacity` positions, in the parameters' dtype and device.
   KvCache make_kv_cache(int64_t batch, int64_t capacity) const;
 
-  /// Inference on a whole-model stage (pre_process and post_process) built without sequence
-  /// parallelism: runs tokens [b, n] at positions [cache.length(), cache.length() + n)
-  /// without autograd or dropout, appends their keys and values to `cache` (then advances it
-  /// by n) and returns this rank's logits [n, b, V_padded/t], equal (up to rounding) to the
-  /// rows of forward() over the whole sequence so far. An active `prompt` splices virtual
-  /// tokens among the n new positions (prompt_splice.h; its seq_index counts from 0 at the
-  /// first new position). Throws std::invalid_argument for a partial stage, sequence
-  /// parallelism at t > 1, or positions past max_position_embeddings.
-  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache,
+  /// Inference, on any stage built without sequence parallelism: runs n new positions of each
+  /// of the cache's selected rows (kv_cache.h; rows may have different lengths) without
+  /// autograd or dropout, appends their keys and values to `cache` (then advances it by n).
+  /// A first stage takes tokens [b, n] (positions from the cache), a later stage the previous
+  /// stage's hidden [n, b, h]; a last stage returns this rank's logits [n, b, V_padded/t], equal
+  /// (up to rounding) to the rows of forward() over each row's whole sequence so far, another
+  /// stage the hidden [n, b, h] for the next. An active `prompt` splices virtual tokens among
+  /// the n new positions (prompt_splice.h; its seq_index counts from 0 at the first new
+  /// position). Throws std::invalid_argument for a bad input shape, sequence parallelism at
+  /// t > 1, or positions past max_position_embeddings.
+  at::Tensor forward_cached(const at::Tensor& input, KvCache& cache,
                             const PromptSplice& prompt = {}) const;
 
   /// This stage's parameters with their parallel attributes, in a fixed order.

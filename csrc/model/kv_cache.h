@@ -5,10 +5,18 @@
 // queries over the L + n cached keys uses the offset causal mask of
 // loom::ops::scaled_masked_softmax (key j hidden from query i when j > i + L), which gives
 // exactly the rows of the full causal forward over the same sequence.
+//
+// Rows of different lengths (continuous batching, serve/engine.h): each cache row holds one
+// sequence with its own length; select_rows() names the rows a forward call's batch rows are,
+// the new positions of row r go to [row_length(r), row_length(r) + n), positions() gives their
+// position ids and attention_mask() hides each row's keys past its own query (and the unused
+// tail of shorter rows), so every row sees exactly what a batch of one would.
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -22,26 +30,50 @@ class KvCache {
   KvCache(int first_layer, int num_layers, int64_t batch, int64_t heads_local, int64_t head_dim,
           int64_t capacity, const at::TensorOptions& options);
 
-  int64_t length() const { return length_; }      ///< positions committed so far
-  int64_t capacity() const { return capacity_; }  ///< most positions the cache can hold
-  int64_t batch() const { return batch_; }
+  /// Positions committed so far: the longest selected row (all rows equal unless rows of
+  /// different lengths were used).
+  int64_t length() const;
+  int64_t capacity() const { return capacity_; }  ///< most positions a row can hold
+  /// Rows a forward call feeds: the selected ones (select_rows), else every row.
+  int64_t batch() const { return static_cast<int64_t>(selected_.size()); }
+  int64_t rows() const { return batch_; }  ///< rows allocated
 
-  /// Stores k, v [batch, heads_local, n, head_dim] at positions [length, length + n) of global
-  /// layer `layer` and returns views of that layer's keys and values at [0, length + n).
+  /// The next calls (append, advance, positions, attention_mask) act on cache rows `rows`
+  /// (distinct, in [0, rows())), batch row i being cache row rows[i]; empty: every row in
+  /// order. Throws std::out_of_range naming a bad row.
+  void select_rows(const std::vector<int64_t>& rows);
+  int64_t row_length(int64_t row) const { return lengths_.at(static_cast<size_t>(row)); }
+  /// Forgets row `row`'s positions (a new sequence takes the row).
+  void clear_row(int64_t row) { lengths_.at(static_cast<size_t>(row)) = 0; }
+
+  /// Position ids [batch(), n] int64 (on `options`' device) of n new positions of each
+  /// selected row: row_length(r) + [0, n).
+  at::Tensor positions(int64_t n, const at::TensorOptions& options) const;
+  /// nullopt when the selected rows have one length (the offset causal mask is exact);
+  /// otherwise the bool mask [batch(), 1, n, length() + n] (true = hidden) that hides key j
+  /// from new query i of row r when j > row_length(r) + i, on `device`.
+  std::optional<at::Tensor> attention_mask(int64_t n, const at::Device& device) const;
+
+  /// Stores k, v [batch(), heads_local, n, head_dim] at positions [row_length(r), + n) of each
+  /// selected row r of global layer `layer` and returns that layer's keys and values of the
+  /// selected rows at [0, length() + n) (views when every row is selected in order).
   /// Throws std::out_of_range when the layer is not cached here or length + n > capacity,
   /// std::invalid_argument on a shape mismatch.
   std::pair<at::Tensor, at::Tensor> append(int layer, const at::Tensor& k, const at::Tensor& v);
 
-  /// Commits n positions once every layer has appended them. Throws std::out_of_range past
-  /// the capacity.
+  /// Commits n positions of every selected row once every layer has appended them. Throws
+  /// std::out_of_range past the capacity.
   void advance(int64_t n);
-  /// Forgets every position (the buffers are reused).
-  void reset() { length_ = 0; }
+  /// Forgets every position of every row (the buffers are reused) and selects every row.
+  void reset();
 
  private:
+  bool all_selected() const;  // every row, in order
+  bool one_length() const;    // the selected rows have one length
   int first_layer_;
   int64_t batch_, heads_local_, head_dim_, capacity_;
-  int64_t length_ = 0;
+  std::vector<int64_t> lengths_;   // per row
+  std::vector<int64_t> selected_;  // rows of the next forward
   std::vector<at::Tensor> keys_, values_;
 };
 

@@ -1,0 +1,134 @@
+// The batched generation engine behind `loom serve` (docs/serving.md): many requests of
+// different lengths decode together with one KV cache (model/kv_cache.h, a row per request),
+// under tensor parallelism (each stage's TP group) and pipeline parallelism (stages kept apart,
+// hidden states over runtime/pipeline_links.h). Continuous batching: between decode steps
+// finished requests leave and waiting ones join (their prompt is prefilled, then they decode
+// with the rest); at most max_batch requests run and their prompts plus token budgets reserve
+// at most max_kv_tokens cache positions; a request that does not fit waits in order.
+//
+// Every rank runs step() in lockstep. World rank 0 (first stage, TP rank 0: the serving rank)
+// owns the queue and decides each step's plan (who joins, who is cancelled, stop), broadcast
+// to every rank over the control group; every rank then holds the same request table. The
+// last stage's TP ranks gather the logits and choose tokens with per-request samplers (same
+// request and seed: same tokens whatever else is in the batch); with p > 1 its TP rank 0
+// broadcasts the choices. Greedy results equal generate::generate_tokens one at a time.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "generate/sampling.h"
+#include "model/gpt_stage.h"
+#include "model/kv_cache.h"
+#include "runtime/communicator.h"
+#include "runtime/pipeline_links.h"
+#include "serve/request.h"
+
+namespace loom::serve {
+
+/// A token with its log-probability under the model (log-softmax of the raw logits, before
+/// temperature, penalties and filters) and, when asked, the most probable alternatives
+/// (decreasing, lower id first among equals).
+struct TokenLogprob {
+  int64_t token = 0;
+  double logprob = 0;  ///< NaN for a prompt's first token (nothing precedes it)
+  std::vector<std::pair<int64_t, double>> top;
+};
+
+enum class FinishReason { kNone, kLength, kStop, kCancelled };
+
+/// What one step did for one request (reported on the serving rank).
+struct RequestProgress {
+  uint64_t id = 0;
+  std::vector<TokenLogprob> prompt;      ///< in the step that prefilled it, when asked (echo)
+  std::vector<TokenLogprob> new_tokens;  ///< tokens generated in this step (0 or 1)
+  FinishReason finished = FinishReason::kNone;
+};
+
+/// The groups a rank's engine uses.
+struct EngineGroups {
+  runtime::CommunicatorPtr tp;       ///< this stage's tensor-parallel group
+  runtime::PipelineLinks* links;     ///< this rank's pipeline neighbours (single(): p = 1)
+  runtime::Communicator* control;    ///< every rank, host tensors (ProcessGroups::host_world)
+  int last_stage_root = 0;           ///< control rank of the last stage's TP rank 0
+};
+
+struct EngineOptions {
+  int64_t max_batch = 16;      ///< requests decoding together (cache rows)
+  int64_t max_kv_tokens = 0;   ///< positions reserved at most (0: max_batch · context)
+  int64_t eod_id = -1;         ///< <|endoftext|> (-1: none)
+  /// The text of token ids (stop strings are looked for in it); null: no stop strings.
+  std::function<std::string(const std::vector<int64_t>&)> decode;
+};
+
+class GenerationEngine {
+ public:
+  /// `stage` is this rank's pipeline stage of the model (built without sequence parallelism),
+  /// kept by reference. Allocates the KV cache [max_batch rows × context]. Throws
+  /// std::invalid_argument for max_batch < 1 or max_kv_tokens < 0.
+  GenerationEngine(const model::GptStage& stage, EngineGroups groups, EngineOptions options);
+  ~GenerationEngine();
+
+  /// Serving rank, any thread: checks `spec` (std::invalid_argument naming the field: empty
+  /// or out-of-vocabulary prompt, prompt + max_new_tokens past the context or past
+  /// max_kv_tokens, bad sampling options) and queues it; returns its id.
+  uint64_t submit(RequestSpec spec);
+  /// Serving rank, any thread: drops a queued request, or ends a running one at the next step
+  /// (reported with kCancelled). Unknown ids are ignored.
+  void cancel(uint64_t id);
+  /// Serving rank, any thread: waits up to `ms` for a request (or a stop) to arrive.
+  void wait_for_work(int ms);
+  /// Serving rank: requests queued or running.
+  bool busy() const;
+
+  /// Collective over every rank: one step (join, prefill, one decode token for the running
+  /// requests). `stop` (serving rank's word) ends every rank's loop: returns false then.
+  /// Progress of the serving rank's requests goes to `report` (serving rank only).
+  bool step(bool stop, const std::function<void(const RequestProgress&)>& report = {});
+
+  int64_t context() const { return stage_.config().max_position_embeddings; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Running;
+  struct Choice;
+  void validate(const RequestSpec& spec) const;
+  nlohmann::json plan_step(bool stop);
+  // Runs n new positions of the cache's selected rows through this stage and the pipeline;
+  // returns the logits [n, b, V/t] on the last stage, undefined elsewhere.
+  at::Tensor forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n);
+  // Last stage: the full-vocabulary logits [n, V] of batch row `row` of `logits`.
+  at::Tensor full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count);
+  Choice choose(Running& r, const float* z);
+  void finish(Running& r, FinishReason reason, RequestProgress& progress);
+  bool first_stage() const;
+  bool last_stage() const;
+
+  const model::GptStage& stage_;
+  EngineGroups groups_;
+  EngineOptions options_;
+  model::KvCache cache_;
+  std::map<uint64_t, std::unique_ptr<Running>> running_;  // by id: same order on every rank
+  std::vector<int64_t> free_rows_;
+
+  // Serving rank only.
+  mutable std::mutex mutex_;
+  std::condition_variable work_;
+  std::deque<std::pair<uint64_t, RequestSpec>> queue_;
+  std::set<uint64_t> cancelled_;
+  uint64_t next_id_ = 1;
+  int64_t reserved_ = 0;  // kv_tokens of the running requests
+};
+
+}  // namespace loom::serve

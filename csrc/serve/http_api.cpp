@@ -1,0 +1,377 @@
+#include "serve/http_api.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "generate/generate_run.h"
+
+namespace loom::serve {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxPrompts = 128;  // NeMo's limit on sentences per request
+constexpr int64_t kMaxLogprobs = 20;
+constexpr const char* kEndOfText = "<|endoftext|>";
+
+ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, field, message); }
+
+const char* type_name(const json& v) { return v.type_name(); }
+
+void check_fields(const json& body, const std::set<std::string>& known) {
+  if (!body.is_object()) throw bad("body", std::string("expected a JSON object, found ") + type_name(body));
+  for (const auto& [key, value] : body.items())
+    if (!known.count(key)) throw bad(key, "unknown field");
+}
+
+bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+
+int64_t get_int(const json& body, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
+  if (!present(body, key)) return fallback;
+  const json& v = body[key];
+  if (!v.is_number_integer())
+    throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, v.dump()));
+  const bool unsigned_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+  const int64_t x = unsigned_big ? INT64_MAX : v.get<int64_t>();
+  if (x < lo || x > hi) throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, v.dump()));
+  return x;
+}
+
+double get_number(const json& body, const char* key, double fallback, double lo, double hi, bool open_lo = false) {
+  if (!present(body, key)) return fallback;
+  const json& v = body[key];
+  if (!v.is_number()) throw bad(key, std::string("expected a number, found ") + v.dump());
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi || (open_lo && x == lo))
+    throw bad(key, fmt::format("expected a number in {}{}, {}], found {}", open_lo ? "(" : "[", lo, hi, v.dump()));
+  return x;
+}
+
+bool get_bool(const json& body, const char* key, bool fallback) {
+  if (!present(body, key)) return fallback;
+  if (!body[key].is_boolean()) throw bad(key, std::string("expected true or false, found ") + body[key].dump());
+  return body[key].get<bool>();
+}
+
+std::vector<std::string> get_strings(const json& body, const char* key, std::vector<std::string> fallback) {
+  if (!present(body, key)) return fallback;
+  const json& v = body[key];
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    for (const auto& s : v) {
+      if (!s.is_string()) throw bad(key, "expected a string or a list of strings, found an element " + s.dump());
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    throw bad(key, "expected a string or a list of strings, found " + v.dump());
+  }
+  for (const auto& s : out)
+    if (s.empty()) throw bad(key, "expected non-empty strings");
+  return out;
+}
+
+uint64_t fresh_seed() {
+  static std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+std::vector<int64_t> encode(const std::string& text, const ApiContext& api, bool add_bos) {
+  std::vector<int64_t> ids;
+  if (add_bos && api.tokenizer->eod_id() >= 0) ids.push_back(api.tokenizer->eod_id());
+  for (int32_t id : api.tokenizer->encode(text)) ids.push_back(id);
+  // An empty prompt starts a new document, as `loom generate` does.
+  if (ids.empty() && api.tokenizer->eod_id() >= 0) ids.push_back(api.tokenizer->eod_id());
+  return ids;
+}
+
+std::vector<int64_t> token_list(const json& v, const ApiContext& api) {
+  std::vector<int64_t> ids;
+  const int64_t vocab = static_cast<int64_t>(api.tokenizer->vocab_size());
+  for (const auto& t : v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      throw bad("prompt", fmt::format("token ids must be integers in [0, {}), found {}", vocab, t.dump()));
+    ids.push_back(t.get<int64_t>());
+  }
+  if (ids.empty()) throw bad("prompt", "a list of token ids must not be empty");
+  return ids;
+}
+
+// OpenAI's prompt: "text", ["text", ...], [id, ...] or [[id, ...], ...].
+std::vector<std::vector<int64_t>> prompts(const json& body, const ApiContext& api) {
+  if (!present(body, "prompt")) throw bad("prompt", "is required");
+  const json& p = body["prompt"];
+  std::vector<std::vector<int64_t>> out;
+  if (p.is_string()) {
+    out.push_back(encode(p.get<std::string>(), api, false));
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+    out.push_back(token_list(p, api));
+  } else if (p.is_array() && !p.empty()) {
+    for (const auto& e : p) {
+      if (e.is_string()) out.push_back(encode(e.get<std::string>(), api, false));
+      else if (e.is_array()) out.push_back(token_list(e, api));
+      else throw bad("prompt", "expected texts or lists of token ids, found an element " + e.dump());
+    }
+  } else {
+    throw bad("prompt", "expected a text, a list of texts, a list of token ids or a list of those, found " + p.dump());
+  }
+  if (out.size() > kMaxPrompts) throw bad("prompt", fmt::format("at most {} prompts per request, found {}", kMaxPrompts, out.size()));
+  return out;
+}
+
+void check_lengths(const std::vector<int64_t>& prompt, int64_t max_new, const ApiContext& api, const char* length_field,
+                   const char* prompt_field) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n > api.context)
+    throw bad(prompt_field, fmt::format("{} tokens, more than the model's context of {} tokens", n, api.context));
+  if (n + max_new > api.context)
+    throw bad(length_field, fmt::format("{} prompt tokens + {} new tokens exceed the model's context of {} tokens", n,
+                                        max_new, api.context));
+}
+
+std::string token_string(int64_t id, const data::Gpt2Tokenizer& tokenizer) {
+  return tokenizer.decode({static_cast<int32_t>(id)});
+}
+
+std::string decode(const std::vector<int64_t>& ids, const data::Gpt2Tokenizer& tokenizer) {
+  return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));
+}
+
+json top_object(const std::vector<std::pair<int64_t, double>>& top, const data::Gpt2Tokenizer& tokenizer) {
+  json o = json::object();
+  for (const auto& [id, lp] : top) {
+    const std::string key = token_string(id, tokenizer);
+    if (!o.contains(key)) o[key] = lp;  // two ids may decode alike: keep the more probable
+  }
+  return o;
+}
+
+json number_or_null(double x) { return std::isnan(x) ? json() : json(x); }
+
+}  // namespace
+
+json error_body(int status, const std::string& message, const std::string& field) {
+  const char* type = status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error";
+  return {{"error", {{"message", message}, {"type", type}, {"param", field.empty() ? json() : json(field)}, {"code", status}}}};
+}
+
+std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Gpt2Tokenizer& tokenizer) {
+  return generate::continuation_text(result.tokens, spec.stop_strings, tokenizer);
+}
+
+size_t streamable_prefix(const std::string& text, const std::vector<std::string>& stop_strings) {
+  size_t keep = text.size();
+  // A tail that begins a stop string waits until it is known not to be one.
+  for (const auto& stop : stop_strings)
+    for (size_t len = std::min(stop.size() - 1, text.size()); len > 0; --len)
+      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
+        keep = std::min(keep, text.size() - len);
+        break;
+      }
+  // An incomplete UTF-8 character at the end waits for its remaining bytes.
+  size_t i = keep, back = 0;
+  while (i > 0 && back < 4 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) --i, ++back;
+  if (i > 0) {
+    const unsigned char lead = static_cast<unsigned char>(text[i - 1]);
+    const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (need > 1 && back + 1 < need) keep = i - 1;
+  }
+  return keep;
+}
+
+CompletionJob parse_completion(const json& body, const ApiContext& api) {
+  check_fields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "stream",
+                      "stream_options", "logprobs", "echo", "stop", "seed", "presence_penalty", "frequency_penalty",
+                      "repetition_penalty", "min_tokens", "logit_bias", "user", "suffix"});
+  if (present(body, "model") && !body["model"].is_string()) throw bad("model", "expected a string");
+  if (present(body, "model") && body["model"].get<std::string>() != api.model_name)
+    throw ApiError(404, "model", fmt::format("this server serves '{}', not '{}'", api.model_name, body["model"].get<std::string>()));
+  if (present(body, "suffix")) throw bad("suffix", "is not supported");
+  if (present(body, "user") && !body["user"].is_string()) throw bad("user", "expected a string");
+  get_int(body, "n", 1, 1, 1);
+  get_int(body, "best_of", 1, 1, 1);
+  get_number(body, "presence_penalty", 0, 0, 0);
+  get_number(body, "frequency_penalty", 0, 0, 0);
+  if (present(body, "logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
+    throw bad("logit_bias", "is not supported");
+  CompletionJob job;
+  job.stream = get_bool(body, "stream", false);
+  if (present(body, "stream_options")) {
+    const json& o = body["stream_options"];
+    if (!o.is_object()) throw bad("stream_options", "expected an object");
+    for (const auto& [k, v] : o.items())
+      if (k != "include_usage") throw bad("stream_options." + k, "unknown field");
+    job.include_usage = get_bool(o, "include_usage", false);
+  }
+  job.echo = get_bool(body, "echo", false);
+  job.logprobs = get_int(body, "logprobs", -1, 0, kMaxLogprobs);
+  const int64_t max_tokens = get_int(body, "max_tokens", 16, 0, api.context);
+  RequestSpec base;
+  base.max_new_tokens = max_tokens;
+  const double temperature = get_number(body, "temperature", 1.0, 0.0, 100.0);
+  base.sampling.greedy = temperature == 0.0;
+  base.sampling.temperature = temperature == 0.0 ? 1.0 : temperature;
+  base.sampling.top_p = get_number(body, "top_p", 1.0, 0.0, 1.0, /*open_lo=*/true);
+  base.sampling.top_k = get_int(body, "top_k", 0, 0, INT64_MAX);
+  base.sampling.repetition_penalty = get_number(body, "repetition_penalty", 1.0, 0.0, 100.0, /*open_lo=*/true);
+  base.sampling.seed = present(body, "seed") ? static_cast<uint64_t>(get_int(body, "seed", 0, INT64_MIN, INT64_MAX))
+                                             : fresh_seed();
+  base.min_new_tokens = get_int(body, "min_tokens", 0, 0, api.context);
+  base.stop_strings = get_strings(body, "stop", {});
+  if (base.stop_strings.size() > 4) throw bad("stop", "at most 4 stop strings");
+  base.logprobs = job.logprobs >= 0;
+  base.top_logprobs = std::max<int64_t>(job.logprobs, 0);
+  base.prompt_logprobs = job.echo && job.logprobs >= 0;
+  for (auto& prompt : prompts(body, api)) {
+    check_lengths(prompt, max_tokens, api, "max_tokens", "prompt");
+    RequestSpec spec = base;
+    spec.prompt = std::move(prompt);
+    job.specs.push_back(std::move(spec));
+  }
+  return job;
+}
+
+json completion_choice(const CompletionJob& job, size_t index, const RequestResult& r, const ApiContext& api) {
+  const auto& tok = *api.tokenizer;
+  const RequestSpec& spec = job.specs[index];
+  const std::string generated = generated_text(spec, r, tok);
+  std::string text = job.echo ? decode(r.prompt, tok) + generated : generated;
+  json logprobs;
+  if (job.logprobs >= 0) {
+    json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+    int64_t offset = 0;
+    auto add = [&](int64_t id, double lp, const std::vector<std::pair<int64_t, double>>* top) {
+      const std::string s = token_string(id, tok);
+      tokens.push_back(s);
+      token_logprobs.push_back(number_or_null(lp));
+      top_logprobs.push_back(top && !std::isnan(lp) ? top_object(*top, tok) : json());
+      offsets.push_back(offset);
+      offset += static_cast<int64_t>(s.size());
+    };
+    if (job.echo)
+      for (size_t i = 0; i < r.prompt.size(); ++i)
+        add(r.prompt[i], i < r.prompt_logprobs.size() ? r.prompt_logprobs[i] : std::nan(""),
+            i < r.prompt_top.size() ? &r.prompt_top[i] : nullptr);
+    // Generated tokens up to the stop string's cut (the text's end).
+    int64_t budget = static_cast<int64_t>(generated.size());
+    for (size_t i = 0; i < r.tokens.size() && budget > 0; ++i) {
+      budget -= static_cast<int64_t>(token_string(r.tokens[i], tok).size());
+      add(r.tokens[i], r.logprobs[i], &r.top[i]);
+    }
+    logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+                {"text_offset", offsets}};
+  }
+  return {{"text", text}, {"index", index}, {"logprobs", logprobs},
+          {"finish_reason", r.finish_reason.empty() ? json() : json(r.finish_reason)}};
+}
+
+json usage(const std::vector<RequestResult>& results) {
+  int64_t prompt = 0, completion = 0;
+  for (const auto& r : results) {
+    prompt += static_cast<int64_t>(r.prompt.size());
+    completion += static_cast<int64_t>(r.tokens.size());
+  }
+  return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+json completion_response(const CompletionJob& job, const std::vector<RequestResult>& results, const ApiContext& api,
+                         const std::string& id, int64_t created) {
+  json choices = json::array();
+  for (size_t i = 0; i < results.size(); ++i) choices.push_back(completion_choice(job, i, results[i], api));
+  return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", api.model_name},
+          {"choices", choices}, {"usage", usage(results)}};
+}
+
+NemoJob parse_nemo(const json& body, const ApiContext& api) {
+  check_fields(body, {"sentences", "tokens_to_generate", "temperature", "add_BOS", "top_k", "top_p", "greedy",
+                      "all_probs", "repetition_penalty", "min_tokens_to_generate", "end_strings", "compute_logprob",
+                      "random_seed"});
+  if (!present(body, "sentences")) throw bad("sentences", "is required");
+  const json& sentences = body["sentences"];
+  if (!sentences.is_array() || sentences.empty()) throw bad("sentences", "expected a non-empty list of strings");
+  if (sentences.size() > kMaxPrompts)
+    throw bad("sentences", fmt::format("at most {} sentences per request, found {}", kMaxPrompts, sentences.size()));
+  NemoJob job;
+  job.all_probs = get_bool(body, "all_probs", false);
+  job.compute_logprob = get_bool(body, "compute_logprob", false);
+  RequestSpec base;
+  base.max_new_tokens = get_int(body, "tokens_to_generate", 64, 0, api.context);
+  base.sampling.greedy = get_bool(body, "greedy", false);
+  base.sampling.temperature = get_number(body, "temperature", 1.0, 0.0, 100.0, /*open_lo=*/true);
+  base.sampling.top_k = get_int(body, "top_k", 0, 0, INT64_MAX);
+  base.sampling.top_p = get_number(body, "top_p", 0.9, 0.0, 1.0);
+  if (base.sampling.top_p == 0.0) base.sampling.top_p = 1.0;  // NeMo: 0 switches the nucleus filter off
+  base.sampling.repetition_penalty = get_number(body, "repetition_penalty", 1.0, 1.0, 100.0);
+  base.sampling.seed = present(body, "random_seed")
+                           ? static_cast<uint64_t>(get_int(body, "random_seed", 0, 0, INT64_MAX))
+                           : fresh_seed();
+  base.min_new_tokens = get_int(body, "min_tokens_to_generate", 0, 0, api.context);
+  std::vector<std::string> ends = get_strings(body, "end_strings", {kEndOfText});
+  base.stop_at_eod = false;
+  for (const auto& s : ends) {
+    if (s == kEndOfText) base.stop_at_eod = true;
+    else base.stop_strings.push_back(s);
+  }
+  base.logprobs = job.compute_logprob || job.all_probs;
+  base.prompt_logprobs = base.logprobs;
+  base.top_logprobs = job.all_probs ? kMaxLogprobs : 0;
+  const bool add_bos = get_bool(body, "add_BOS", false);
+  for (const auto& s : sentences) {
+    if (!s.is_string()) throw bad("sentences", "expected strings, found an element " + s.dump());
+    RequestSpec spec = base;
+    spec.prompt = encode(s.get<std::string>(), api, add_bos);
+    check_lengths(spec.prompt, spec.max_new_tokens, api, "tokens_to_generate", "sentences");
+    job.specs.push_back(std::move(spec));
+  }
+  return job;
+}
+
+json nemo_response(const NemoJob& job, const std::vector<RequestResult>& results, const ApiContext& api) {
+  const auto& tok = *api.tokenizer;
+  json sentences = json::array(), tokens = json::array(), logprob = json::array(), full = json::array(),
+       ids = json::array(), offsets = json::array();
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    const std::string generated = generated_text(job.specs[i], r, tok);
+    sentences.push_back(decode(r.prompt, tok) + generated);
+    std::vector<int64_t> all = r.prompt;
+    std::vector<double> lps(r.prompt_logprobs.begin() + std::min<size_t>(1, r.prompt_logprobs.size()), r.prompt_logprobs.end());
+    std::vector<std::vector<std::pair<int64_t, double>>> tops(r.prompt_top.begin() + std::min<size_t>(1, r.prompt_top.size()),
+                                                              r.prompt_top.end());
+    int64_t budget = static_cast<int64_t>(generated.size());
+    for (size_t k = 0; k < r.tokens.size() && budget > 0; ++k) {
+      budget -= static_cast<int64_t>(token_string(r.tokens[k], tok).size());
+      all.push_back(r.tokens[k]);
+      lps.push_back(r.logprobs[k]);
+      tops.push_back(r.top[k]);
+    }
+    json strings = json::array(), starts = json::array();
+    int64_t offset = 0;
+    for (int64_t id : all) {
+      const std::string s = token_string(id, tok);
+      strings.push_back(s);
+      starts.push_back(offset);
+      offset += static_cast<int64_t>(s.size());
+    }
+    tokens.push_back(strings);
+    ids.push_back(all);
+    offsets.push_back(starts);
+    logprob.push_back(lps);
+    json alternatives = json::array();
+    for (const auto& t : tops) alternatives.push_back(top_object(t, tok));
+    full.push_back(alternatives);
+  }
+  json out = {{"sentences", sentences}, {"tokens", tokens}, {"token_ids", ids}, {"offsets", offsets},
+              {"logprob", job.compute_logprob ? logprob : json()}};
+  if (job.all_probs) out["full_logprob"] = full;
+  return out;
+}
+
+}  // namespace loom::serve

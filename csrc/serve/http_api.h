@@ -1,0 +1,101 @@
+// The request and response bodies of `loom serve` (docs/serving.md): NeMo's text generation
+// server (`PUT /generate`: sentences, tokens_to_generate, ... → sentences, tokens, logprob,
+// token_ids, offsets) and OpenAI's legacy completions (`POST /v1/completions`: prompt as text,
+// texts or token ids, max_tokens, temperature (0: greedy), top_p, top_k, logprobs, echo, seed,
+// stop, stream → choices with text, logprobs {tokens, token_logprobs, top_logprobs,
+// text_offset}, finish_reason, and usage). Parsing checks every field (type, range, unknown
+// names) and throws ApiError naming it; formatting is from the engine's results. Torch-free.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/gpt2_tokenizer.h"
+#include "serve/request.h"
+
+namespace loom::serve {
+
+/// A request the API refuses: HTTP `status` (4xx) and a message naming the field.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string field, const std::string& message)
+      : std::runtime_error(field.empty() ? message : field + ": " + message), status_(status), field_(std::move(field)) {}
+  int status() const { return status_; }
+  const std::string& field() const { return field_; }
+
+ private:
+  int status_;
+  std::string field_;
+};
+
+/// The error body both APIs answer with: {"error": {"message", "type", "param", "code"}}.
+nlohmann::json error_body(int status, const std::string& message, const std::string& field = "");
+
+/// Everything a completed request produced (the engine's progress, accumulated).
+struct RequestResult {
+  std::vector<int64_t> prompt;
+  std::vector<double> prompt_logprobs;  ///< when asked; NaN for the first token
+  std::vector<std::vector<std::pair<int64_t, double>>> prompt_top;
+  std::vector<int64_t> tokens;          ///< generated
+  std::vector<double> logprobs;
+  std::vector<std::vector<std::pair<int64_t, double>>> top;
+  std::string finish_reason;            ///< "length" or "stop" ("" while running)
+};
+
+/// What the model and tokenizer allow, for parsing.
+struct ApiContext {
+  const data::Gpt2Tokenizer* tokenizer = nullptr;
+  int64_t context = 0;      ///< max_position_embeddings
+  std::string model_name;   ///< the id /v1/models lists
+};
+
+/// A parsed POST /v1/completions.
+struct CompletionJob {
+  std::vector<RequestSpec> specs;  ///< one per prompt
+  bool stream = false;
+  bool echo = false;
+  int64_t logprobs = -1;           ///< -1: none; n >= 0: token log-probabilities and n alternatives
+  bool include_usage = false;      ///< stream_options.include_usage
+};
+
+/// Parses a completions body (throws ApiError naming the field).
+CompletionJob parse_completion(const nlohmann::json& body, const ApiContext& api);
+
+/// The choice of prompt `index` ({"text", "index", "logprobs", "finish_reason"}).
+nlohmann::json completion_choice(const CompletionJob& job, size_t index, const RequestResult& result,
+                                 const ApiContext& api);
+/// The whole (non-streamed) response.
+nlohmann::json completion_response(const CompletionJob& job, const std::vector<RequestResult>& results,
+                                   const ApiContext& api, const std::string& id, int64_t created);
+/// {"prompt_tokens", "completion_tokens", "total_tokens"}.
+nlohmann::json usage(const std::vector<RequestResult>& results);
+
+/// A parsed PUT /generate (NeMo).
+struct NemoJob {
+  std::vector<RequestSpec> specs;  ///< one per sentence
+  bool compute_logprob = false;
+  bool all_probs = false;
+};
+
+/// Parses a NeMo generate body (throws ApiError naming the field).
+NemoJob parse_nemo(const nlohmann::json& body, const ApiContext& api);
+/// NeMo's response: sentences (prompt + generated text), tokens (the token strings),
+/// logprob (per token after the first, when compute_logprob), token_ids, offsets (the
+/// characters' start of each token in its sentence); full_logprob (the top alternatives here)
+/// when all_probs.
+nlohmann::json nemo_response(const NemoJob& job, const std::vector<RequestResult>& results, const ApiContext& api);
+
+/// The bytes of the generated text: the tokens decoded, cut before the first stop string.
+std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Gpt2Tokenizer& tokenizer);
+
+/// How many leading bytes of `text` can be streamed now: the rest could still become a stop
+/// string or is an incomplete UTF-8 character.
+size_t streamable_prefix(const std::string& text, const std::vector<std::string>& stop_strings);
+
+/// JSON text of `value` with invalid UTF-8 (a token may end inside a character) replaced.
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace loom::serve

@@ -1,0 +1,334 @@
+#include "serve/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace loom::serve {
+
+using nlohmann::json;
+
+namespace {
+
+// Idle engine steps are paced: the other ranks hear from the serving rank this often.
+constexpr int kIdleStepMs = 20;
+
+// One HTTP request's engine requests and what they produced so far.
+struct Job {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<uint64_t> ids;
+  std::vector<RequestResult> results;
+  size_t remaining = 0;
+  bool failed = false;  // the engine stopped (a rank died)
+  uint64_t version = 0;
+};
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& field = "") {
+  send_json(res, status, error_body(status, message, field));
+}
+
+int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+const char* reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kNone: break;
+  }
+  return "";
+}
+
+}  // namespace
+
+struct HttpServer::State {
+  GenerationEngine& engine;
+  ApiContext api;
+  HttpOptions options;
+  httplib::Server server;
+  std::thread listener;
+  std::mutex mutex;                                  // jobs
+  std::map<uint64_t, std::pair<std::shared_ptr<Job>, size_t>> jobs;  // engine id -> (job, index)
+  std::atomic<bool> draining{false};
+  std::atomic<bool> engine_failed{false};
+  std::atomic<int64_t> open_jobs{0};
+  std::atomic<uint64_t> next_completion{1};
+
+  State(GenerationEngine& e, ApiContext a, HttpOptions o) : engine(e), api(std::move(a)), options(std::move(o)) {}
+
+  // Engine thread: a step's progress of one request.
+  void report(const RequestProgress& p) {
+    std::shared_ptr<Job> job;
+    size_t index = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = jobs.find(p.id);
+      if (it == jobs.end()) return;
+      job = it->second.first;
+      index = it->second.second;
+      if (p.finished != FinishReason::kNone) jobs.erase(it);
+    }
+    std::lock_guard<std::mutex> lock(job->mutex);
+    RequestResult& r = job->results[index];
+    for (const auto& t : p.prompt) {
+      r.prompt_logprobs.push_back(t.logprob);
+      r.prompt_top.push_back(t.top);
+    }
+    for (const auto& t : p.new_tokens) {
+      r.tokens.push_back(t.token);
+      r.logprobs.push_back(t.logprob);
+      r.top.push_back(t.top);
+    }
+    if (p.finished != FinishReason::kNone) {
+      r.finish_reason = reason_text(p.finished);
+      --job->remaining;
+    }
+    ++job->version;
+    job->changed.notify_all();
+  }
+
+  // Handler thread: queues every spec of a request (all or none).
+  std::shared_ptr<Job> submit(const std::vector<RequestSpec>& specs) {
+    if (draining) throw ApiError(503, "", "the server is shutting down");
+    auto job = std::make_shared<Job>();
+    job->results.resize(specs.size());
+    job->remaining = specs.size();
+    for (size_t i = 0; i < specs.size(); ++i) job->results[i].prompt = specs[i].prompt;
+    std::lock_guard<std::mutex> lock(mutex);
+    try {
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const uint64_t id = engine.submit(specs[i]);
+        job->ids.push_back(id);
+        jobs[id] = {job, i};
+      }
+    } catch (const std::invalid_argument& e) {
+      for (uint64_t id : job->ids) {
+        engine.cancel(id);
+        jobs.erase(id);
+      }
+      // The engine's messages start with the field: "max_tokens: ...".
+      const std::string message = e.what();
+      const size_t colon = message.find(": ");
+      if (colon == std::string::npos) throw ApiError(400, "", message);
+      throw ApiError(400, message.substr(0, colon), message.substr(colon + 2));
+    }
+    ++open_jobs;
+    return job;
+  }
+
+  void release(const std::shared_ptr<Job>& job, bool cancel) {
+    if (cancel) {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (uint64_t id : job->ids) {
+        if (jobs.erase(id)) engine.cancel(id);
+      }
+    }
+    --open_jobs;
+  }
+
+  struct Releaser {
+    State* state;
+    std::shared_ptr<Job> job;
+    bool cancel = false;
+    ~Releaser() { state->release(job, cancel); }
+  };
+
+  // Waits until every request of `job` finished; false when the engine failed.
+  bool wait(const std::shared_ptr<Job>& job) {
+    std::unique_lock<std::mutex> lock(job->mutex);
+    job->changed.wait(lock, [&] { return job->remaining == 0 || job->failed; });
+    return !job->failed;
+  }
+
+  void fail_all() {
+    engine_failed = true;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (auto& [id, entry] : jobs) {
+      std::lock_guard<std::mutex> job_lock(entry.first->mutex);
+      entry.first->failed = true;
+      entry.first->changed.notify_all();
+    }
+  }
+
+  json parse_body(const httplib::Request& req) {
+    try {
+      return json::parse(req.body);
+    } catch (const json::parse_error& e) {
+      throw ApiError(400, "body", std::string("malformed JSON: ") + e.what());
+    }
+  }
+
+  template <typename Fn>
+  void guarded(httplib::Response& res, Fn fn) {
+    try {
+      fn();
+    } catch (const ApiError& e) {
+      send_error(res, e.status(), e.what(), e.field());
+    } catch (const std::exception& e) {
+      send_error(res, 500, std::string("internal error: ") + e.what());
+    }
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const json body = parse_body(req);
+      auto job_spec = std::make_shared<CompletionJob>(parse_completion(body, api));
+      auto job = submit(job_spec->specs);
+      const std::string id = fmt::format("cmpl-{}", next_completion++);
+      const int64_t created = now_seconds();
+      if (!job_spec->stream) {
+        // Released once the answer is set (also when formatting throws): a draining server
+        // stops only after answering it.
+        Releaser done{this, job};
+        done.cancel = !wait(job);
+        if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
+        send_json(res, 200, completion_response(*job_spec, job->results, api, id, created));
+        return;
+      }
+      auto sent = std::make_shared<std::vector<size_t>>(job_spec->specs.size(), 0);
+      auto finished_sent = std::make_shared<std::vector<bool>>(job_spec->specs.size(), false);
+      auto seen = std::make_shared<uint64_t>(0);
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, job, job_spec, id, created, sent, finished_sent, seen](size_t, httplib::DataSink& sink) {
+            std::unique_lock<std::mutex> lock(job->mutex);
+            job->changed.wait_for(lock, std::chrono::milliseconds(200),
+                                  [&] { return job->version != *seen || job->failed; });
+            *seen = job->version;
+            if (job->failed) return false;
+            std::string events;
+            for (size_t i = 0; i < job->results.size(); ++i) {
+              if ((*finished_sent)[i]) continue;
+              const RequestResult& r = job->results[i];
+              std::string text = job_spec->echo ? api.tokenizer->decode(std::vector<int32_t>(r.prompt.begin(), r.prompt.end())) : "";
+              text += generated_text(job_spec->specs[i], r, *api.tokenizer);
+              const bool done = !r.finish_reason.empty();
+              const size_t ready = done ? text.size() : streamable_prefix(text, job_spec->specs[i].stop_strings);
+              if (ready <= (*sent)[i] && !done) continue;
+              json choice = {{"text", text.substr((*sent)[i], ready > (*sent)[i] ? ready - (*sent)[i] : 0)},
+                             {"index", i}, {"logprobs", json()},
+                             {"finish_reason", done ? json(r.finish_reason) : json()}};
+              (*sent)[i] = std::max((*sent)[i], ready);
+              (*finished_sent)[i] = done;
+              json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created},
+                            {"model", api.model_name}, {"choices", json::array({choice})}};
+              events += "data: " + dump_json(chunk) + "\n\n";
+            }
+            const bool all_done = job->remaining == 0;
+            if (all_done) {
+              if (job_spec->include_usage) {
+                json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created},
+                              {"model", api.model_name}, {"choices", json::array()}, {"usage", usage(job->results)}};
+                events += "data: " + dump_json(chunk) + "\n\n";
+              }
+              events += "data: [DONE]\n\n";
+            }
+            lock.unlock();
+            if (!events.empty() && !sink.write(events.data(), events.size())) return false;  // client gone
+            if (all_done) sink.done();
+            return true;
+          },
+          [this, job](bool success) { release(job, !success || job->remaining > 0); });
+    });
+  }
+
+  void nemo(const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const NemoJob spec = parse_nemo(parse_body(req), api);
+      auto job = submit(spec.specs);
+      Releaser done{this, job};
+      done.cancel = !wait(job);
+      if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
+      send_json(res, 200, nemo_response(spec, job->results, api));
+    });
+  }
+};
+
+HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions options)
+    : state_(std::make_unique<State>(engine, std::move(api), std::move(options))) {
+  State& s = *state_;
+  auto& svr = s.server;
+  const int threads = s.options.threads;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  svr.set_payload_max_length(s.options.max_body_bytes);
+  svr.set_keep_alive_max_count(1000);
+  svr.set_read_timeout(30, 0);
+  svr.set_write_timeout(30, 0);
+  const std::string key = s.options.api_key;
+  svr.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
+    if (key.empty() || req.get_header_value("Authorization") == "Bearer " + key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "a valid API key is required: Authorization: Bearer <key>", "Authorization");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413) send_error(res, 413, "the request body is larger than the server accepts", "body");
+    else if (res.status == 404) send_error(res, 404, "no such route; try POST /v1/completions or PUT /generate");
+    else send_error(res, res.status, "the request was refused");
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    send_error(res, 500, "internal error");
+  });
+  svr.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) { s.completions(req, res); });
+  svr.Put("/generate", [&s](const httplib::Request& req, httplib::Response& res) { s.nemo(req, res); });
+  svr.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"object", "list"},
+                         {"data", json::array({{{"id", s.api.model_name}, {"object", "model"}, {"created", 0},
+                                                {"owned_by", "loom"}, {"max_model_len", s.api.context}}})}});
+  });
+  svr.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    if (s.engine_failed) return send_json(res, 503, {{"status", "failed"}});
+    send_json(res, s.draining ? 503 : 200, {{"status", s.draining ? "draining" : "ok"}});
+  });
+  port_ = s.options.port == 0 ? svr.bind_to_any_port(s.options.host) : s.options.port;
+  if (port_ < 0 || (s.options.port != 0 && !svr.bind_to_port(s.options.host, s.options.port)))
+    throw std::runtime_error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
+                                         s.options.host, s.options.port));
+  s.listener = std::thread([&svr] { svr.listen_after_bind(); });
+}
+
+HttpServer::~HttpServer() {
+  state_->server.stop();
+  if (state_->listener.joinable()) state_->listener.join();
+}
+
+void HttpServer::run(const std::atomic<bool>& stop) {
+  State& s = *state_;
+  auto report = [&s](const RequestProgress& p) { s.report(p); };
+  try {
+    while (true) {
+      if (stop) s.draining = true;
+      const bool finish = s.draining && !s.engine.busy() && s.open_jobs == 0;
+      if (!s.engine.step(finish, report)) break;
+      if (!s.engine.busy()) s.engine.wait_for_work(kIdleStepMs);
+    }
+  } catch (...) {
+    s.fail_all();
+    s.server.stop();
+    throw;
+  }
+  s.server.stop();
+}
+
+void follow(GenerationEngine& engine) {
+  while (engine.step(false)) {
+  }
+}
+
+}  // namespace loom::serve

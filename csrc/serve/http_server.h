@@ -1,0 +1,47 @@
+// The HTTP front of `loom serve` on the serving rank (cpp-httplib; docs/serving.md): routes
+// `PUT /generate` (NeMo), `POST /v1/completions` (OpenAI, streamed as server-sent events when
+// asked), `GET /v1/models` and `GET /health` to the engine, on a pool of handler threads while
+// the engine steps on the caller's thread. Bodies are bounded (413 past max_body_bytes), every
+// refused request gets a JSON error naming the field, an optional API key is checked as a
+// bearer token (401), and a stream whose client went away cancels its requests.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "serve/engine.h"
+#include "serve/http_api.h"
+
+namespace loom::serve {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 5555;                       ///< 0: any free port (printed)
+  std::string api_key;                   ///< empty: no authentication
+  size_t max_body_bytes = size_t{8} << 20;
+  int threads = 128;                     ///< handler threads (one per open connection)
+};
+
+class HttpServer {
+ public:
+  /// Binds host:port (throws std::runtime_error naming them when it cannot).
+  HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions options);
+  ~HttpServer();
+  int port() const { return port_; }
+
+  /// Serves until `stop` becomes true, then refuses new generation requests (503), finishes
+  /// the ones accepted, stops every rank's engine and returns. Rethrows what a step threw
+  /// (a dead rank, a collective timeout).
+  void run(const std::atomic<bool>& stop);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  int port_ = 0;
+};
+
+/// Every other rank: steps the engine until the serving rank stops it.
+void follow(GenerationEngine& engine);
+
+}  // namespace loom::serve

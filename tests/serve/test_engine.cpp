@@ -1,0 +1,344 @@
+// The batched generation engine (serve/engine.h): requests run together with continuous
+// batching give what each gives alone (greedy: the same tokens; log-probabilities within fp32
+// rounding), greedy tokens equal generate::generate_tokens, a seeded sampled request gives the
+// same tokens whatever shares its batch, stop token / min tokens / stop strings / budgets, and
+// t = 2, p = 2 and t = 2 × p = 2 equal t = p = 1.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "generate/generate_test_util.h"
+#include "generate/token_generator.h"
+#include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
+#include "serve/engine.h"
+
+using namespace loom;
+using namespace loom::generate::test;
+using serve::FinishReason;
+using serve::RequestSpec;
+
+namespace {
+
+struct Outcome {
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;
+  std::vector<std::vector<std::pair<int64_t, double>>> top;
+  std::vector<double> prompt_logprobs;
+  FinishReason reason = FinishReason::kNone;
+};
+
+nlohmann::json outcome_json(const Outcome& o) {
+  return {{"tokens", o.tokens}, {"logprobs", o.logprobs}, {"prompt", o.prompt_logprobs},
+          {"top", o.top}, {"reason", static_cast<int>(o.reason)}};
+}
+
+Outcome outcome_from_json(const nlohmann::json& j) {
+  Outcome o;
+  o.tokens = j["tokens"].get<std::vector<int64_t>>();
+  o.logprobs = j["logprobs"].get<std::vector<double>>();
+  o.prompt_logprobs = j["prompt"].get<std::vector<double>>();
+  o.top = j["top"].get<std::vector<std::vector<std::pair<int64_t, double>>>>();
+  o.reason = static_cast<FinishReason>(j["reason"].get<int>());
+  return o;
+}
+
+// Serving rank: submits specs[i] once `after[i]` steps have run, steps until every request is
+// done, then stops every rank. Other ranks: steps until told to stop.
+std::vector<Outcome> drive(serve::GenerationEngine& engine, const std::vector<RequestSpec>& specs,
+                           const std::vector<int>& after, bool serving = true) {
+  std::vector<Outcome> out(specs.size());
+  if (!serving) {
+    while (engine.step(false)) {
+    }
+    return out;
+  }
+  std::map<uint64_t, size_t> index;
+  size_t done = 0;
+  auto report = [&](const serve::RequestProgress& p) {
+    Outcome& o = out[index.at(p.id)];
+    for (const auto& t : p.prompt) o.prompt_logprobs.push_back(std::isnan(t.logprob) ? 0.0 : t.logprob);
+    for (const auto& t : p.new_tokens) {
+      o.tokens.push_back(t.token);
+      o.logprobs.push_back(t.logprob);
+      o.top.push_back(t.top);
+    }
+    if (p.finished != FinishReason::kNone) {
+      o.reason = p.finished;
+      ++done;
+    }
+  };
+  for (int steps = 0; done < specs.size(); ++steps) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (after[i] == steps) index[engine.submit(specs[i])] = i;
+    engine.step(false, report);
+    if (steps > 10000) throw std::runtime_error("drive: the engine did not finish");
+  }
+  engine.step(true);
+  return out;
+}
+
+serve::EngineGroups solo_groups(const runtime::CommunicatorPtr& solo) {
+  static runtime::PipelineLinks single = runtime::PipelineLinks::single();
+  return {solo, &single, solo.get(), 0};
+}
+
+// Prompts of different lengths, greedy, with every kind of log-probability asked for.
+std::vector<RequestSpec> greedy_specs(const model::GptConfig& c) {
+  std::vector<RequestSpec> specs;
+  const std::vector<int64_t> lengths{5, 1, 9, 3, 12, 7};
+  const std::vector<int64_t> news{8, 10, 6, 12, 4, 9};
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    RequestSpec s;
+    for (int64_t k = 0; k < lengths[i]; ++k) s.prompt.push_back((13 * static_cast<int64_t>(i) + 7 * k + 3) % c.vocab_size);
+    s.max_new_tokens = news[i];
+    s.sampling.greedy = true;
+    s.stop_at_eod = false;
+    s.logprobs = true;
+    s.top_logprobs = 3;
+    s.prompt_logprobs = i % 2 == 0;
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+std::vector<RequestSpec> sampled_specs(const model::GptConfig& c) {
+  std::vector<RequestSpec> specs = greedy_specs(c);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto& o = specs[i].sampling;
+    o.greedy = false;
+    o.temperature = 0.8 + 0.1 * static_cast<double>(i);
+    o.top_k = i % 2 ? 20 : 0;
+    o.top_p = i % 3 ? 0.9 : 1.0;
+    o.repetition_penalty = i == 2 ? 1.3 : 1.0;
+    o.seed = 100 + i;
+  }
+  return specs;
+}
+
+void require_same(const Outcome& a, const Outcome& b, double tol = 1e-4) {
+  REQUIRE(a.tokens == b.tokens);
+  REQUIRE(a.reason == b.reason);
+  REQUIRE(a.logprobs.size() == b.logprobs.size());
+  for (size_t i = 0; i < a.logprobs.size(); ++i) REQUIRE(std::abs(a.logprobs[i] - b.logprobs[i]) < tol);
+  REQUIRE(a.prompt_logprobs.size() == b.prompt_logprobs.size());
+  for (size_t i = 0; i < a.prompt_logprobs.size(); ++i)
+    REQUIRE(std::abs(a.prompt_logprobs[i] - b.prompt_logprobs[i]) < tol);
+  REQUIRE(a.top.size() == b.top.size());
+  for (size_t i = 0; i < a.top.size(); ++i) {
+    REQUIRE(a.top[i].size() == b.top[i].size());
+    for (size_t k = 0; k < a.top[i].size(); ++k) {
+      REQUIRE(a.top[i][k].first == b.top[i][k].first);
+      REQUIRE(std::abs(a.top[i][k].second - b.top[i][k].second) < tol);
+    }
+  }
+}
+
+// Every request alone (a batch of one), at t = p = 1.
+std::vector<Outcome> one_at_a_time(const model::GptStage& stage, const std::vector<RequestSpec>& specs,
+                                   serve::EngineOptions options = {}) {
+  std::vector<Outcome> out;
+  options.max_batch = 1;
+  for (const auto& s : specs) {
+    serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+    out.push_back(drive(engine, {s}, {0}).front());
+  }
+  return out;
+}
+
+model::GptStage truth_stage(const model::GptConfig& c) {
+  model::GptStage stage(c, runtime::Communicator::solo());
+  set_truth(stage, 0, 1);
+  return stage;
+}
+
+}  // namespace
+
+TEST_CASE("Engine: batched greedy requests joining at different steps equal one at a time") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = greedy_specs(c);
+  const auto alone = one_at_a_time(stage, specs);
+  serve::EngineOptions options;
+  options.max_batch = 4;  // six requests: two wait for rows
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  const auto batched = drive(engine, specs, {0, 0, 2, 3, 3, 5});
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("request " << i);
+    require_same(batched[i], alone[i]);
+    REQUIRE(batched[i].reason == FinishReason::kLength);
+    REQUIRE(static_cast<int64_t>(batched[i].tokens.size()) == specs[i].max_new_tokens);
+    REQUIRE(batched[i].prompt_logprobs.size() == (specs[i].prompt_logprobs ? specs[i].prompt.size() : 0));
+  }
+  // The reference: generate_tokens (one sequence, the KV cache of `loom generate`).
+  auto solo = runtime::Communicator::solo();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    generate::GenerationOptions g;
+    g.max_new_tokens = specs[i].max_new_tokens;
+    g.sampling.greedy = true;
+    REQUIRE(generate::generate_tokens(stage, solo, specs[i].prompt, g).tokens == batched[i].tokens);
+  }
+  // Log-probabilities against a full forward over prompt + generated tokens.
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    std::vector<int64_t> seq = specs[i].prompt;
+    seq.insert(seq.end(), batched[i].tokens.begin(), batched[i].tokens.end());
+    model::StageInputs in;
+    in.tokens = at::tensor(seq, at::kLong).unsqueeze(0);  // host: test input
+    in.position_ids = at::arange(static_cast<int64_t>(seq.size()), at::kLong).unsqueeze(0);  // host: test input
+    model::DropoutContext off;
+    off.training = false;
+    at::NoGradGuard no_grad;
+    const at::Tensor lp = at::log_softmax(stage.forward(in, off).select(1, 0).narrow(-1, 0, c.vocab_size).to(at::kDouble), -1);
+    const int64_t n = static_cast<int64_t>(specs[i].prompt.size());
+    for (int64_t k = 1; k < n; ++k)
+      REQUIRE(std::abs(lp[k - 1][seq[k]].item<double>() - batched[i].prompt_logprobs[k]) < 1e-4);
+    for (size_t k = 0; k < batched[i].tokens.size(); ++k) {
+      REQUIRE(std::abs(lp[n - 1 + k][seq[n + k]].item<double>() - batched[i].logprobs[k]) < 1e-4);
+      REQUIRE(batched[i].top[k][0].first == lp[n - 1 + k].argmax().item<int64_t>());
+    }
+  }
+}
+
+TEST_CASE("Engine: a seeded sampled request gives the same tokens whatever shares its batch") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = sampled_specs(c);
+  const auto alone = one_at_a_time(stage, specs);
+  serve::EngineOptions options;
+  options.max_batch = 6;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  const auto batched = drive(engine, specs, {1, 0, 0, 4, 2, 0});
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("request " << i);
+    require_same(batched[i], alone[i]);
+  }
+  // Another seed draws other tokens (fixed seeds: this is deterministic).
+  auto other = specs[0];
+  other.sampling.seed = 999;
+  REQUIRE(one_at_a_time(stage, {other})[0].tokens != alone[0].tokens);
+  // The same seed twice in one batch: the same tokens twice.
+  serve::GenerationEngine twice(stage, solo_groups(runtime::Communicator::solo()), options);
+  const auto pair = drive(twice, {specs[3], specs[3]}, {0, 2});
+  REQUIRE(pair[0].tokens == pair[1].tokens);
+}
+
+TEST_CASE("Engine: stop token, min tokens, stop strings, max_tokens 0 and the KV budget") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  auto spec = greedy_specs(c)[3];  // 12 greedy tokens
+  const auto free_run = one_at_a_time(stage, {spec})[0];
+  const int64_t eod = free_run.tokens[4];
+  const size_t first = std::find(free_run.tokens.begin(), free_run.tokens.end(), eod) - free_run.tokens.begin();
+  serve::EngineOptions options;
+  options.eod_id = eod;
+  options.decode = [](const std::vector<int64_t>& ids) {
+    std::string s;
+    for (int64_t id : ids) s += "<" + std::to_string(id) + ">";
+    return s;
+  };
+  spec.stop_at_eod = true;
+  auto stopped = one_at_a_time(stage, {spec}, options)[0];
+  REQUIRE(stopped.reason == FinishReason::kStop);
+  REQUIRE(stopped.tokens == std::vector<int64_t>(free_run.tokens.begin(), free_run.tokens.begin() + first));
+  // min tokens: the stop token cannot come before 6 new tokens (its logit is -inf until then).
+  auto at_least = spec;
+  at_least.min_new_tokens = 6;
+  const auto late = one_at_a_time(stage, {at_least}, options)[0];
+  REQUIRE(late.tokens.size() >= 6);
+  for (size_t k = 0; k < 6; ++k) REQUIRE(late.tokens[k] != eod);
+  // A stop string: generation ends with the token that completes it.
+  auto with_stop = greedy_specs(c)[3];
+  with_stop.stop_strings = {"<" + std::to_string(free_run.tokens[2]) + "><" + std::to_string(free_run.tokens[3]) + ">"};
+  const auto cut = one_at_a_time(stage, {with_stop}, options)[0];
+  REQUIRE(cut.reason == FinishReason::kStop);
+  REQUIRE(cut.tokens == std::vector<int64_t>(free_run.tokens.begin(), free_run.tokens.begin() + 4));
+  // max_tokens 0 with the prompt's log-probabilities (echo): no token, the prompt scored.
+  auto score_only = greedy_specs(c)[0];
+  score_only.max_new_tokens = 0;
+  const auto scored = one_at_a_time(stage, {score_only})[0];
+  REQUIRE(scored.tokens.empty());
+  REQUIRE(scored.prompt_logprobs.size() == score_only.prompt.size());
+  REQUIRE(scored.reason == FinishReason::kLength);
+
+  // Budgets: past the context or --max-kv-tokens is refused naming max_tokens; a request that
+  // does not fit beside the running ones waits, and all finish with their solo results.
+  options = {};
+  options.max_batch = 4;
+  options.max_kv_tokens = 20;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  auto too_long = greedy_specs(c)[4];
+  too_long.max_new_tokens = 13;  // 12 + 13 > 24
+  REQUIRE_THROWS_WITH(engine.submit(too_long), Catch::Contains("max_tokens") && Catch::Contains("context"));
+  too_long.max_new_tokens = 9;  // 21 > 20
+  REQUIRE_THROWS_WITH(engine.submit(too_long), Catch::Contains("--max-kv-tokens"));
+  RequestSpec empty;
+  REQUIRE_THROWS_WITH(engine.submit(empty), Catch::Contains("prompt"));
+  const auto specs = greedy_specs(c);  // kv tokens 13, 11, 15, 15, 16, 16: one at a time fits
+  const auto batched = drive(engine, specs, {0, 0, 0, 0, 0, 0});
+  const auto alone = one_at_a_time(stage, specs);
+  for (size_t i = 0; i < specs.size(); ++i) require_same(batched[i], alone[i]);
+}
+
+namespace {
+
+// Worker: the greedy and sampled requests under (LOOM_T, LOOM_P); rank 0 writes the outcomes.
+void layout_worker() {
+  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
+  auto groups = test::worker_groups(t, p);
+  const auto c = tiny_config();
+  const auto coords = groups->coords();
+  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
+  model::GptStage stage(c, groups->tensor_ptr(), layout);
+  set_truth(stage, coords.tp, t);
+  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                         groups->layout().rank_of({0, 0, p - 1})};
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, eg, options);
+  auto specs = greedy_specs(c);
+  const auto sampled = sampled_specs(c);
+  specs.insert(specs.end(), sampled.begin(), sampled.end());
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 5));
+  const bool serving = groups->rank() == 0;
+  const auto out = drive(engine, specs, after, serving);
+  if (serving) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& o : out) j.push_back(outcome_json(o));
+    std::ofstream(test::env_str("LOOM_OUT")) << j.dump();
+  }
+  groups->shutdown();
+}
+
+}  // namespace
+
+LOOM_WORKER("serve_engine_layout") { layout_worker(); }
+
+TEST_CASE("Engine: t=2, p=2 and t=2 x p=2 give the t=1, p=1 results") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  auto specs = greedy_specs(c);
+  const auto sampled = sampled_specs(c);
+  specs.insert(specs.end(), sampled.begin(), sampled.end());
+  const auto reference = one_at_a_time(stage, specs);
+  const std::string dir = temp_dir("serve_layouts");
+  for (auto [t, p] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    INFO("t = " << t << ", p = " << p);
+    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+    auto result = test::run_ranks("serve_engine_layout", t * p,
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+    REQUIRE(result.exit_code() == 0);
+    nlohmann::json j;
+    std::ifstream(out) >> j;
+    REQUIRE(j.size() == specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(outcome_from_json(j[i]), reference[i]);
+    }
+  }
+  launch::remove_tree(dir);
+}
