@@ -1,0 +1,137 @@
+#include "eval/scorer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <numeric>
+
+#include "model/cross_entropy.h"
+#include "model/vocab_parallel_argmax.h"
+
+namespace loom::eval {
+
+namespace {
+
+// Pipeline sends in flight per stage before the oldest is waited for (bounds the hidden
+// tensors kept alive).
+constexpr size_t kSendsInFlight = 4;
+
+std::vector<int64_t> harness_order(const std::vector<TokenRequest>& requests) {
+  std::vector<int64_t> order(requests.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const auto& ta = requests[a].tokens;
+    const auto& tb = requests[b].tokens;
+    if (ta.size() != tb.size()) return ta.size() > tb.size();
+    return ta < tb;
+  });
+  return order;
+}
+
+}  // namespace
+
+std::vector<RequestScore> score_requests(const model::GptStage& stage, runtime::ProcessGroups& groups,
+                                         const std::vector<TokenRequest>& requests, int64_t batch_size,
+                                         const ScoringProgress& progress) {
+  at::NoGradGuard no_grad;
+  const auto& layout = groups.layout();
+  const runtime::RankCoords me = groups.coords();
+  const int d = layout.data_parallel();
+  const bool first = stage.layout().pre_process, last = stage.layout().post_process;
+  const int64_t vocab = stage.config().vocab_size;
+  const at::Device device = groups.device();
+  const auto tp = groups.tensor_ptr();
+  auto& links = groups.pipeline_links();
+  model::DropoutContext no_dropout;
+  no_dropout.training = false;
+
+  const std::vector<int64_t> order = harness_order(requests);
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t batches = (n + batch_size - 1) / batch_size;
+  int64_t mine_total = 0;
+  for (int64_t k = me.dp; k < batches; k += d) mine_total += std::min(batch_size, n - k * batch_size);
+
+  at::Tensor results = at::zeros({std::max<int64_t>(n, 1), 2}, at::kDouble);  // host: gathered over host_world
+  auto* out = results.data_ptr<double>();
+  std::deque<std::unique_ptr<runtime::AsyncWork>> sends;
+  int64_t done = 0;
+  for (int64_t k = me.dp; k < batches; k += d) {
+    const int64_t begin = k * batch_size, end = std::min(n, begin + batch_size);
+    const int64_t b = end - begin;
+    int64_t s = 0;
+    for (int64_t r = begin; r < end; ++r) s = std::max<int64_t>(s, requests[order[r]].tokens.size() - 1);
+    // Inputs and labels, right-padded with token 0 (never scored).
+    at::Tensor tokens = at::zeros({b, s}, at::kLong), labels = at::zeros({b, s}, at::kLong);  // host: filled here
+    auto* tok = tokens.data_ptr<int64_t>();
+    auto* lab = labels.data_ptr<int64_t>();
+    for (int64_t i = 0; i < b; ++i) {
+      const auto& t = requests[order[begin + i]].tokens;
+      for (size_t j = 0; j + 1 < t.size(); ++j) {
+        tok[i * s + j] = t[j];
+        lab[i * s + j] = t[j + 1];
+      }
+    }
+    model::StageInputs in;
+    if (first) {
+      in.tokens = tokens.to(device);
+      in.position_ids = at::arange(s, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0).expand({b, s}).contiguous();
+    } else {
+      in.hidden = at::empty({s, b, stage.config().hidden_size}, at::TensorOptions().dtype(at::kFloat).device(device));
+      links.recv(in.hidden, me.pp - 1);
+    }
+    at::Tensor y = stage.forward(in, no_dropout);
+    if (!last) {
+      sends.push_back(links.isend(y.contiguous(), me.pp + 1));
+      while (sends.size() > kSendsInFlight) {
+        sends.front()->wait();
+        sends.pop_front();
+      }
+    } else {
+      // Only the scored positions: rows j·b + i of the [s·b, V/t] logits.
+      std::vector<int64_t> rows, targets;
+      for (int64_t i = 0; i < b; ++i) {
+        const auto& r = requests[order[begin + i]];
+        const int64_t len = static_cast<int64_t>(r.tokens.size()) - 1;
+        for (int64_t j = len - r.scored; j < len; ++j) {
+          rows.push_back(j * b + i);
+          targets.push_back(lab[i * s + j]);
+        }
+      }
+      const auto index_options = at::TensorOptions().dtype(at::kLong).device(device);
+      const at::Tensor picked =
+          y.reshape({s * b, y.size(2)}).index_select(0, at::tensor(rows, at::kLong).to(device));  // [m, V/t]
+      const at::Tensor target = at::tensor(targets, at::kLong).to(index_options);
+      const at::Tensor nll = model::vocab_parallel_cross_entropy(picked, target, tp, vocab).to(at::kDouble).cpu();
+      const at::Tensor greedy =
+          model::vocab_parallel_is_argmax(picked.unsqueeze(1), target.view({1, -1}), tp, vocab).view({-1}).cpu();
+      if (me.tp == 0) {
+        const double* nll_p = nll.data_ptr<double>();
+        const bool* greedy_p = greedy.data_ptr<bool>();
+        int64_t m = 0;
+        for (int64_t i = 0; i < b; ++i) {
+          const int64_t req = order[begin + i];
+          double ll = 0;
+          bool all_greedy = true;
+          for (int64_t j = 0; j < requests[req].scored; ++j, ++m) {
+            ll -= nll_p[m];
+            all_greedy = all_greedy && greedy_p[m];
+          }
+          out[req * 2] = ll;
+          out[req * 2 + 1] = all_greedy ? 1.0 : 0.0;
+        }
+      }
+    }
+    done += b;
+    if (progress) progress(done, mine_total);
+  }
+  for (auto& w : sends) w->wait();
+  groups.host_world().all_reduce(results);
+
+  std::vector<RequestScore> scores(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) scores[r] = {out[r * 2], out[r * 2 + 1] != 0.0};
+  return scores;
+}
+
+}  // namespace loom::eval
