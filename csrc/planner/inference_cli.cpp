@@ -66,73 +66,90 @@ std::string format_inference_csv(const std::vector<InferenceCandidate>& cands) {
   return s;
 }
 
-int run_plan_inference_command(int argc, char** argv) {
-  CLI::App app{
-      "Plan an inference (serving) layout: search tensor size, pipeline size and batch with an analytic "
-      "memory and latency model and rank the layouts that fit and meet the latency / throughput limits."};
-  app.name(argc > 0 ? argv[0] : "loom plan infer");
+namespace {
 
+// What `loom plan infer` was asked.
+struct InferArgs {
   ModelFlags model;
   HardwareFlags hw;
   int top = 10;
   std::string csv_path, precision = "bf16";
   InferenceWorkload work;
   InferenceSearchSpace space;
+};
 
-  model.add_to(app, "Learned positions (max prompt + output tokens)");
-  hw.add_to(app);
-  app.add_option("--prompt-tokens", work.prompt_tokens, "Input tokens per request")->required();
-  app.add_option("--output-tokens", work.output_tokens, "Generated tokens per request")->required();
-  app.add_option("--precision", precision, "bf16 or 16 (fp16): 2-byte weights and KV cache")->capture_default_str();
-  app.add_option("--reserve-gib", work.reserve_gib, "Memory reserved per GPU (context, NCCL, cuBLAS)")
+void add_infer_flags(CLI::App& app, InferArgs& a) {
+  a.model.add_to(app, "Learned positions (max prompt + output tokens)");
+  a.hw.add_to(app);
+  app.add_option("--prompt-tokens", a.work.prompt_tokens, "Input tokens per request")->required();
+  app.add_option("--output-tokens", a.work.output_tokens, "Generated tokens per request")->required();
+  app.add_option("--precision", a.precision, "bf16 or 16 (fp16): 2-byte weights and KV cache")
       ->capture_default_str();
-  app.add_option("--collective-base-us", work.collective_base_us,
+  app.add_option("--reserve-gib", a.work.reserve_gib, "Memory reserved per GPU (context, NCCL, cuBLAS)")
+      ->capture_default_str();
+  app.add_option("--collective-base-us", a.work.collective_base_us,
                  "Fixed latency of one serving-size TP collective (us); measure it for your machine")
       ->capture_default_str();
-  app.add_option("--collective-step-us", work.collective_step_us, "Latency per ring step of a serving-size TP collective (us)")
+  app.add_option("--collective-step-us", a.work.collective_step_us,
+                 "Latency per ring step of a serving-size TP collective (us)")
       ->capture_default_str();
-  app.add_option("--tp", space.tp, "Allowed tensor-parallel sizes (list)")->delimiter(',');
-  app.add_option("--pp", space.pp, "Allowed pipeline sizes (list)")->delimiter(',');
-  app.add_option("--batch", space.batch, "Allowed batch sizes per replica (list; default 1,2,4,...,1024)")
+  app.add_option("--tp", a.space.tp, "Allowed tensor-parallel sizes (list)")->delimiter(',');
+  app.add_option("--pp", a.space.pp, "Allowed pipeline sizes (list)")->delimiter(',');
+  app.add_option("--batch", a.space.batch, "Allowed batch sizes per replica (list; default 1,2,4,...,1024)")
       ->delimiter(',');
-  app.add_option("--max-latency-ms", space.max_latency_ms,
+  app.add_option("--max-latency-ms", a.space.max_latency_ms,
                  "Limit on the whole request: time to first token + (output - 1) per-token latencies");
-  app.add_option("--max-token-latency-ms", space.max_token_latency_ms, "Limit on the interval between generated tokens");
-  app.add_option("--min-throughput", space.min_throughput, "Floor on generated tokens/s of the whole cluster");
-  app.add_option("--top", top, "Rows of the terminal table")->capture_default_str();
-  app.add_option("--csv", csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
+  app.add_option("--max-token-latency-ms", a.space.max_token_latency_ms,
+                 "Limit on the interval between generated tokens");
+  app.add_option("--min-throughput", a.space.min_throughput, "Floor on generated tokens/s of the whole cluster");
+  app.add_option("--top", a.top, "Rows of the terminal table")->capture_default_str();
+  app.add_option("--csv", a.csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
+}
 
+// The command after parsing: resolve the device and model, check the flags, search, report.
+// Returns 1 when no layout fits and meets the limits. Throws std::invalid_argument for bad input.
+int plan_inference(const InferArgs& a) {
+  const GpuSpec gpu = a.hw.resolve_gpu();
+  const ModelShape shape = a.model.resolve();
+  if (a.precision != "bf16" && a.precision != "16" && a.precision != "fp16")
+    throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", a.precision));
+  if (a.work.collective_base_us < 0 || a.work.collective_step_us < 0)
+    throw std::invalid_argument("--collective-base-us and --collective-step-us must be >= 0");
+  if (a.top < 0) throw std::invalid_argument(fmt::format("--top must be >= 0, found {}", a.top));
+  const Cluster cluster = a.hw.cluster(gpu);
+
+  const InferenceSearchResult result = search_inference(shape, cluster, a.work, a.space);
+  std::fprintf(stderr, "loom plan infer: %s on %d x %d %s (%d GPUs, %.0f GiB), %d prompt + %d output tokens\n",
+               shape.summary().c_str(), cluster.num_nodes, cluster.gpus_per_node, gpu.name.c_str(), cluster.world(),
+               gpu.memory_gib, a.work.prompt_tokens, a.work.output_tokens);
+  std::fprintf(stderr, "evaluated %zu layouts; %zu fit in memory; %zu meet the limits; ranked by %s\n",
+               result.enumerated, result.fitting.size(), result.ranked.size(), objective_name(result.objective));
+  if (result.ranked.empty()) {
+    std::fprintf(stderr, "loom plan infer: %s\n", explain_no_layout(result, a.space, cluster).c_str());
+    if (!a.csv_path.empty()) write_text(a.csv_path, format_inference_csv(result.ranked));
+    return 1;
+  }
+  std::fprintf(stderr, "%s", format_inference_table(result.ranked, std::size_t(a.top)).c_str());
+  if (!a.csv_path.empty()) write_text(a.csv_path, format_inference_csv(result.ranked));
+  return 0;
+}
+
+}  // namespace
+
+int run_plan_inference_command(int argc, char** argv) {
+  CLI::App app{
+      "Plan an inference (serving) layout: search tensor size, pipeline size and batch with an analytic "
+      "memory and latency model and rank the layouts that fit and meet the latency / throughput limits."};
+  app.name(argc > 0 ? argv[0] : "loom plan infer");
+  InferArgs args;
+  add_infer_flags(app, args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-
   try {
-    const GpuSpec gpu = hw.resolve_gpu();
-    const ModelShape shape = model.resolve();
-    if (precision != "bf16" && precision != "16" && precision != "fp16")
-      throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", precision));
-    if (work.collective_base_us < 0 || work.collective_step_us < 0)
-      throw std::invalid_argument("--collective-base-us and --collective-step-us must be >= 0");
-    if (top < 0) throw std::invalid_argument(fmt::format("--top must be >= 0, found {}", top));
-
-    const Cluster cluster = hw.cluster(gpu);
-
-    const InferenceSearchResult result = search_inference(shape, cluster, work, space);
-    std::fprintf(stderr, "loom plan infer: %s on %d x %d %s (%d GPUs, %.0f GiB), %d prompt + %d output tokens\n",
-                 shape.summary().c_str(), cluster.num_nodes, cluster.gpus_per_node, gpu.name.c_str(),
-                 cluster.world(), gpu.memory_gib, work.prompt_tokens, work.output_tokens);
-    std::fprintf(stderr, "evaluated %zu layouts; %zu fit in memory; %zu meet the limits; ranked by %s\n",
-                 result.enumerated, result.fitting.size(), result.ranked.size(), objective_name(result.objective));
-    if (result.ranked.empty()) {
-      std::fprintf(stderr, "loom plan infer: %s\n", explain_no_layout(result, space, cluster).c_str());
-      if (!csv_path.empty()) write_text(csv_path, format_inference_csv(result.ranked));
-      return 1;
-    }
-    std::fprintf(stderr, "%s", format_inference_table(result.ranked, std::size_t(top)).c_str());
-    if (!csv_path.empty()) write_text(csv_path, format_inference_csv(result.ranked));
-    return 0;
+    return plan_inference(args);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "loom plan infer: %s\n", e.what());
     return 2;
