@@ -53,7 +53,7 @@ model::GptConfig inference_config(const nlohmann::json& model_shape,
   c.attention_dropout = 0.0;
   c.sequence_parallel = false;
   c.activations_checkpoint_granularity = model::RecomputeGranularity::kNone;
-  c.params_dtype = model::ParamsDtype::kFloat32;
+  c.params_dtype = Precision::kFp32;
   return c;
 }
 

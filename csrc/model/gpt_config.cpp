@@ -3,6 +3,8 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "rules/layout_rules.h"
+
 namespace loom::model {
 
 namespace {
@@ -30,25 +32,9 @@ void GptConfig::validate(int t) const {
   positive("encoder_seq_length", seq_length);
   positive("make_vocab_size_divisible_by", make_vocab_size_divisible_by);
   if (ffn_hidden_size < 0) fail("ffn_hidden_size", "expected >= 0 (0 = 4 * hidden_size)");
-  if (hidden_size % num_attention_heads != 0)
-    fail("hidden_size", "expected a multiple of num_attention_heads (" +
-                            std::to_string(num_attention_heads) + "), found " +
-                            std::to_string(hidden_size));
-  if (num_attention_heads % t != 0)
-    fail("num_attention_heads", "expected a multiple of tensor_model_parallel_size " +
-                                    std::to_string(t) + ", found " +
-                                    std::to_string(num_attention_heads));
-  if (ffn() % t != 0)
-    fail("ffn_hidden_size", "expected a multiple of tensor_model_parallel_size " +
-                                std::to_string(t) + ", found " + std::to_string(ffn()));
-  if (sequence_parallel && seq_length % t != 0)
-    fail("encoder_seq_length", "sequence_parallel needs a sequence length divisible by "
-                               "tensor_model_parallel_size " + std::to_string(t) +
-                               ", found " + std::to_string(seq_length));
-  if (seq_length > max_position_embeddings)
-    fail("encoder_seq_length", "expected <= max_position_embeddings (" +
-                                   std::to_string(max_position_embeddings) + "), found " +
-                                   std::to_string(seq_length));
+  const rules::ModelDims dims{num_layers, hidden_size, num_attention_heads, ffn(), seq_length,
+                              max_position_embeddings};
+  rules::throw_if_any(rules::tensor_parallel_violations(dims, t, sequence_parallel), "GptConfig:");
   auto probability = [](const std::string& f, double p) {
     if (!(p >= 0.0 && p < 1.0)) fail(f, "expected a probability in [0, 1), found " + std::to_string(p));
   };
@@ -57,26 +43,15 @@ void GptConfig::validate(int t) const {
   probability("label_smoothing", label_smoothing);
   if (!(init_method_std > 0.0)) fail("init_method_std", "expected > 0");
   if (!(layernorm_epsilon > 0.0)) fail("layernorm_epsilon", "expected > 0");
-  if (activations_checkpoint_granularity == RecomputeGranularity::kFull &&
-      activations_checkpoint_num_layers < 1)
-    fail("activations_checkpoint_num_layers",
-         "expected >= 1 with full recompute, found " +
-             std::to_string(activations_checkpoint_num_layers));
+  // The stage's chunk is not known here; a group longer than the stage is one group.
+  if (activations_checkpoint_granularity == RecomputeGranularity::kFull)
+    rules::throw_if_any(rules::recompute_violations({activations_checkpoint_granularity,
+                                                     activations_checkpoint_method,
+                                                     activations_checkpoint_num_layers},
+                                                    num_layers),
+                        "GptConfig:");
   if (label_smoothing > 0.0 && vocab_size < 2)
     fail("label_smoothing", "needs a vocabulary of at least 2 tokens");
-}
-
-std::string to_string(RecomputeGranularity g) {
-  switch (g) {
-    case RecomputeGranularity::kNone: return "null";
-    case RecomputeGranularity::kSelective: return "selective";
-    case RecomputeGranularity::kFull: return "full";
-  }
-  return "?";
-}
-
-std::string to_string(RecomputeMethod m) {
-  return m == RecomputeMethod::kUniform ? "uniform" : "block";
 }
 
 }  // namespace loom::model

@@ -5,14 +5,14 @@
 #include <cstdint>
 #include <string>
 
+#include "rules/layout_terms.h"
+
 namespace loom::model {
 
-/// activations_checkpoint_granularity: null | selective | full.
-enum class RecomputeGranularity { kNone, kSelective, kFull };
-/// activations_checkpoint_method (full recompute only): uniform | block.
-enum class RecomputeMethod { kUniform, kBlock };
-/// Parameter/activation dtype (trainer.precision 32 | bf16 | 16).
-enum class ParamsDtype { kFloat32, kBFloat16, kFloat16 };
+// The recipe's vocabulary (rules/layout_terms.h): one spelling for recipe, model and planner.
+using loom::Precision;
+using loom::RecomputeGranularity;
+using loom::RecomputeMethod;
 
 struct GptConfig {
   int num_layers = 2;
@@ -29,11 +29,11 @@ struct GptConfig {
   double layernorm_epsilon = 1e-5;
   bool sequence_parallel = false;
   RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;
-  RecomputeMethod activations_checkpoint_method = RecomputeMethod::kUniform;
-  int activations_checkpoint_num_layers = 1;
+  RecomputeMethod activations_checkpoint_method = RecomputeMethod::kUniform;  ///< full only
+  int activations_checkpoint_num_layers = 1;  ///< uniform: layers per group; block: layers recomputed
   double label_smoothing = 0.0;
   uint64_t seed = 1234;              ///< initialisation seed (dropout seeds come per call)
-  ParamsDtype params_dtype = ParamsDtype::kFloat32;
+  Precision params_dtype = Precision::kFp32;  ///< parameter and activation dtype (trainer.precision)
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
@@ -44,13 +44,11 @@ struct GptConfig {
   /// (loss, gradients of the real rows) does not depend on the padding at all.
   int64_t padded_vocab_size(int tensor_parallel) const;
 
-  /// Throws std::invalid_argument naming the field when the config is inconsistent, or does
-  /// not fit `tensor_parallel` ranks (heads % t, ffn % t, s % t under sequence parallelism,
-  /// seq_length > max_position_embeddings, dropout outside [0, 1), ...).
+  /// Throws std::invalid_argument naming the field when the config is inconsistent (sizes < 1,
+  /// dropout outside [0, 1), ...) or breaks a layout rule for `tensor_parallel` ranks
+  /// (rules::tensor_parallel_violations, rules::recompute_violations: the recipe check's rules
+  /// and messages).
   void validate(int tensor_parallel) const;
 };
-
-std::string to_string(RecomputeGranularity g);  ///< "null" | "selective" | "full"
-std::string to_string(RecomputeMethod m);       ///< "uniform" | "block"
 
 }  // namespace loom::model

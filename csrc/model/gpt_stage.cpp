@@ -15,28 +15,25 @@
 #include "model/parallel_linear.h"
 #include "model/recompute.h"
 #include "model/transformer_layer.h"
+#include "rules/layout_rules.h"
 
 namespace loom::model {
 
-at::ScalarType scalar_type(ParamsDtype d) {
+at::ScalarType scalar_type(Precision d) {
   switch (d) {
-    case ParamsDtype::kFloat32: return at::kFloat;
-    case ParamsDtype::kBFloat16: return at::kBFloat16;
-    case ParamsDtype::kFloat16: return at::kHalf;
+    case Precision::kFp32: return at::kFloat;
+    case Precision::kBf16: return at::kBFloat16;
+    case Precision::kFp16: return at::kHalf;
   }
   return at::kFloat;
 }
 
 std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank) {
-  if (p < 1 || v < 1 || pp_rank < 0 || pp_rank >= p)
-    throw std::invalid_argument("pipeline_stage_layouts: expected p >= 1, v >= 1 and 0 <= rank < p, "
-                                "found p " + std::to_string(p) + ", v " + std::to_string(v) +
-                                ", rank " + std::to_string(pp_rank));
-  if (config.num_layers % (p * v) != 0)
-    throw std::invalid_argument("model.num_layers " + std::to_string(config.num_layers) +
-                                " must be divisible by pipeline_model_parallel_size × "
-                                "virtual_pipeline_model_parallel_size = " + std::to_string(p * v));
+  rules::throw_if_any(rules::pipeline_violations(config.num_layers, p, v), "pipeline_stage_layouts:");
+  if (pp_rank < 0 || pp_rank >= p)
+    throw std::invalid_argument("pipeline_stage_layouts: expected 0 <= rank < p = " + std::to_string(p) +
+                                ", found rank " + std::to_string(pp_rank));
   const int n = config.num_layers / (p * v);
   std::vector<StageLayout> out;
   for (int k = 0; k < v; ++k) {
@@ -55,6 +52,9 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLa
                    at::Device device)
     : config_(config), tp_(std::move(tp)), layout_(layout) {
   config_.validate(tp_->size());
+  // Sequence parallelism splits nothing over one rank: normalised here, once, so the layers
+  // built from config_ read the field as it is (the recipe loader does the same for recipes).
+  config_.sequence_parallel = config_.sequence_parallel && tp_->size() > 1;
   if (layout_.last_layer < 0) layout_.last_layer = config_.num_layers;
   if (layout_.first_layer < 0 || layout_.first_layer > layout_.last_layer ||
       layout_.last_layer > config_.num_layers)
@@ -71,7 +71,7 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLa
   if (layout_.post_process) {
     final_ln_ = std::make_unique<LayerNorm>("final_layernorm", config_.hidden_size,
                                             config_.layernorm_epsilon,
-                                            config_.sequence_parallel && tp_->size() > 1, options);
+                                            config_.sequence_parallel, options);
     if (!layout_.pre_process)  // initialised exactly like the first stage's word embedding
       output_word_ = make_parameter(shard(GptEmbedding::initial_word_weight(config_, tp_->size()),
                                           0, tp_->rank(), tp_->size()),
@@ -121,7 +121,7 @@ at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) con
 
 at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropout) const {
   const int t = tp_->size();
-  const bool sp = config_.sequence_parallel && t > 1;
+  const bool sp = config_.sequence_parallel;
   at::Tensor x;
   if (layout_.pre_process) {
     if (!in.tokens.defined() || !in.position_ids.defined())

@@ -37,7 +37,7 @@ std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, 
                                                 int pp_rank);
 
 /// The tensor dtype of params_dtype (float32, bfloat16, float16).
-at::ScalarType scalar_type(ParamsDtype dtype);
+at::ScalarType scalar_type(Precision dtype);
 
 struct StageInputs {
   at::Tensor tokens;        ///< [b, s] int64 (pre_process)

@@ -63,7 +63,7 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, const at::Tensor& f
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x, bool skip_bias_add) const {
   std::optional<at::Tensor> b;
   if (bias_.defined() && !skip_bias_add) b = bias_;
-  if (sequence_parallel_ && tp_->size() > 1)
+  if (sequence_parallel_)
     return linear_with_sequence_parallel_gather(x, weight_, b, tp_);
   at::Tensor input = copy_to_tensor_model_parallel_region(x, tp_);
   return at::linear(input, weight_, b.has_value() ? *b : at::Tensor());
@@ -96,7 +96,7 @@ std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x
 void RowParallelLinear::collect(ParamList& out) const {
   out.push_back({name_ + ".weight", weight_, 1});
   Param b{name_ + ".bias", bias_, -1};
-  b.sequence_parallel = sequence_parallel_ && tp_->size() > 1;
+  b.sequence_parallel = sequence_parallel_;
   b.weight_decay = false;
   out.push_back(b);
 }

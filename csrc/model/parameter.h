@@ -18,7 +18,7 @@ struct Param {
   int partition_dim = -1;      ///< dim split over TP ranks; -1: replicated on every TP rank
   /// Replicated parameter used in a sequence-parallel region: each TP rank's gradient covers
   /// only its tokens, so it must be SUM all-reduced over the TP group after backward
-  /// (allreduce_sequence_parallel_grads). Only set when sequence_parallel is on.
+  /// (train::optim::all_reduce_sequence_parallel_grads). Only set when sequence_parallel is on.
   bool sequence_parallel = false;
   bool word_embedding = false;    ///< the tied input/output word embedding (either copy)
   /// The last pipeline stage's copy of the word embedding (its grad is summed with the first

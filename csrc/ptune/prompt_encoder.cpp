@@ -184,8 +184,11 @@ model::ParamList PromptEncoder::parameters() const {
     const std::string name = type == PromptEncoderType::kLstm ? fmt::format("{}head.{}", base, i)
                                                               : fmt::format("{}mlp.{}", base, i);
     out.push_back({name + ".weight", mlp_w_[i]});
-    out.push_back({name + ".bias", mlp_b_[i]});  // decay: matrices only (train::trainable_params)
+    out.push_back({name + ".bias", mlp_b_[i]});
   }
+  // The encoder's own parameters decay as Megatron's matrices do; its biases do not (the
+  // tensor-parallel layers below say so themselves).
+  for (auto& p : out) p.weight_decay = p.tensor.dim() > 1;
   if (tp_in_) tp_in_->collect(out);
   if (tp_out_) tp_out_->collect(out);
   return out;

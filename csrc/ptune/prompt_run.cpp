@@ -116,7 +116,7 @@ PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
   }
 
   const int64_t t = r.model.tensor_model_parallel_size;
-  const bool sp = r.model.sequence_parallel && t > 1;
+  const bool sp = r.model.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
   std::vector<const prompt_data::PromptDataset*> all{plan.train.get()};
   if (plan.valid) all.push_back(plan.valid.get());
   if (plan.test) all.push_back(plan.test.get());
@@ -278,7 +278,7 @@ void PromptRun::build_model() {
                                             groups_->device());
     prompt_params_ = prompt_->parameters();
   }
-  optimizer_ = train::optim::Optimizer::create(train::trainable_params(prompt_params_), groups_, train::optimizer_options(r_));
+  optimizer_ = train::optim::Optimizer::create(prompt_params_, groups_, train::optimizer_options(r_));
   scheduler_ = std::make_unique<train::optim::LrScheduler>(train::lr_schedule_config(r_));
   if (r_.trainer.precision == config::Precision::kFp16) scaler_ = std::make_unique<train::optim::LossScaler>();
   step_ = std::make_unique<train::GptStep>(chunks_, *groups_, shape_);

@@ -20,7 +20,7 @@ ScheduleConfig gpt_schedule(const model::GptConfig& config, const RunShape& shap
   sc.num_microbatches = shape.m;
   sc.virtual_stages = shape.v;
   sc.forward_only = forward_only;
-  const bool sp = config.sequence_parallel && shape.t > 1;
+  const bool sp = config.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
   sc.activation_shape = {sp ? config.seq_length / shape.t : config.seq_length, shape.micro_batch,
                          config.hidden_size};
   sc.activation_dtype = model::scalar_type(config.params_dtype);

@@ -20,29 +20,14 @@ model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vo
   c.attention_dropout = m.attention_dropout;
   c.layernorm_epsilon = m.layernorm_epsilon;
   c.sequence_parallel = m.sequence_parallel;
-  switch (m.activations_checkpoint_granularity) {
-    case config::RecomputeGranularity::kNone:
-      c.activations_checkpoint_granularity = model::RecomputeGranularity::kNone;
-      break;
-    case config::RecomputeGranularity::kSelective:
-      c.activations_checkpoint_granularity = model::RecomputeGranularity::kSelective;
-      break;
-    case config::RecomputeGranularity::kFull:
-      c.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
-      break;
-  }
-  c.activations_checkpoint_method = m.activations_checkpoint_method == config::RecomputeMethod::kBlock
-                                         ? model::RecomputeMethod::kBlock
-                                         : model::RecomputeMethod::kUniform;
+  c.activations_checkpoint_granularity = m.activations_checkpoint_granularity;
+  if (m.activations_checkpoint_method != RecomputeMethod::kNone)
+    c.activations_checkpoint_method = m.activations_checkpoint_method;
   c.activations_checkpoint_num_layers =
       static_cast<int>(m.activations_checkpoint_num_layers.value_or(1));
   c.label_smoothing = m.label_smoothing;
   c.seed = static_cast<uint64_t>(m.seed);
-  switch (recipe.trainer.precision) {
-    case config::Precision::kFp32: c.params_dtype = model::ParamsDtype::kFloat32; break;
-    case config::Precision::kBf16: c.params_dtype = model::ParamsDtype::kBFloat16; break;
-    case config::Precision::kFp16: c.params_dtype = model::ParamsDtype::kFloat16; break;
-  }
+  c.params_dtype = recipe.trainer.precision;
   return c;
 }
 
@@ -57,27 +42,11 @@ std::vector<model::GptStage> build_model_chunks(const model::GptConfig& config,
   return chunks;
 }
 
-TrainableParams trainable_params(const model::ParamList& params) {
-  TrainableParams out;
-  for (const auto& p : params) {
-    TrainableParam t;
-    t.name = p.name;
-    t.param = p.tensor;
-    t.tensor_parallel = p.tensor_parallel();
-    t.sequence_parallel = p.sequence_parallel;
-    t.tied_embedding_duplicate = p.shared_duplicate;
-    t.word_embedding = p.word_embedding;
-    t.weight_decay = p.tensor.dim() > 1;
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-TrainableParams trainable_params(const std::vector<model::GptStage>& chunks) {
+model::ParamList chunk_parameters(const std::vector<model::GptStage>& chunks) {
   model::ParamList all;
   for (const auto& chunk : chunks)
     for (auto& p : chunk.parameters()) all.push_back(std::move(p));
-  return trainable_params(all);
+  return all;
 }
 
 }  // namespace loom::train

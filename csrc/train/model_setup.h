@@ -9,7 +9,6 @@
 #include "model/gpt_config.h"
 #include "model/gpt_stage.h"
 #include "runtime/process_groups.h"
-#include "train/trainable_param.h"
 
 namespace loom::train {
 
@@ -23,10 +22,8 @@ std::vector<model::GptStage> build_model_chunks(const model::GptConfig& config,
                                                 runtime::ProcessGroups& groups, int virtual_stages,
                                                 at::Device device);
 
-/// The chunks' parameters as the optimizer sees them. Weight decay applies to matrices only
-/// (Megatron: no decay for biases and LayerNorm parameters, i.e. every 1-D parameter).
-TrainableParams trainable_params(const std::vector<model::GptStage>& chunks);
-/// The same for any parameter list (e.g. prompt-learning parameters).
-TrainableParams trainable_params(const model::ParamList& params);
+/// Every parameter of the chunks, in chunk order, as the layers describe them (model/parameter.h:
+/// sharding, sequence-parallel and tied-embedding flags, weight decay).
+model::ParamList chunk_parameters(const std::vector<model::GptStage>& chunks);
 
 }  // namespace loom::train

@@ -11,6 +11,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "rules/layout_rules.h"
+
 namespace loom::train {
 namespace {
 
@@ -41,11 +43,7 @@ void backward_from(const at::Tensor& output, const at::Tensor& grad) {
 std::vector<ScheduledOp> schedule_order(int p, int r, int m, int v, bool forward_only) {
   if (m < 1) throw std::invalid_argument("num_microbatches must be >= 1, got " + std::to_string(m));
   if (v < 1) throw std::invalid_argument("virtual stages must be >= 1");
-  if (v > 1 && m % p != 0) {
-    throw std::invalid_argument(
-        "the interleaved schedule needs num_microbatches (" + std::to_string(m) +
-        ") to be a multiple of pipeline_model_parallel_size (" + std::to_string(p) + ")");
-  }
+  if (auto violation = rules::interleaving_violation(m, p, v)) throw std::invalid_argument(violation->text());
   const int total = m * v;
   // Virtual micro-batch k → (chunk, micro-batch): groups of p micro-batches go through each
   // chunk in turn; backward visits chunks in reverse.

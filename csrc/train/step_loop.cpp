@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
+#include "config/derived.h"
+
 #include "train/stop_signal.h"
 
 namespace loom::train {
@@ -15,6 +19,13 @@ StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int6
     log.message("[loom] the checkpoint is already at trainer.max_steps: nothing to train");
     return StepLoopEnd::kNothingToDo;
   }
+  // trainer.max_time bounds this process's training time, as Lightning's Timer does: the run
+  // saves and ends at the first step boundary past it (the ranks agree on when).
+  const auto max_time = recipe.trainer.max_time ? config::parse_max_time(*recipe.trainer.max_time) : std::nullopt;
+  const auto start = std::chrono::steady_clock::now();
+  const auto out_of_time = [&] {
+    return max_time && std::chrono::steady_clock::now() - start >= std::chrono::seconds(*max_time);
+  };
   if (first_step == 0 && every_val > 0) hooks.validate(0);
   for (int64_t step = first_step; step < max_steps; ++step) {
     hooks.train_step(step);
@@ -22,9 +33,10 @@ StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int6
     if (done == max_steps) break;
     if (every_val > 0 && done % every_val == 0) hooks.validate(done);
     if (every_save > 0 && done % every_save == 0) hooks.save(done);
-    const bool enough = stop_after_steps > 0 && done - first_step >= stop_after_steps;
+    const bool enough = (stop_after_steps > 0 && done - first_step >= stop_after_steps) || out_of_time();
     if (stop_requested(groups, enough)) {
-      log.message(fmt::format("[loom] stop requested at step {}: saving and exiting", done));
+      log.message(fmt::format("[loom] {} at step {}: saving and exiting",
+                              out_of_time() ? "trainer.max_time reached" : "stop requested", done));
       hooks.save(done);
       return StepLoopEnd::kStopped;
     }

@@ -153,7 +153,7 @@ void TrainingRun::build_data() {
 void TrainingRun::build_model() {
   model_config_ = gpt_config_from_recipe(r_, data::recipe_vocab_size(r_.model.tokenizer));
   chunks_ = build_model_chunks(model_config_, *groups_, shape_.v, groups_->device());
-  optimizer_ = optim::Optimizer::create(trainable_params(chunks_), groups_, optimizer_options(r_));
+  optimizer_ = optim::Optimizer::create(chunk_parameters(chunks_), groups_, optimizer_options(r_));
   scheduler_ = std::make_unique<optim::LrScheduler>(lr_schedule_config(r_));
   if (r_.trainer.precision == config::Precision::kFp16)
     scaler_ = std::make_unique<optim::LossScaler>();
@@ -172,7 +172,7 @@ void TrainingRun::build_model() {
   step_log_ = std::make_unique<StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
 
   int64_t count = 0;
-  for (const auto& p : optimizer_->params()) count += p.param.numel();
+  for (const auto& p : optimizer_->params()) count += p.tensor.numel();
   log_->message(fmt::format("[loom] model: {} layers, hidden {}, {} parameters on rank 0",
                             model_config_.num_layers, model_config_.hidden_size, count));
 }

@@ -156,7 +156,7 @@ TEST_CASE("checkpoints of any layout load as the saved model at t=1") {
 TEST_CASE("a bf16 checkpoint loads as float32 parameters of the saved values") {
   const std::string dir = shared_dir() + "/bf16";
   model::GptConfig c = tiny_config();
-  c.params_dtype = model::ParamsDtype::kBFloat16;
+  c.params_dtype = Precision::kBf16;
   {
     auto groups = runtime::ProcessGroups::single_process();
     save_truth_checkpoint(dir, 2, c, 1, *groups);

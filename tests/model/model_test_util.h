@@ -8,7 +8,8 @@
 
 #include "model/gpt_stage.h"
 #include "model/mappings.h"
-#include "model/sequence_parallel_grads.h"
+#include "train/optim/grad_buffer.h"
+#include "train/optim/grad_finalize.h"
 
 namespace loom::model::test {
 
@@ -53,6 +54,16 @@ inline at::Tensor full_grad(const Param& p, runtime::Communicator& tp) {
       .contiguous();
 }
 
+/// The production SP gradient all-reduce (train/optim/grad_finalize.h) on one backward's
+/// gradients: through a GradBuffer, as the training step runs it, then back into each .grad.
+inline void all_reduce_sequence_parallel_grads(const ParamList& params, runtime::Communicator& tp) {
+  train::optim::GradBuffer buffer(params);
+  buffer.accumulate();
+  train::optim::all_reduce_sequence_parallel_grads(buffer, tp);
+  for (size_t i = 0; i < params.size(); ++i)
+    params[i].tensor.mutable_grad() = buffer.main_grad(i).to(params[i].tensor.scalar_type(), false, /*copy=*/true);
+}
+
 /// Forward, mean loss, backward and the SP gradient all-reduce of one whole-model stage.
 inline Result run_step(const GptStage& stage, const Batch& batch, const DropoutContext& dropout,
                        runtime::Communicator& tp) {
@@ -63,7 +74,7 @@ inline Result run_step(const GptStage& stage, const Batch& batch, const DropoutC
   at::Tensor loss = stage.forward(in, dropout);
   loss.mean().backward();
   auto params = stage.parameters();
-  allreduce_sequence_parallel_grads(params, tp);
+  all_reduce_sequence_parallel_grads(params, tp);
   Result r;
   r.loss = loss.detach();
   for (const auto& p : params) r.grads[p.name] = full_grad(p, tp);

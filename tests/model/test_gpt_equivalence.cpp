@@ -29,8 +29,8 @@ struct Variant {
   double dropout;
   std::string name() const {
     std::ostringstream s;
-    s << "sp=" << sequence_parallel << " recompute=" << to_string(granularity);
-    if (granularity == RecomputeGranularity::kFull) s << "/" << to_string(method);
+    s << "sp=" << sequence_parallel << " recompute=" << recipe_name(granularity);
+    if (granularity == RecomputeGranularity::kFull) s << "/" << recipe_name(method);
     s << " dropout=" << dropout << " label_smoothing=" << (dropout > 0 ? 0.1 : 0.0);
     return s.str();
   }

@@ -50,7 +50,7 @@ std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp
   std::map<std::string, at::Tensor> got;
   for (const auto* stage : {&first, &last}) {
     auto params = stage->parameters();
-    allreduce_sequence_parallel_grads(params, *tp);
+    all_reduce_sequence_parallel_grads(params, *tp);
     for (const auto& p : params) got[p.name] = full_grad(p, *tp);
   }
   got["embedding.word_embeddings.weight"] += got["output_layer.weight"];
@@ -165,7 +165,8 @@ TEST_CASE("interleaved pipeline chunk layouts", "[model]") {
   CHECK((r0[1].first_layer == 4 && r0[1].last_layer == 6 && !r0[1].pre_process && !r0[1].post_process));
   CHECK((r1[0].first_layer == 2 && r1[0].last_layer == 4 && !r1[0].pre_process));
   CHECK((r1[1].first_layer == 6 && r1[1].last_layer == 8 && r1[1].post_process));
-  CHECK_THROWS_WITH(pipeline_stage_layouts(cfg, 3, 1, 0), Catch::Contains("num_layers 8"));
+  CHECK_THROWS_WITH(pipeline_stage_layouts(cfg, 3, 1, 0),
+                    Catch::Contains("model.num_layers: expected a multiple of pipeline_model_parallel_size (3), found 8"));
 }
 
 TEST_CASE("padded vocabulary is the same for every t, and configuration errors are clear", "[model]") {
@@ -175,8 +176,8 @@ TEST_CASE("padded vocabulary is the same for every t, and configuration errors a
   cfg = tiny_config();
   cfg.sequence_parallel = true;
   cfg.seq_length = 6;
-  CHECK_THROWS_WITH(cfg.validate(4), Catch::Contains("encoder_seq_length") &&
-                                         Catch::Contains("divisible by tensor_model_parallel_size 4"));
+  CHECK_THROWS_WITH(cfg.validate(4), Catch::Contains("model.encoder_seq_length: expected a multiple of "
+                                                        "tensor_model_parallel_size (4) with sequence_parallel, found 6"));
   cfg = tiny_config();
   CHECK_THROWS_WITH(cfg.validate(3), Catch::Contains("num_attention_heads"));
 }

@@ -18,8 +18,8 @@
 
 using namespace loom;
 using namespace loom::train::optim;
-using train::TrainableParam;
-using train::TrainableParams;
+using model::Param;
+using model::ParamList;
 
 namespace {
 
@@ -28,14 +28,14 @@ std::shared_ptr<runtime::ProcessGroups> make_groups() {
 }
 
 // A fake model: a list of random tensors (odd sizes so shards cut through parameters).
-TrainableParams fake_model(at::ScalarType dtype, uint64_t seed) {
+model::ParamList fake_model(at::ScalarType dtype, uint64_t seed) {
   const std::vector<std::vector<int64_t>> shapes = {{7, 3}, {5}, {4, 4}, {3}, {9, 2}, {1}};
-  TrainableParams params;
+  model::ParamList params;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    TrainableParam p;
+    model::Param p;
     p.name = "p" + std::to_string(i);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + i);
-    p.param = at::randn(shapes[i], gen, at::kFloat).to(dtype).set_requires_grad(true);
+    p.tensor = at::randn(shapes[i], gen, at::kFloat).to(dtype).set_requires_grad(true);
     p.weight_decay = i % 2 == 0;
     params.push_back(p);
   }
@@ -43,9 +43,9 @@ TrainableParams fake_model(at::ScalarType dtype, uint64_t seed) {
 }
 
 // Gradient of parameter i on `rank` for micro-batch `micro` of step `step`.
-at::Tensor local_grad(const TrainableParam& p, size_t i, int rank, int step, int micro) {
+at::Tensor local_grad(const model::Param& p, size_t i, int rank, int step, int micro) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(100000 + 1000 * step + 100 * micro + 10 * rank + i);
-  return at::randn(p.param.sizes(), gen, at::kFloat).mul(0.3);
+  return at::randn(p.tensor.sizes(), gen, at::kFloat).mul(0.3);
 }
 
 constexpr int kMicro = 2;
@@ -55,7 +55,7 @@ void feed_local(Optimizer& opt, int rank, int step) {
   for (int micro = 0; micro < kMicro; ++micro) {
     const auto& params = opt.params();
     for (size_t i = 0; i < params.size(); ++i)
-      params[i].param.mutable_grad() = local_grad(params[i], i, rank, step, micro).to(params[i].param.scalar_type());
+      params[i].tensor.mutable_grad() = local_grad(params[i], i, rank, step, micro).to(params[i].tensor.scalar_type());
     opt.accumulate_grads();
   }
 }
@@ -65,10 +65,10 @@ void feed_mean(Optimizer& opt, int world, int step) {
   opt.zero_grad();
   const auto& params = opt.params();
   for (size_t i = 0; i < params.size(); ++i) {
-    at::Tensor sum = at::zeros(params[i].param.sizes(), at::kDouble);
+    at::Tensor sum = at::zeros(params[i].tensor.sizes(), at::kDouble);
     for (int r = 0; r < world; ++r)
       for (int micro = 0; micro < kMicro; ++micro)
-        sum += local_grad(params[i], i, r, step, micro).to(params[i].param.scalar_type()).to(at::kDouble);
+        sum += local_grad(params[i], i, r, step, micro).to(params[i].tensor.scalar_type()).to(at::kDouble);
     opt.grads().main_grad(i).copy_(sum / world);
   }
 }
@@ -124,9 +124,9 @@ void compare_with_reference(const std::shared_ptr<runtime::ProcessGroups>& g, at
     LOOM_WCHECK(std::abs(rd.grad_norm - rr.grad_norm) <= 1e-6 * rr.grad_norm, "dist norm " + std::to_string(rd.grad_norm) + " vs " + std::to_string(rr.grad_norm));
     LOOM_WCHECK(std::abs(rp.grad_norm - rr.grad_norm) <= 1e-6 * rr.grad_norm, "plain norm");
     for (size_t i = 0; i < ref->params().size(); ++i) {
-      const at::Tensor want = ref->params()[i].param.detach();
-      check_close(dist->params()[i].param.detach(), want, rtol, atol, "dist " + ref->params()[i].name);
-      check_close(plain->params()[i].param.detach(), want, rtol, atol, "plain " + ref->params()[i].name);
+      const at::Tensor want = ref->params()[i].tensor.detach();
+      check_close(dist->params()[i].tensor.detach(), want, rtol, atol, "dist " + ref->params()[i].name);
+      check_close(plain->params()[i].tensor.detach(), want, rtol, atol, "plain " + ref->params()[i].name);
     }
   }
   // The gathered sharded state equals the reference state (fp32 main weights and moments).
@@ -143,7 +143,7 @@ void compare_with_reference(const std::shared_ptr<runtime::ProcessGroups>& g, at
     again->step(lr_at(schedule(), step));
   }
   for (size_t i = 0; i < again->params().size(); ++i)
-    LOOM_WCHECK(at::equal(again->params()[i].param.detach(), dist->params()[i].param.detach()), "(restored " + again->params()[i].name + ")");
+    LOOM_WCHECK(at::equal(again->params()[i].tensor.detach(), dist->params()[i].tensor.detach()), "(restored " + again->params()[i].name + ")");
   OptimizerState sa = again->state_dict();
   for (const auto& [key, t] : sd.tensors) LOOM_WCHECK(at::equal(sa.tensors.at(key), t), "(restored state " + key + ")");
 }
@@ -179,7 +179,7 @@ LOOM_WORKER("optim_overflow") {
     if (rank == 1) opt->grads().main_grad(3)[1] = INFINITY;  // rank 0's own gradients are finite
     OptimizerState before = opt->state_dict();
     std::vector<at::Tensor> params_before;
-    for (const auto& p : opt->params()) params_before.push_back(p.param.detach().clone());
+    for (const auto& p : opt->params()) params_before.push_back(p.tensor.detach().clone());
     StepResult r = opt->step(1e-2, &scaler);
     LOOM_WCHECK(r.skipped && std::isnan(r.grad_norm));
     LOOM_WCHECK(scaler.scale() == 128 && r.loss_scale == 128);
@@ -187,13 +187,13 @@ LOOM_WORKER("optim_overflow") {
     LOOM_WCHECK(after.values == before.values);
     for (const auto& [key, t] : before.tensors) LOOM_WCHECK(at::equal(after.tensors.at(key), t), "(" + key + ")");
     for (size_t i = 0; i < params_before.size(); ++i)
-      LOOM_WCHECK(at::equal(opt->params()[i].param.detach(), params_before[i]));
+      LOOM_WCHECK(at::equal(opt->params()[i].tensor.detach(), params_before[i]));
     feed_local(*opt, rank, 1);
     r = opt->step(1e-2, &scaler);
     LOOM_WCHECK(!r.skipped && opt->step_count() == 1 && scaler.scale() == 128);
     bool changed = false;
     for (size_t i = 0; i < params_before.size(); ++i)
-      changed |= !at::equal(opt->params()[i].param.detach(), params_before[i]);
+      changed |= !at::equal(opt->params()[i].tensor.detach(), params_before[i]);
     LOOM_WCHECK(changed);
   }
   g->world().barrier();

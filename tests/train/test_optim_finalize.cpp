@@ -18,8 +18,8 @@
 
 using namespace loom;
 using namespace loom::train::optim;
-using train::TrainableParam;
-using train::TrainableParams;
+using model::Param;
+using model::ParamList;
 
 namespace {
 
@@ -43,20 +43,20 @@ at::Tensor local_grad(int rank, int kind) {
   return at::randn(kShapes[kind], gen, at::kFloat);
 }
 
-TrainableParams stage_params(int pp, int p) {
-  TrainableParams params;
+model::ParamList stage_params(int pp, int p) {
+  model::ParamList params;
   for (int kind : stage_kinds(pp, p)) {
-    TrainableParam tp;
+    model::Param tp;
     const char* names[5] = {"w_tp", "ln", "rep", "emb", "emb_out"};
     tp.name = names[kind] + std::string(".") + std::to_string(pp);
     // Replicated values are the same on every tensor rank (seeded by stage and kind only);
     // the two embedding copies start equal, as the model builds them.
     auto gen = at::make_generator<at::CPUGeneratorImpl>(kind >= 3 ? 3 : 50 + 10 * pp + kind);
-    tp.param = at::randn(kShapes[kind], gen, at::kFloat).set_requires_grad(true);
-    tp.tensor_parallel = kind == 0 || kind >= 3;
+    tp.tensor = at::randn(kShapes[kind], gen, at::kFloat).set_requires_grad(true);
+    tp.partition_dim = (kind == 0 || kind >= 3) ? 0 : -1;
     tp.sequence_parallel = kind == 1;
     tp.word_embedding = kind >= 3;
-    tp.tied_embedding_duplicate = kind == 4;
+    tp.shared_duplicate = kind == 4;
     tp.weight_decay = kind != 1;
     params.push_back(tp);
   }
@@ -103,7 +103,7 @@ struct Reference {
 void check_finalize(const std::shared_ptr<runtime::ProcessGroups>& g, bool distributed) {
   const auto c = g->coords();
   const int p = g->layout().pipeline_parallel();
-  TrainableParams params = stage_params(c.pp, p);
+  model::ParamList params = stage_params(c.pp, p);
   OptimizerOptions o;
   o.distributed = distributed;
   o.bucket_bytes = 48;  // 12 elements: many buckets, parameters straddling shard boundaries
@@ -111,7 +111,7 @@ void check_finalize(const std::shared_ptr<runtime::ProcessGroups>& g, bool distr
   auto opt = Optimizer::create(params, g, o);
   opt->zero_grad();
   std::vector<int> kinds = stage_kinds(c.pp, p);
-  for (size_t i = 0; i < params.size(); ++i) params[i].param.mutable_grad() = local_grad(g->rank(), kinds[i]);
+  for (size_t i = 0; i < params.size(); ++i) params[i].tensor.mutable_grad() = local_grad(g->rank(), kinds[i]);
   opt->accumulate_grads();
   StepResult r = opt->step(1e-3);
 
@@ -124,7 +124,7 @@ void check_finalize(const std::shared_ptr<runtime::ProcessGroups>& g, bool distr
   GradBuffer& buf = opt->grads();
   at::Tensor want = at::zeros_like(buf.data());
   for (size_t i = 0; i < params.size(); ++i)
-    want.narrow(0, buf.offset(i), params[i].param.numel()).copy_(ref.expected(kinds[i], c.tp, c.pp).view(-1));
+    want.narrow(0, buf.offset(i), params[i].tensor.numel()).copy_(ref.expected(kinds[i], c.tp, c.pp).view(-1));
   const int d = g->data().size();
   for (size_t b = 0; b < buf.buckets().size(); ++b) {
     const auto& bucket = buf.buckets()[b];
@@ -142,7 +142,7 @@ void check_finalize(const std::shared_ptr<runtime::ProcessGroups>& g, bool distr
     for (size_t i = 0; i < params.size(); ++i) {
       if (!params[i].sequence_parallel && !params[i].word_embedding) continue;
       auto& group = params[i].sequence_parallel ? g->tensor() : g->embedding();
-      for (const at::Tensor& t : {buf.main_grad(i), params[i].param.detach()}) {
+      for (const at::Tensor& t : {buf.main_grad(i), params[i].tensor.detach()}) {
         at::Tensor all = group.all_gather_dim0(t.reshape({1, -1}).contiguous());
         for (int m = 1; m < group.size(); ++m)
           LOOM_WCHECK(at::equal(all[m], all[0]), "(" + params[i].name + " differs across " + group.name() + ")");
@@ -174,32 +174,32 @@ TEST_CASE("gradient finalisation and norm: t=2 p=2 d=2, plain and distributed", 
 LOOM_WORKER("optim_norm_duplicates") {
   auto g = make_groups();
   const auto c = g->coords();
-  TrainableParams params(1);
-  params[0].param = at::zeros({2}, at::kFloat).set_requires_grad(true);
+  model::ParamList params(1);
+  params[0].tensor = at::zeros({2}, at::kFloat).set_requires_grad(true);
   std::vector<at::Tensor> local_grads(1);
   double want = 0, naive = 0;
   if (test::env_str("CASE") == "tied") {  // t=1, p=2
     params[0].name = c.pp == 0 ? "emb" : "emb_out";
     params[0].word_embedding = true;
-    params[0].tensor_parallel = true;
-    params[0].tied_embedding_duplicate = c.pp == 1;
+    params[0].partition_dim = 0;
+    params[0].shared_duplicate = c.pp == 1;
     local_grads[0] = c.pp == 0 ? at::tensor({12.0f, 5.0f}) : at::tensor({8.0f, 15.0f});  // sum (20, 20)
     want = std::sqrt(800.0);  // 28.28
     naive = 40.0;
   } else {  // t=2: a replicated weight with the same grad (3, 4) on both tensor ranks
     params[0].name = "rep";
     local_grads[0] = at::tensor({3.0f, 4.0f});
-    TrainableParam tp;
+    model::Param tp;
     tp.name = "w_tp";
-    tp.tensor_parallel = true;
-    tp.param = at::zeros({1}, at::kFloat).set_requires_grad(true);
+    tp.partition_dim = 0;
+    tp.tensor = at::zeros({1}, at::kFloat).set_requires_grad(true);
     params.push_back(tp);
     local_grads.push_back(at::full({1}, c.tp == 0 ? 12.0f : 0.0f));
     want = 13.0;               // sqrt(25 + 144)
     naive = std::sqrt(194.0);  // 13.93
   }
   for (bool distributed : {false, true}) {
-    for (size_t i = 0; i < params.size(); ++i) params[i].param.mutable_grad() = local_grads[i].clone();
+    for (size_t i = 0; i < params.size(); ++i) params[i].tensor.mutable_grad() = local_grads[i].clone();
     OptimizerOptions o;
     o.distributed = distributed;
     o.clip_grad = 0.0;

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "config/derived.h"
+#include "config/recipe.h"
 #include "runtime/process_groups.h"
 #include "train/optim/adamw.h"
 #include "train/optim/grad_norm.h"
@@ -14,8 +16,8 @@
 
 using namespace loom;
 using namespace loom::train::optim;
-using train::TrainableParam;
-using train::TrainableParams;
+using model::Param;
+using model::ParamList;
 
 namespace {
 
@@ -25,30 +27,30 @@ at::Tensor seeded_randn(std::vector<int64_t> shape, uint64_t seed) {
 }
 
 // A fake model: a few tensors of different shapes; "*.bias" and "*.ln" get no weight decay.
-TrainableParams fake_model(at::ScalarType dtype, uint64_t seed = 7) {
+model::ParamList fake_model(at::ScalarType dtype, uint64_t seed = 7) {
   const std::vector<std::pair<std::string, std::vector<int64_t>>> specs = {
       {"emb.weight", {6, 4}}, {"fc.weight", {5, 4}}, {"fc.bias", {5}}, {"ln", {3}}, {"out.weight", {2, 5}}};
-  TrainableParams params;
+  model::ParamList params;
   for (size_t i = 0; i < specs.size(); ++i) {
-    TrainableParam p;
+    model::Param p;
     p.name = specs[i].first;
-    p.param = seeded_randn(specs[i].second, seed + i).to(dtype).set_requires_grad(true);
+    p.tensor = seeded_randn(specs[i].second, seed + i).to(dtype).set_requires_grad(true);
     p.weight_decay = p.name.find("bias") == std::string::npos && p.name != "ln";
     params.push_back(p);
   }
   return params;
 }
 
-std::vector<at::Tensor> fake_grads(const TrainableParams& params, uint64_t seed, double scale = 1.0) {
+std::vector<at::Tensor> fake_grads(const model::ParamList& params, uint64_t seed, double scale = 1.0) {
   std::vector<at::Tensor> g;
   for (size_t i = 0; i < params.size(); ++i)
-    g.push_back(seeded_randn(params[i].param.sizes().vec(), seed * 1000 + i).mul(scale));
+    g.push_back(seeded_randn(params[i].tensor.sizes().vec(), seed * 1000 + i).mul(scale));
   return g;
 }
 
-void set_grads(const TrainableParams& params, const std::vector<at::Tensor>& grads) {
+void set_grads(const model::ParamList& params, const std::vector<at::Tensor>& grads) {
   for (size_t i = 0; i < params.size(); ++i)
-    params[i].param.mutable_grad() = grads[i].to(params[i].param.scalar_type());
+    params[i].tensor.mutable_grad() = grads[i].to(params[i].tensor.scalar_type());
 }
 
 OptimizerOptions options(double clip = 0.0) {
@@ -96,7 +98,7 @@ TEST_CASE("gradient buffer: backprop order, buckets, padding, fp32 accumulation"
   auto g1 = fake_grads(params, 1), g2 = fake_grads(params, 2);
   set_grads(params, g1);
   buf.accumulate();
-  CHECK_FALSE(params[0].param.grad().defined());
+  CHECK_FALSE(params[0].tensor.grad().defined());
   set_grads(params, g2);
   buf.accumulate();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -106,7 +108,7 @@ TEST_CASE("gradient buffer: backprop order, buckets, padding, fp32 accumulation"
   buf.zero();
   CHECK(buf.data().abs().sum().item<float>() == 0.0f);
 
-  TrainableParams dup = {params[0], params[0]};
+  model::ParamList dup = {params[0], params[0]};
   dup[1].name = "again";
   CHECK_THROWS_WITH(GradBuffer(dup), Catch::Contains("same tensor"));
 }
@@ -114,7 +116,7 @@ TEST_CASE("gradient buffer: backprop order, buckets, padding, fp32 accumulation"
 TEST_CASE("step: global norm, clipping, and no decay where weight_decay is false", "[train][optim]") {
   auto params = fake_model(at::kFloat);
   std::vector<at::Tensor> start;
-  for (auto& p : params) start.push_back(p.param.detach().clone());
+  for (auto& p : params) start.push_back(p.tensor.detach().clone());
   auto grads = fake_grads(params, 3, 10.0);
   double sum_sq = 0;
   for (auto& g : grads) sum_sq += g.to(at::kDouble).pow(2).sum().item<double>();
@@ -137,15 +139,15 @@ TEST_CASE("step: global norm, clipping, and no decay where weight_decay is false
     CHECK(at::allclose(opt->grads().main_grad(i), clipped, 1e-6, 1e-7));
     at::Tensor p = start[i].clone(), m = at::zeros_like(p), v = at::zeros_like(p);
     adamw_update(p, opt->grads().main_grad(i), m, v, 1, 1e-2, options().adamw, params[i].weight_decay);
-    CHECK(at::equal(params[i].param.detach(), p));
+    CHECK(at::equal(params[i].tensor.detach(), p));
   }
 
   // Zero gradients: only weight decay moves parameters, and only those with weight_decay.
   opt->zero_grad();
-  for (auto& p : params) p.param.mutable_grad() = at::zeros_like(p.param);
+  for (auto& p : params) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
   opt->accumulate_grads();
   std::vector<at::Tensor> before;
-  for (auto& p : params) before.push_back(p.param.detach().clone());
+  for (auto& p : params) before.push_back(p.tensor.detach().clone());
   auto state = opt->state_dict();
   // Reset the moments so the update is decay alone.
   for (auto& [k, t] : state.tensors)
@@ -155,9 +157,9 @@ TEST_CASE("step: global norm, clipping, and no decay where weight_decay is false
   for (size_t i = 0; i < params.size(); ++i) {
     INFO(params[i].name);
     if (params[i].weight_decay)
-      CHECK(at::allclose(params[i].param.detach(), before[i] * (1 - 1e-2 * 0.1), 0, 1e-7));
+      CHECK(at::allclose(params[i].tensor.detach(), before[i] * (1 - 1e-2 * 0.1), 0, 1e-7));
     else
-      CHECK(at::equal(params[i].param.detach(), before[i]));
+      CHECK(at::equal(params[i].tensor.detach(), before[i]));
   }
 }
 
@@ -165,7 +167,7 @@ TEST_CASE("bf16 parameters with fp32 main weights track an fp32 run", "[train][o
   auto p32 = fake_model(at::kFloat);
   auto p16 = fake_model(at::kBFloat16);
   // Start both from the same (bf16-representable) values.
-  for (size_t i = 0; i < p32.size(); ++i) p32[i].param.detach().copy_(p16[i].param.detach());
+  for (size_t i = 0; i < p32.size(); ++i) p32[i].tensor.detach().copy_(p16[i].tensor.detach());
   auto o32 = Optimizer::create(p32, solo(), options(1.0));
   auto o16 = Optimizer::create(p16, solo(), options(1.0));
   for (int step = 0; step < 20; ++step) {
@@ -184,11 +186,11 @@ TEST_CASE("bf16 parameters with fp32 main weights track an fp32 run", "[train][o
   auto s16 = o16->state_dict();
   for (size_t i = 0; i < p32.size(); ++i) {
     INFO(p32[i].name);
-    at::Tensor a = p32[i].param.detach(), b = p16[i].param.detach().to(at::kFloat);
+    at::Tensor a = p32[i].tensor.detach(), b = p16[i].tensor.detach().to(at::kFloat);
     // bf16 has 8 significant bits: within a few bf16 ulps of the fp32 run.
     CHECK(at::allclose(b, a, 2e-2, 1e-2));
     // The bf16 parameter is the rounded fp32 main weight.
-    CHECK(at::equal(p16[i].param.detach(), s16.tensors.at("main/" + p16[i].name).to(at::kBFloat16)));
+    CHECK(at::equal(p16[i].tensor.detach(), s16.tensors.at("main/" + p16[i].name).to(at::kBFloat16)));
     CHECK_FALSE(at::equal(b, a));  // the two runs are genuinely different precisions
   }
 }
@@ -226,14 +228,14 @@ TEST_CASE("fp16: an overflow skips the step and backs off the scale; clean steps
     opt->accumulate_grads();
     auto before_state = opt->state_dict();
     std::vector<at::Tensor> before;
-    for (auto& p : params) before.push_back(p.param.detach().clone());
+    for (auto& p : params) before.push_back(p.tensor.detach().clone());
     auto r = opt->step(1e-2, &scaler);
     opt->zero_grad();
     CHECK(r.skipped);
     CHECK(std::isnan(r.grad_norm));
     CHECK(opt->step_count() == before_state.values["step"].get<int64_t>());
     CHECK(states_equal(opt->state_dict(), before_state));
-    for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].param.detach(), before[i]));
+    for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].tensor.detach(), before[i]));
   };
 
   clean_step(1);
@@ -247,7 +249,7 @@ TEST_CASE("fp16: an overflow skips the step and backs off the scale; clean steps
   CHECK(opt->step_count() == 3);
   for (size_t i = 0; i < params.size(); ++i) {
     // fp16 parameters round the same fp32 main weights up to the unscaling's rounding.
-    CHECK(at::allclose(params[i].param.detach().to(at::kFloat), ref_params[i].param.detach().to(at::kFloat), 1e-3, 1e-3));
+    CHECK(at::allclose(params[i].tensor.detach().to(at::kFloat), ref_params[i].tensor.detach().to(at::kFloat), 1e-3, 1e-3));
   }
 }
 
@@ -256,7 +258,7 @@ TEST_CASE("state round trip: save, restore into a fresh optimizer, continue bit 
     INFO(c10::toString(dtype));
     auto pa = fake_model(dtype);
     auto oa = Optimizer::create(pa, solo(), options(0.5));
-    auto run_step = [](Optimizer& o, const TrainableParams& p, uint64_t seed) {
+    auto run_step = [](Optimizer& o, const model::ParamList& p, uint64_t seed) {
       o.zero_grad();
       set_grads(p, fake_grads(p, seed));
       o.accumulate_grads();
@@ -274,7 +276,7 @@ TEST_CASE("state round trip: save, restore into a fresh optimizer, continue bit 
     CHECK(ob->step_count() == 2);
     run_step(*ob, pb, 3);
     run_step(*ob, pb, 4);
-    for (size_t i = 0; i < pa.size(); ++i) CHECK(at::equal(pa[i].param.detach(), pb[i].param.detach()));
+    for (size_t i = 0; i < pa.size(); ++i) CHECK(at::equal(pa[i].tensor.detach(), pb[i].tensor.detach()));
     CHECK(states_equal(oa->state_dict(), ob->state_dict()));
   }
   auto p = fake_model(at::kFloat);
@@ -288,10 +290,10 @@ TEST_CASE("state round trip: save, restore into a fresh optimizer, continue bit 
 }
 
 TEST_CASE("grad-norm counting rule", "[train][optim]") {
-  TrainableParam tp, rep, dup;
-  tp.tensor_parallel = true;
-  dup.tied_embedding_duplicate = true;
-  dup.tensor_parallel = true;
+  model::Param tp, rep, dup;
+  tp.partition_dim = 0;
+  dup.shared_duplicate = true;
+  dup.partition_dim = 0;
   CHECK(counts_in_grad_norm(tp, 0));
   CHECK(counts_in_grad_norm(tp, 1));
   CHECK(counts_in_grad_norm(rep, 0));
@@ -307,7 +309,7 @@ TEST_CASE("without a loss scaler a non-finite gradient norm skips the update", "
   auto params = fake_model(at::kFloat);
   auto opt = Optimizer::create(params, solo(), options(1.0));
   std::vector<at::Tensor> before;
-  for (auto& p : params) before.push_back(p.param.detach().clone());
+  for (auto& p : params) before.push_back(p.tensor.detach().clone());
   auto g = fake_grads(params, 4);
   g[1][0][0] = NAN;
   set_grads(params, g);
@@ -316,15 +318,20 @@ TEST_CASE("without a loss scaler a non-finite gradient norm skips the update", "
   CHECK(r.skipped);
   CHECK(std::isnan(r.grad_norm));
   CHECK(opt->step_count() == 0);
-  for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].param.detach(), before[i]));
+  for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].tensor.detach(), before[i]));
 }
 
 TEST_CASE("optimizer names and construction errors", "[train][optim]") {
-  CHECK(parse_distributed_optimizer("distributed_fused_adam"));
-  CHECK_FALSE(parse_distributed_optimizer("fused_adam"));
-  CHECK_THROWS_WITH(parse_distributed_optimizer("sgd"), Catch::Contains("model.optim.name") && Catch::Contains("sgd"));
+  // The run's choice is the recipe's (config::uses_distributed_optimizer, what optimizer_options reads).
+  config::Recipe recipe;
+  recipe.model.optim.name = config::OptimizerName::kDistributedFusedAdam;
+  CHECK(config::uses_distributed_optimizer(recipe));
+  recipe.model.optim.name = config::OptimizerName::kFusedAdam;
+  CHECK_FALSE(config::uses_distributed_optimizer(recipe));
+  recipe.model.use_distributed_optimizer = true;
+  CHECK(config::uses_distributed_optimizer(recipe));
   auto mixed = fake_model(at::kFloat);
-  mixed[2].param = mixed[2].param.detach().to(at::kBFloat16).set_requires_grad(true);
+  mixed[2].tensor = mixed[2].tensor.detach().to(at::kBFloat16).set_requires_grad(true);
   auto o = options();
   o.distributed = true;
   CHECK_THROWS_WITH(Optimizer::create(mixed, solo(), o), Catch::Contains("fc.bias") && Catch::Contains("one dtype"));

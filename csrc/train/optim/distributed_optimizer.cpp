@@ -7,7 +7,7 @@
 
 namespace loom::train::optim {
 
-DistributedOptimizer::DistributedOptimizer(TrainableParams params,
+DistributedOptimizer::DistributedOptimizer(model::ParamList params,
                                            std::shared_ptr<runtime::ProcessGroups> groups,
                                            OptimizerOptions options)
     : Optimizer(std::move(params), std::move(groups), [&] {
@@ -15,11 +15,11 @@ DistributedOptimizer::DistributedOptimizer(TrainableParams params,
         return options;
       }()) {
   for (const auto& p : params_) {
-    if (p.param.scalar_type() != params_.front().param.scalar_type())
+    if (p.tensor.scalar_type() != params_.front().tensor.scalar_type())
       throw std::invalid_argument("distributed optimizer: parameter '" + p.name + "' is " +
-                                  std::string(c10::toString(p.param.scalar_type())) + " but '" +
+                                  std::string(c10::toString(p.tensor.scalar_type())) + " but '" +
                                   params_.front().name + "' is " +
-                                  std::string(c10::toString(params_.front().param.scalar_type())) +
+                                  std::string(c10::toString(params_.front().tensor.scalar_type())) +
                                   "; all parameters must share one dtype");
   }
   const int64_t d = groups_->data().size(), r = groups_->data().rank();
@@ -36,7 +36,7 @@ DistributedOptimizer::DistributedOptimizer(TrainableParams params,
     const int64_t n = bucket.numel / d;
     const int64_t lo_shard = bucket.offset + r * n, hi_shard = lo_shard + n;
     for (size_t i : bucket.params) {
-      const int64_t lo_param = grads_->offset(i), hi_param = lo_param + params_[i].param.numel();
+      const int64_t lo_param = grads_->offset(i), hi_param = lo_param + params_[i].tensor.numel();
       const int64_t lo = std::max(lo_shard, lo_param), hi = std::min(hi_shard, hi_param);
       if (lo >= hi) continue;
       Piece piece;
@@ -62,12 +62,12 @@ at::Tensor DistributedOptimizer::bucket_shard(int kind, size_t b) const {
 void DistributedOptimizer::publish_params() {
   at::NoGradGuard no_grad;
   if (params_.empty()) return;
-  const auto dtype = params_.front().param.scalar_type();
+  const auto dtype = params_.front().tensor.scalar_type();
   for (size_t b = 0; b < grads_->buckets().size(); ++b) {
     const auto& bucket = grads_->buckets()[b];
     at::Tensor full = groups_->data().all_gather_dim0(bucket_shard(0, b).to(dtype));
     for (size_t i : bucket.params) {
-      at::Tensor p = params_[i].param.detach();
+      at::Tensor p = params_[i].tensor.detach();
       p.copy_(full.narrow(0, grads_->offset(i) - bucket.offset, p.numel()).view(p.sizes()));
     }
   }
@@ -79,7 +79,7 @@ std::vector<at::Tensor> DistributedOptimizer::gather_state(int kind) {
     const auto& bucket = grads_->buckets()[b];
     at::Tensor full = groups_->data().all_gather_dim0(bucket_shard(kind, b));
     for (size_t i : bucket.params) {
-      const auto& p = params_[i].param;
+      const auto& p = params_[i].tensor;
       out[i] = full.narrow(0, grads_->offset(i) - bucket.offset, p.numel()).view(p.sizes()).clone();
     }
   }

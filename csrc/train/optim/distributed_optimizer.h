@@ -13,7 +13,7 @@ namespace loom::train::optim {
 class DistributedOptimizer : public Optimizer {
  public:
   /// Throws std::invalid_argument when the parameters do not share one dtype.
-  DistributedOptimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+  DistributedOptimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGroups> groups,
                        OptimizerOptions options);
 
   /// Elements of optimizer state this rank holds (per kind), padding included.

@@ -7,7 +7,7 @@
 
 namespace loom::train::optim {
 
-GradBuffer::GradBuffer(TrainableParams params, GradBufferOptions options)
+GradBuffer::GradBuffer(model::ParamList params, GradBufferOptions options)
     : params_(std::move(params)), options_(options) {
   if (options_.bucket_bytes < 1)
     throw std::invalid_argument("grad buffer: bucket_bytes must be >= 1, got " + std::to_string(options_.bucket_bytes));
@@ -16,14 +16,14 @@ GradBuffer::GradBuffer(TrainableParams params, GradBufferOptions options)
   const at::Device device = options_.device;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
-    if (!p.param.defined()) throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is undefined");
-    if (!at::isFloatingType(p.param.scalar_type()))
+    if (!p.tensor.defined()) throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is undefined");
+    if (!at::isFloatingType(p.tensor.scalar_type()))
       throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is not floating point");
-    if (p.param.device() != device)
-      throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is on " + p.param.device().str() +
+    if (p.tensor.device() != device)
+      throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is on " + p.tensor.device().str() +
                                   ", the run's device is " + device.str());
     for (size_t j = 0; j < i; ++j) {
-      if (params_[j].param.is_same(p.param))
+      if (params_[j].tensor.is_same(p.tensor))
         throw std::invalid_argument("grad buffer: parameter '" + p.name + "' is the same tensor as '" +
                                     params_[j].name + "'");
     }
@@ -44,7 +44,7 @@ GradBuffer::GradBuffer(TrainableParams params, GradBufferOptions options)
   };
   for (size_t k = params_.size(); k-- > 0;) {
     offsets_[k] = pos;
-    pos += params_[k].param.numel();
+    pos += params_[k].tensor.numel();
     current.params.push_back(k);
     if ((pos - current.offset) >= bucket_elems) close();
   }
@@ -53,7 +53,7 @@ GradBuffer::GradBuffer(TrainableParams params, GradBufferOptions options)
 }
 
 at::Tensor GradBuffer::main_grad(size_t i) const {
-  const auto& p = params_.at(i).param;
+  const auto& p = params_.at(i).tensor;
   return data_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
 }
 
@@ -64,7 +64,7 @@ at::Tensor GradBuffer::bucket_view(size_t b) const {
 
 void GradBuffer::accumulate() {
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor& grad = params_[i].param.mutable_grad();
+    at::Tensor& grad = params_[i].tensor.mutable_grad();
     if (!grad.defined()) continue;
     main_grad(i).add_(grad);  // type promotion: fp32 += bf16/fp16 in fp32
     grad.reset();
@@ -73,7 +73,7 @@ void GradBuffer::accumulate() {
 
 void GradBuffer::zero() {
   data_.zero_();
-  for (auto& p : params_) p.param.mutable_grad().reset();
+  for (auto& p : params_) p.tensor.mutable_grad().reset();
 }
 
 }  // namespace loom::train::optim

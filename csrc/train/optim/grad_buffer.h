@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "train/trainable_param.h"
+#include "model/parameter.h"
 
 namespace loom::train::optim {
 
@@ -40,9 +40,9 @@ class GradBuffer {
   /// All parameters must be floating point on options.device and have distinct tensors.
   /// Throws std::invalid_argument naming the parameter otherwise, or for bucket_bytes < 1 or
   /// pad_multiple < 1.
-  GradBuffer(TrainableParams params, GradBufferOptions options = {});
+  GradBuffer(model::ParamList params, GradBufferOptions options = {});
 
-  const TrainableParams& params() const { return params_; }
+  const model::ParamList& params() const { return params_; }
   /// The whole buffer: 1-D fp32 on options.device (empty when there are no parameters).
   const at::Tensor& data() const { return data_; }
   /// Parameter i's fp32 gradient: a view of data(), shaped like the parameter.
@@ -51,14 +51,14 @@ class GradBuffer {
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   at::Tensor bucket_view(size_t b) const;  ///< 1-D view of bucket b (padding included)
 
-  /// main_grad(i) += params[i].param.grad() for every parameter that has one (cast to fp32),
+  /// main_grad(i) += params[i].tensor.grad() for every parameter that has one (cast to fp32),
   /// then resets each param.grad to undefined. Call after every micro-batch backward.
   void accumulate();
   /// Zeros the buffer and resets every param.grad (start of an iteration).
   void zero();
 
  private:
-  TrainableParams params_;
+  model::ParamList params_;
   GradBufferOptions options_;
   at::Tensor data_;
   std::vector<int64_t> offsets_;

@@ -42,11 +42,11 @@ void reduce_data_parallel_grads(GradBuffer& grads, runtime::Communicator& data, 
 }
 
 void all_reduce_sequence_parallel_grads(GradBuffer& grads, runtime::Communicator& tensor) {
-  all_reduce_selected(grads, tensor, [](const TrainableParam& p) { return p.sequence_parallel; });
+  all_reduce_selected(grads, tensor, [](const model::Param& p) { return p.sequence_parallel; });
 }
 
 void all_reduce_word_embedding_grads(GradBuffer& grads, runtime::Communicator& embedding) {
-  all_reduce_selected(grads, embedding, [](const TrainableParam& p) { return p.word_embedding; });
+  all_reduce_selected(grads, embedding, [](const model::Param& p) { return p.word_embedding; });
 }
 
 void finalize_grads(GradBuffer& grads, runtime::Communicator& data, runtime::Communicator& tensor,

@@ -13,9 +13,9 @@ at::TensorOptions scalar_options(at::Device device) {
 
 }  // namespace
 
-bool counts_in_grad_norm(const TrainableParam& param, int tensor_rank) {
-  if (param.tied_embedding_duplicate) return false;
-  return param.tensor_parallel || tensor_rank == 0;
+bool counts_in_grad_norm(const model::Param& param, int tensor_rank) {
+  if (param.shared_duplicate) return false;
+  return param.tensor_parallel() || tensor_rank == 0;
 }
 
 float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,

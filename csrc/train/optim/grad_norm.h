@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "runtime/communicator.h"
-#include "train/trainable_param.h"
+#include "model/parameter.h"
 
 namespace loom::train::optim {
 
 /// The counting rule above.
-bool counts_in_grad_norm(const TrainableParam& param, int tensor_rank);
+bool counts_in_grad_norm(const model::Param& param, int tensor_rank);
 
 /// sqrt(Σ over `grads` of Σ g²), the sum taken in fp32 and all-reduced over `group`.
 /// `grads`: fp32 tensors on `device` (already filtered by the counting rule; may be empty on

@@ -20,14 +20,7 @@ const char* const kStateKinds[3] = {"main", "exp_avg", "exp_avg_sq"};
 
 }  // namespace
 
-bool parse_distributed_optimizer(const std::string& name, const std::string& field) {
-  if (name == "distributed_fused_adam") return true;
-  if (name == "fused_adam" || name == "adamw" || name == "adam") return false;
-  throw std::invalid_argument(field + ": unknown optimizer '" + name +
-                              "'; expected fused_adam, adamw, adam or distributed_fused_adam");
-}
-
-std::unique_ptr<Optimizer> Optimizer::create(TrainableParams params,
+std::unique_ptr<Optimizer> Optimizer::create(model::ParamList params,
                                              std::shared_ptr<runtime::ProcessGroups> groups,
                                              OptimizerOptions options) {
   if (options.distributed)
@@ -35,7 +28,7 @@ std::unique_ptr<Optimizer> Optimizer::create(TrainableParams params,
   return std::make_unique<PlainOptimizer>(std::move(params), std::move(groups), options);
 }
 
-Optimizer::Optimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+Optimizer::Optimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGroups> groups,
                      OptimizerOptions options)
     : params_(std::move(params)), groups_(std::move(groups)), options_(options) {
   if (!groups_) throw std::invalid_argument("optimizer: process groups are null");
@@ -67,7 +60,7 @@ void Optimizer::init_main_from_params() {
   at::NoGradGuard no_grad;
   for (auto& piece : pieces_) {
     if (piece.main_is_param) continue;
-    at::Tensor src = params_[piece.param].param.detach();
+    at::Tensor src = params_[piece.param].tensor.detach();
     piece.main.copy_(src.reshape(-1).narrow(0, piece.param_offset, piece.numel).view(piece.main.sizes()));
   }
 }
@@ -140,9 +133,9 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
       auto it = state.tensors.find(key);
       if (it == state.tensors.end()) throw std::runtime_error("optimizer state: missing tensor '" + key + "'");
       const at::Tensor& t = it->second;
-      if (!t.defined() || t.scalar_type() != at::kFloat || t.sizes() != params_[i].param.sizes()) {
+      if (!t.defined() || t.scalar_type() != at::kFloat || t.sizes() != params_[i].tensor.sizes()) {
         throw std::runtime_error("optimizer state: tensor '" + key + "' must be fp32 of shape " +
-                                 c10::str(params_[i].param.sizes()) + ", got " +
+                                 c10::str(params_[i].tensor.sizes()) + ", got " +
                                  (t.defined() ? std::string(c10::toString(t.scalar_type())) + " " + c10::str(t.sizes())
                                               : std::string("undefined")));
       }

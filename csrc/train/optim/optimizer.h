@@ -24,7 +24,7 @@
 #include "train/optim/grad_buffer.h"
 #include "train/optim/loss_scaler.h"
 #include "train/optim/optimizer_state.h"
-#include "train/trainable_param.h"
+#include "model/parameter.h"
 
 namespace loom::train::optim {
 
@@ -37,11 +37,6 @@ struct OptimizerOptions {
   /// trainer.gradient_clip_val; <= 0 disables clipping (the norm is still computed).
   double clip_grad = 1.0;
 };
-
-/// Maps model.optim.name: "fused_adam", "adamw", "adam" (decoupled decay as NeMo's FusedAdam in
-/// adam_w_mode) → plain; "distributed_fused_adam" → distributed. Throws std::invalid_argument
-/// naming the field otherwise.
-bool parse_distributed_optimizer(const std::string& name, const std::string& field = "model.optim.name");
 
 struct StepResult {
   /// Global L2 norm of the finalised, unscaled gradients before clipping (the same fp32 value
@@ -57,7 +52,7 @@ class Optimizer {
   /// Builds the plain or distributed optimizer for this rank's parameters. Parameter names must
   /// be unique; with `distributed`, all parameters must share one dtype. Throws
   /// std::invalid_argument naming the parameter or option.
-  static std::unique_ptr<Optimizer> create(TrainableParams params,
+  static std::unique_ptr<Optimizer> create(model::ParamList params,
                                            std::shared_ptr<runtime::ProcessGroups> groups,
                                            OptimizerOptions options);
   virtual ~Optimizer();
@@ -78,7 +73,7 @@ class Optimizer {
   int64_t step_count() const { return step_count_; }  ///< successful updates so far
   bool distributed() const { return options_.distributed; }
   GradBuffer& grads() { return *grads_; }
-  const TrainableParams& params() const { return params_; }
+  const model::ParamList& params() const { return params_; }
   const OptimizerOptions& options() const { return options_; }
 
   /// Whole-parameter fp32 state (see OptimizerState), identical in format for both layouts, so a
@@ -99,7 +94,7 @@ class Optimizer {
     bool main_is_param = false;  ///< `main` is the fp32 model parameter itself (plain, fp32)
   };
 
-  Optimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+  Optimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGroups> groups,
             OptimizerOptions options);
   /// Copies the model parameters into every piece's main tensor (unless they alias).
   void init_main_from_params();
@@ -112,7 +107,7 @@ class Optimizer {
   /// The group over which norms and overflow flags are reduced.
   runtime::Communicator& norm_group();
 
-  TrainableParams params_;
+  model::ParamList params_;
   std::shared_ptr<runtime::ProcessGroups> groups_;
   OptimizerOptions options_;
   std::unique_ptr<GradBuffer> grads_;

@@ -4,12 +4,12 @@
 
 namespace loom::train::optim {
 
-PlainOptimizer::PlainOptimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+PlainOptimizer::PlainOptimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGroups> groups,
                                OptimizerOptions options)
     : Optimizer(std::move(params), std::move(groups), options) {
   options_.distributed = false;
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor p = params_[i].param.detach();
+    at::Tensor p = params_[i].tensor.detach();
     Piece piece;
     piece.param = i;
     piece.numel = p.numel();
@@ -26,7 +26,7 @@ PlainOptimizer::PlainOptimizer(TrainableParams params, std::shared_ptr<runtime::
 void PlainOptimizer::publish_params() {
   at::NoGradGuard no_grad;
   for (auto& piece : pieces_) {
-    if (!piece.main_is_param) params_[piece.param].param.detach().copy_(piece.main);
+    if (!piece.main_is_param) params_[piece.param].tensor.detach().copy_(piece.main);
   }
 }
 

@@ -9,7 +9,7 @@ namespace loom::train::optim {
 
 class PlainOptimizer : public Optimizer {
  public:
-  PlainOptimizer(TrainableParams params, std::shared_ptr<runtime::ProcessGroups> groups,
+  PlainOptimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGroups> groups,
                  OptimizerOptions options);
 
  protected:
