@@ -26,12 +26,16 @@ CACHE=build-bundle            # downloads; matches /build*/ in .gitignore, never
 LIMIT_BYTES=$((64 * 1024 * 1024))
 MULTIARCH=x86_64-linux-gnu
 # -dev packages for headers and CMake/pkg-config files, runtime packages for the .so files
-# they name. spdlog is found by CMakeLists.txt but linked by no target; its library must still
-# exist because its CMake config checks the file. Gloo: headers only (the torch wheel links
-# Gloo in but ships no gloo/*.h; libgloo-dev's own dependencies are not needed for headers).
+# they name. Gloo: headers only (the torch wheel links Gloo in but ships no gloo/*.h;
+# libgloo-dev's own dependencies are not needed for headers). The codecs and tokenizers of
+# loom preprocess (zstd, zlib, xz, SentencePiece, utf8proc) and loom serve's HTTP server
+# (cpp-httplib, whose .pc requires openssl, zlib and brotli: their -dev files too).
 # pkgconf: used only if the host has no pkg-config of its own.
-APT_PACKAGES=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9 libspdlog-dev libspdlog1.10
+APT_PACKAGES=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9
               libcli11-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libgloo-dev
+              libzstd-dev libzstd1 zlib1g-dev zlib1g liblzma-dev liblzma5
+              libsentencepiece-dev libsentencepiece0 libutf8proc-dev libutf8proc2
+              libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 libbrotli-dev libbrotli1
               pkgconf-bin libpkgconf3)
 DATA_NAME=tinyshakespeare_text_document
 
@@ -125,7 +129,6 @@ write_config_files() {
 get_filename_component(_loom_usr "\${CMAKE_CURRENT_LIST_DIR}/prefix/usr" ABSOLUTE)
 set(yaml-cpp_DIR "\${_loom_usr}/lib/$MULTIARCH/cmake/yaml-cpp" CACHE PATH "" FORCE)
 set(fmt_DIR "\${_loom_usr}/lib/$MULTIARCH/cmake/fmt" CACHE PATH "" FORCE)
-set(spdlog_DIR "\${_loom_usr}/lib/$MULTIARCH/cmake/spdlog" CACHE PATH "" FORCE)
 set(CLI11_DIR "\${_loom_usr}/share/cmake/CLI11" CACHE PATH "" FORCE)
 set(nlohmann_json_DIR "\${_loom_usr}/share/cmake/nlohmann_json" CACHE PATH "" FORCE)
 EOF

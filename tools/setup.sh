@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Loom set-up for a fresh Debian 12 machine. Idempotent: a second run only checks.
-#   - Debian packages the C++ code builds against (yaml-cpp, spdlog/fmt, Catch2, CLI11,
+#   - Debian packages the C++ code builds against (yaml-cpp, fmt, Catch2, CLI11,
 #     nlohmann-json, PCRE2, ccache, ninja), and clang with libFuzzer for tools/fuzz
 #   - a project-local virtual environment (.venv) with the pinned torch wheel (LibTorch comes
 #     from it) and the test-only Python packages of tools/requirements-test.txt
@@ -11,7 +11,7 @@ cd "$here"
 
 TORCH_VERSION=2.11.0   # cu130 build on PyPI: matches nvcc 13.0 and the GPU hosts' torch
 APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
-              libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libcli11-dev
+              libyaml-cpp-dev libfmt-dev catch2 libcli11-dev
               nlohmann-json3-dev libpcre2-dev
               libzstd-dev zlib1g-dev liblzma-dev  # loom preprocess: .zst/.gz/.xz corpora
               zstd   # the zstd tool: test_data_corpus.py and bench_preprocess.py compress with it

@@ -3,8 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <gloo/config.h>  // headers only: c10d's ProcessGroupGloo.hpp includes gloo/*.h
+#include <httplib.h>
+#include <lzma.h>
 #include <pcre2.h>
+#include <sentencepiece_processor.h>
+#include <utf8proc.h>
 #include <yaml-cpp/yaml.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -20,7 +26,12 @@ int main(int argc, char** argv) {
   PCRE2_SIZE offset = 0;
   pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>("\\p{L}+"), PCRE2_ZERO_TERMINATED,
                                  PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-  const bool ok = a == 3 && j["a"] == 3 && re != nullptr;
+  // One call into each library that loom preprocess and loom serve link.
+  sentencepiece::SentencePieceProcessor sp;
+  const bool codecs = ZSTD_versionNumber() > 0 && zlibVersion() != nullptr && lzma_version_number() > 0;
+  const bool text = utf8proc_version() != nullptr;  // and the SentencePiece processor above links
+  httplib::Server server;
+  const bool ok = a == 3 && j["a"] == 3 && re != nullptr && codecs && text && server.is_valid();
   pcre2_code_free(re);
   std::printf("bundle check: %s (yaml-cpp, fmt %d, nlohmann_json %d.%d.%d, CLI11 %s, PCRE2 %d.%d)\n",
               ok ? "ok" : "FAILED", FMT_VERSION, NLOHMANN_JSON_VERSION_MAJOR,
