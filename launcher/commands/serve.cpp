@@ -1,0 +1,211 @@
+// `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
+// [--port N] [--api-key KEY] [--max-batch B] [--max-kv-tokens K]`: serves a training
+// checkpoint (any layout, resharded for t and split into p stages) over HTTP with NeMo's
+// `PUT /generate` and OpenAI's `POST /v1/completions` (docs/serving.md), continuous batching
+// in the engine (serve/engine.h). Rank 0 (first stage, TP rank 0) serves; the others follow
+// its broadcasts. Without launcher variables and t·p > 1 it starts t·p local ranks of itself.
+// Prints "loom serve: listening on http://HOST:PORT" on stderr once ready. SIGTERM/SIGINT:
+// new requests get 503, the accepted ones finish, exit 0. A rank that dies ends the server
+// with status 1; bad flags or checkpoint: 2.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "command_registry.h"
+#include "error_text.h"
+#include "config/recipe.h"
+#include "data/data_error.h"
+#include "generate/generate_run.h"
+#include "launch/env_rendezvous.h"
+#include "launch/local_launcher.h"
+#include "model/gpt_stage.h"
+#include "runtime/cpu_threads.h"
+#include "runtime/process_groups.h"
+#include "serve/http_server.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_stop_signal(int) { g_stop = true; }
+
+struct ServeJob {
+  loom::generate::GenerateRequest request;  // checkpoint, iteration, t, tokenizer, accelerator
+  int pipeline_parallel = 1;
+  loom::serve::HttpOptions http;
+  loom::serve::EngineOptions engine;
+  std::string model_name;
+};
+
+// Checks everything before any rank starts; throws GenerateInputError naming the flag.
+loom::generate::GeneratePlan plan(const ServeJob& job) {
+  auto plan = loom::generate::plan_generation(job.request);
+  const auto config = loom::generate::inference_config(plan.info.layout.model_shape, plan.model_options);
+  if (job.pipeline_parallel < 1 || config.num_layers % job.pipeline_parallel != 0)
+    throw loom::generate::GenerateInputError(fmt::format(
+        "--pipeline-parallel {}: expected a divisor of the model's {} layers", job.pipeline_parallel, config.num_layers));
+  if (job.engine.max_batch < 1)
+    throw loom::generate::GenerateInputError(fmt::format("--max-batch: expected >= 1, found {}", job.engine.max_batch));
+  if (job.engine.max_kv_tokens < 0)
+    throw loom::generate::GenerateInputError(
+        fmt::format("--max-kv-tokens: expected >= 0 (0: max-batch x context), found {}", job.engine.max_kv_tokens));
+  if (job.http.port < 0 || job.http.port > 65535)
+    throw loom::generate::GenerateInputError(fmt::format("--port: expected 0..65535, found {}", job.http.port));
+  return plan;
+}
+
+int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
+  const std::string who = info.world_size > 1 ? fmt::format("loom serve: [rank {}] ", info.rank) : "loom serve: ";
+  auto fail = [&](int code, const std::string& what) {
+    loom::launch::record_rank_error(what);
+    std::cerr << who << "error: " << what << std::endl;
+    return code;
+  };
+  try {
+    const auto p = plan(job);
+    const int t = p.tensor_parallel, pp = job.pipeline_parallel;
+    if (info.world_size != t * pp)
+      return fail(2, fmt::format("{} ranks were started for t = {} x p = {}", info.world_size, t, pp));
+    if (info.rank == 0) {
+      std::signal(SIGTERM, on_stop_signal);
+      std::signal(SIGINT, on_stop_signal);
+    } else {  // the serving rank stops the others once its requests are done
+      std::signal(SIGTERM, SIG_IGN);
+      std::signal(SIGINT, SIG_IGN);
+    }
+    loom::runtime::use_fair_share_of_cores(info.local_world_size);
+    loom::runtime::ProcessGroupOptions opt;
+    opt.tensor_parallel = t;
+    opt.pipeline_parallel = pp;
+    opt.timeout = std::chrono::seconds(60);
+    opt.device = loom::runtime::select_run_device(
+        p.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu, info.local_rank);
+    auto groups = loom::runtime::ProcessGroups::create(info, opt);
+    const auto config = loom::generate::inference_config(p.info.layout.model_shape, p.model_options);
+    const auto coords = groups->coords();
+    loom::model::GptStage stage(config, groups->tensor_ptr(),
+                                loom::model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(), groups->device());
+    {
+      const auto checkpoint = loom::generate::read_full_checkpoint(p.location.checkpoints, p.info);
+      loom::generate::fill_stage_parameters(checkpoint, stage, coords.tp, t);
+    }
+    loom::data::Gpt2Tokenizer tokenizer(p.vocab_file, p.merge_file);
+    if (static_cast<int64_t>(tokenizer.vocab_size()) != config.vocab_size)
+      return fail(2, fmt::format("the tokenizer {} has {} tokens, the checkpoint's model a vocabulary of {}",
+                                 p.vocab_file, tokenizer.vocab_size(), config.vocab_size));
+    job.engine.eod_id = tokenizer.eod_id();
+    job.engine.decode = [&tokenizer](const std::vector<int64_t>& ids) {
+      return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));
+    };
+    loom::serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                                 groups->layout().rank_of({0, 0, pp - 1})};
+    loom::serve::GenerationEngine engine(stage, eg, job.engine);
+    if (info.rank == 0) {
+      loom::serve::ApiContext api{&tokenizer, config.max_position_embeddings, job.model_name};
+      loom::serve::HttpServer server(engine, api, job.http);
+      std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
+                               job.model_name, p.info.iteration, t, pp, engine.options().max_batch,
+                               engine.options().max_kv_tokens)
+                << fmt::format("{}listening on http://{}:{}", who, job.http.host, server.port()) << std::endl;
+      server.run(g_stop);
+      std::cerr << who << "stopped" << std::endl;
+    } else {
+      loom::serve::follow(engine);
+    }
+    groups->shutdown();
+    return 0;
+  } catch (const loom::generate::GenerateInputError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::train::CheckpointError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::data::DataError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::config::RecipeError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const std::exception& e) {
+    return fail(1, loom::cli::error_text(e));
+  }
+}
+
+int serve_command(int argc, char** argv) {
+  CLI::App app{"Serve a training checkpoint over HTTP (NeMo and OpenAI completion APIs, continuous batching)."};
+  ServeJob job;
+  int64_t iteration = -1, max_body_mb = 8;
+  app.add_option("--checkpoint", job.request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory")
+      ->required();
+  app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
+  app.add_option("--tensor-parallel", job.request.tensor_parallel, "tensor-parallel ranks (default: the checkpoint's)");
+  app.add_option("--pipeline-parallel", job.pipeline_parallel, "pipeline stages")->capture_default_str();
+  app.add_option("--host", job.http.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", job.http.port, "port (0: any free one, printed)")->capture_default_str();
+  app.add_option("--api-key", job.http.api_key, "require Authorization: Bearer KEY (default: $LOOM_API_KEY, else none)");
+  app.add_option("--max-batch", job.engine.max_batch, "requests decoding together")->capture_default_str();
+  app.add_option("--max-kv-tokens", job.engine.max_kv_tokens,
+                 "KV-cache positions the running requests may reserve (prompt + max tokens; 0: max-batch x context)")
+      ->capture_default_str();
+  app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB (413 beyond)")->capture_default_str();
+  app.add_option("--model-name", job.model_name, "the model id the API reports (default: the checkpoint folder's name)");
+  app.add_option("--vocab-file", job.request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
+  app.add_option("--merge-file", job.request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
+  app.add_option("--accelerator", job.request.accelerator, "cpu or gpu (default: the run's trainer.accelerator)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (app.count("--iteration")) job.request.iteration = iteration;
+  if (app.count("--tensor-parallel") && job.request.tensor_parallel < 1) {
+    std::cerr << "loom serve: error: --tensor-parallel: expected an integer >= 1\n";
+    return 2;
+  }
+  if (max_body_mb < 1 || max_body_mb > 4096) {
+    std::cerr << "loom serve: error: --max-body-mb: expected 1..4096, found " << max_body_mb << "\n";
+    return 2;
+  }
+  job.http.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
+  if (job.http.api_key.empty())
+    if (const char* key = std::getenv("LOOM_API_KEY")) job.http.api_key = key;
+  if (job.model_name.empty()) {
+    auto path = std::filesystem::absolute(job.request.checkpoint).lexically_normal();
+    if (path.filename().empty()) path = path.parent_path();
+    job.model_name = path.filename().string();
+  }
+
+  loom::launch::RendezvousInfo info;
+  try {
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "loom serve: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
+  int ranks = 1;
+  try {
+    ranks = plan(job).tensor_parallel * job.pipeline_parallel;
+  } catch (const std::exception& e) {
+    std::cerr << "loom serve: error: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  if (ranks == 1) return run_rank(job, info);
+  loom::launch::LaunchOptions opt;
+  opt.argv = {loom::launch::self_executable(), "serve"};
+  for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
+  opt.nproc = ranks;
+  opt.grace_s = 300;  // SIGTERM: the serving rank finishes the requests in flight
+  try {
+    auto result = loom::launch::launch_local(opt);
+    if (result.exit_code() != 0) std::cerr << "loom serve: " << result.summary() << "\n";
+    return result.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "loom serve: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("serve", "serve a checkpoint over HTTP (NeMo and OpenAI APIs, batched)", serve_command);

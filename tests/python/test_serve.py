@@ -1,0 +1,284 @@
+"""`loom serve` through real HTTP clients (`requests` and the `openai` package): OpenAI's
+completions (text, lists, token ids, echo + logprobs + max_tokens 0 as lm-eval's
+local-completions model sends them, seeds, stop strings, server-sent events), NeMo's
+PUT /generate, the same answers as `loom generate` and under t = 2 × p = 2, concurrent requests
+equal to sequential ones, every bad input of the issue answered with a 4xx naming the field
+while the server keeps serving, the API key, SIGTERM finishing the requests in flight, a dead
+rank ending the server, and a soak (16 clients × 100 requests; LOOM_SERVE_SOAK_FULL=1 or
+tools/test.sh --full: 64 × 500) with every response complete and the memory bounded."""
+import concurrent.futures
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import openai
+import pytest
+import requests
+
+from serve_helpers import Server, wait_exit
+from test_data_helpers import ROOT, loom_binary
+from train_helpers import make_corpus, run_train, tiny_overrides
+
+PROMPTS = ["To be, or not to be", "ROMEO:", "First Citizen:\nBefore we proceed", "O", "What light through yonder"]
+FULL_SOAK = os.environ.get("LOOM_SERVE_SOAK_FULL") == "1"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    corpus = make_corpus(tmp_path_factory)
+    out = tmp_path_factory.mktemp("serve_run") / "run"
+    run_train(tiny_overrides(corpus, out, steps=10, extra=["model.max_position_embeddings=64"]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    with Server(run_dir, "--max-batch", 8) as s:
+        yield s
+
+
+def complete(url, **body):
+    r = requests.post(url + "/v1/completions", json={"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0, **body},
+                      timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def loom_generate(run_dir, prompt, n):
+    done = subprocess.run([str(loom_binary()), "generate", "--checkpoint", str(run_dir), "--prompt", prompt,
+                           "--max-new-tokens", str(n), "--greedy"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(prompt)
+    return done.stdout[len(prompt):-1]  # the continuation (print adds a newline)
+
+
+def test_health_models_and_the_openai_client(server, run_dir):
+    assert requests.get(server.url + "/health", timeout=10).json() == {"status": "ok"}
+    models = requests.get(server.url + "/v1/models", timeout=10).json()
+    assert models["data"][0]["id"] == "run" and models["data"][0]["max_model_len"] == 64
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    out = client.completions.create(model="run", prompt=PROMPTS[0], max_tokens=10, temperature=0)
+    assert out.choices[0].text == loom_generate(run_dir, PROMPTS[0], 10)
+    assert out.choices[0].finish_reason in ("length", "stop")
+    assert out.usage.prompt_tokens == len(complete(server.url, prompt=PROMPTS[0], max_tokens=0, echo=True,
+                                                   logprobs=0)["choices"][0]["logprobs"]["tokens"])
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+
+
+def test_concurrent_requests_equal_sequential_ones(server):
+    bodies = [{"prompt": p, "max_tokens": 6 + i % 7, "temperature": 0, "logprobs": 2} for i, p in
+              enumerate(PROMPTS * 4)]
+    bodies += [{"prompt": p, "max_tokens": 10, "temperature": 0.9, "top_k": 40, "top_p": 0.95, "seed": 11 + i}
+               for i, p in enumerate(PROMPTS)]
+    sequential = [complete(server.url, **b)["choices"][0] for b in bodies]
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+        concurrent_ = list(pool.map(lambda b: complete(server.url, **b)["choices"][0], bodies))
+    for a, b in zip(concurrent_, sequential):
+        assert a["text"] == b["text"]
+        if a["logprobs"]:
+            assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"]
+            for x, y in zip(a["logprobs"]["token_logprobs"], b["logprobs"]["token_logprobs"]):
+                assert abs(x - y) < 1e-4
+
+
+def test_lm_eval_loglikelihood_shape(server):
+    """local-completions sends token ids, echo, logprobs and max_tokens 0 (or 1) and reads
+    token_logprobs[ctxlen:] and top_logprobs; the echoed prompt's log-probabilities equal those
+    of the same tokens when they were generated."""
+    nemo = requests.put(server.url + "/generate", json={"sentences": [PROMPTS[2]], "tokens_to_generate": 6,
+                                                         "greedy": True, "compute_logprob": True,
+                                                         "end_strings": []}, timeout=60).json()
+    ids, generated_lp = nemo["token_ids"][0], nemo["logprob"][0]
+    context = complete(server.url, prompt=PROMPTS[2], max_tokens=0, echo=True, logprobs=1)["choices"][0]
+    ctx_ids_len = len(context["logprobs"]["tokens"])
+    assert len(ids) == ctx_ids_len + 6
+    body = {"model": "run", "prompt": [ids, ids[:ctx_ids_len]], "max_tokens": 0, "echo": True, "logprobs": 1,
+            "temperature": 0, "seed": 1234}
+    out = requests.post(server.url + "/v1/completions", json=body, timeout=60).json()
+    full, ctx = out["choices"][0], out["choices"][1]
+    assert [c["index"] for c in out["choices"]] == [0, 1]
+    lp = full["logprobs"]["token_logprobs"]
+    assert lp[0] is None and len(lp) == len(ids) and all(x <= 0 for x in lp[1:])
+    assert ctx["logprobs"]["token_logprobs"] == pytest.approx(lp[:ctx_ids_len], abs=1e-5, nan_ok=True)
+    # Scored in one prefill = scored token by token while they were generated.
+    assert lp[1:] == pytest.approx(generated_lp, abs=1e-4)
+    continuation = lp[ctx_ids_len:]
+    # Greedy tokens are each the argmax: is_greedy as lm-eval computes it.
+    for tok, top in zip(continuation, full["logprobs"]["top_logprobs"][ctx_ids_len:]):
+        assert tok == pytest.approx(max(top.values()), abs=1e-6)
+    assert full["text"] == nemo["sentences"][0]
+    # max_tokens 1 (newer lm-eval): the same prompt values, one more token at the end.
+    one = requests.post(server.url + "/v1/completions", json={**body, "prompt": ids, "max_tokens": 1}, timeout=60)
+    assert one.json()["choices"][0]["logprobs"]["token_logprobs"][:-1] == pytest.approx(lp, abs=1e-5, nan_ok=True)
+
+
+def test_seed_stop_and_streaming(server):
+    body = {"prompt": PROMPTS[1], "max_tokens": 16, "temperature": 1.0, "seed": 77}
+    a, b = complete(server.url, **body), complete(server.url, **body)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"]
+    other = complete(server.url, **{**body, "seed": 78})
+    assert other["choices"][0]["text"] != a["choices"][0]["text"]
+    # A stop string cuts the text before it and ends the request.
+    text = complete(server.url, prompt=PROMPTS[0], max_tokens=16)["choices"][0]["text"]
+    stop = text[3:5]
+    cut = complete(server.url, prompt=PROMPTS[0], max_tokens=16, stop=[stop])["choices"][0]
+    assert cut["text"] == text[:text.index(stop)] and cut["finish_reason"] == "stop"
+    # Server-sent events through the openai client: the chunks add up to the whole text.
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    chunks = list(client.completions.create(model="run", prompt=PROMPTS[1], max_tokens=16, temperature=1.0, seed=77,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == a["choices"][0]["text"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == a["choices"][0]["finish_reason"]
+    assert chunks[-1].usage.completion_tokens == a["usage"]["completion_tokens"]
+
+
+def test_nemo_generate(server, run_dir):
+    body = {"sentences": PROMPTS[:3], "tokens_to_generate": 8, "greedy": True, "compute_logprob": True,
+            "end_strings": ["<|endoftext|>"], "add_BOS": False, "all_probs": False, "temperature": 1.0, "top_k": 0,
+            "top_p": 0.9, "repetition_penalty": 1.0, "min_tokens_to_generate": 0, "random_seed": 3}
+    out = requests.put(server.url + "/generate", json=body, timeout=120).json()
+    assert set(out) == {"sentences", "tokens", "logprob", "token_ids", "offsets"}
+    for i, prompt in enumerate(PROMPTS[:3]):
+        assert out["sentences"][i] == prompt + loom_generate(run_dir, prompt, 8)
+        assert "".join(out["tokens"][i]) == out["sentences"][i]
+        assert len(out["logprob"][i]) == len(out["token_ids"][i]) - 1
+        assert out["offsets"][i][0] == 0 and out["offsets"][i] == sorted(out["offsets"][i])
+    with_probs = requests.put(server.url + "/generate", json={**body, "all_probs": True}, timeout=120).json()
+    assert len(with_probs["full_logprob"][0]) == len(with_probs["logprob"][0])
+
+
+def huge_body():
+    return b'{"prompt": "' + b"a" * (100 << 20) + b'"}'
+
+
+BAD = [
+    ("malformed JSON", b'{"prompt": "x", ', 400, "body"),
+    ("not an object", b'[1, 2]', 400, "body"),
+    ("wrong type", json.dumps({"prompt": "x", "max_tokens": "ten"}).encode(), 400, "max_tokens"),
+    ("unknown field", json.dumps({"prompt": "x", "max_tokenz": 3}).encode(), 400, "max_tokenz"),
+    ("prompt past the context", json.dumps({"prompt": list(range(65))}).encode(), 400, "prompt"),
+    ("max_tokens past the context", json.dumps({"prompt": "x", "max_tokens": 64}).encode(), 400, "max_tokens"),
+    ("negative max_tokens", json.dumps({"prompt": "x", "max_tokens": -1}).encode(), 400, "max_tokens"),
+    ("token id outside the vocabulary", json.dumps({"prompt": [1, 60000]}).encode(), 400, "prompt"),
+    ("invalid UTF-8", b'{"prompt": "\xff\xfe bad"}', 400, "body"),
+    ("temperature below 0", json.dumps({"prompt": "x", "temperature": -1}).encode(), 400, "temperature"),
+    ("top_p 0", json.dumps({"prompt": "x", "top_p": 0}).encode(), 400, "top_p"),
+    ("logprobs past 20", json.dumps({"prompt": "x", "logprobs": 50}).encode(), 400, "logprobs"),
+    ("another model", json.dumps({"prompt": "x", "model": "gpt-4"}).encode(), 404, "model"),
+    ("100 MB body", None, 413, "body"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,field", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_refused_and_the_next_request_served(server, name, body, status, field):
+    r = requests.post(server.url + "/v1/completions", data=huge_body() if body is None else body,
+                      headers={"Content-Type": "application/json"}, timeout=120)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert error["param"] == field and field in error["message"]
+    assert complete(server.url, max_tokens=2)["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_bad_nemo_input_names_the_field(server):
+    for body, field in [({"sentences": "x"}, "sentences"), ({"sentences": ["x"], "tokens_to_generate": 1.5},
+                                                              "tokens_to_generate"),
+                        ({"sentences": ["x"], "greedy": "yes"}, "greedy"), ({"prompts": ["x"]}, "prompts")]:
+        r = requests.put(server.url + "/generate", json=body, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+
+
+def test_a_client_leaving_mid_stream_does_not_stop_the_server(server):
+    body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 40, "stream": True, "temperature": 0}).encode()
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        received = b""
+        while b"data:" not in received:  # the headers, then the first event
+            chunk = s.recv(4096)
+            assert chunk, received
+            received += chunk
+        s.close()
+    assert complete(server.url, max_tokens=3)["choices"][0]["text"] is not None
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_api_key_and_sigterm_finishing_requests_in_flight(run_dir):
+    server = Server(run_dir, "--api-key", "sesame", "--max-batch", 4)
+    try:
+        assert requests.get(server.url + "/health", timeout=10).status_code == 401
+        r = requests.post(server.url + "/v1/completions", json={"prompt": "x"},
+                          headers={"Authorization": "Bearer wrong"}, timeout=10)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        auth = {"Authorization": "Bearer sesame"}
+        results = []
+
+        def slow():
+            results.append(requests.post(server.url + "/v1/completions", headers=auth, timeout=120,
+                                         json={"prompt": PROMPTS[0], "max_tokens": 40, "temperature": 0,
+                                               "min_tokens": 40}))
+
+        threads = [threading.Thread(target=slow) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        assert server.terminate() == 0
+        for t in threads:
+            t.join()
+        assert [r.status_code for r in results] == [200] * 4
+        assert all(r.json()["usage"]["completion_tokens"] == 40 for r in results)
+    finally:
+        server.stop()
+
+
+def test_tp2_pp2_server_answers_as_the_single_process_one(server, run_dir):
+    bodies = [{"prompt": p, "max_tokens": 8, "temperature": 0, "logprobs": 1, "echo": True} for p in PROMPTS]
+    expected = [complete(server.url, **b)["choices"][0] for b in bodies]
+    with Server(run_dir, "--tensor-parallel", 2, "--pipeline-parallel", 2) as parallel:
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            got = list(pool.map(lambda b: complete(parallel.url, **b)["choices"][0], bodies))
+        assert parallel.terminate() == 0
+    for a, b in zip(got, expected):
+        assert a["text"] == b["text"]
+        assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-4, nan_ok=True)
+
+
+def test_a_dead_rank_ends_the_server_promptly(run_dir):
+    with Server(run_dir, "--tensor-parallel", 2) as s:
+        ranks = s.ranks()
+        assert len(ranks) == 2
+        os.kill(max(ranks), signal.SIGKILL)
+        code = wait_exit(s.proc, 60)
+        assert code is not None and code != 0, "".join(s.log)[-3000:]
+
+
+def test_soak(server):
+    clients, per_client = (64, 500) if FULL_SOAK else (16, 100)
+    pid = server.ranks()[0]
+    complete(server.url, max_tokens=4)
+    before = server.rss_kib(pid)
+    failures = []
+
+    def client(c):
+        session = requests.Session()
+        for i in range(per_client):
+            n = 1 + (c + i) % 6
+            r = session.post(server.url + "/v1/completions", timeout=300,
+                             json={"prompt": PROMPTS[(c + i) % len(PROMPTS)], "max_tokens": n,
+                                   "temperature": 0.7, "seed": i, "min_tokens": n})
+            body = r.json() if r.status_code == 200 else None
+            if not body or body["usage"]["completion_tokens"] != n or body["choices"][0]["finish_reason"] != "length":
+                failures.append((c, i, r.status_code, r.text[:200]))
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    assert not failures, failures[:5]
+    grown_mib = (server.rss_kib(pid) - before) / 1024
+    assert grown_mib < 200, f"the server grew by {grown_mib:.0f} MiB over the soak"
+    assert requests.get(server.url + "/health", timeout=10).json() == {"status": "ok"}
