@@ -2,9 +2,8 @@
 // exact-match accuracy of greedy answers, from one teacher-forced forward pass. Greedy
 // decoding yields exactly the gold answer and then stops iff every answer position's argmax
 // (the lowest id among equal maxima, the greedy sampler's rule) is the gold next token, the
-// <|endoftext|> after the answer included. The check runs on vocab-parallel logit shards with
-// three reductions over the tensor-parallel group (global max, gold logit, a lower id tying
-// the max); the full logits are never gathered.
+// <|endoftext|> after the answer included. The check runs on vocab-parallel logit shards
+// (model/vocab_parallel_argmax.h); the full logits are never gathered.
 #pragma once
 #include <ATen/core/Tensor.h>
 

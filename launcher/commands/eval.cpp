@@ -1,0 +1,229 @@
+// `loom eval --checkpoint DIR --tasks KIND:PATH[,...] [--task-file FILE] [--tensor-parallel t]
+// [--pipeline-parallel p] [--data-parallel d] [--batch-size B] [--limit N] [--max-length N]
+// [--bootstrap-iters N] [--output results.json] [--log-samples]`: scores a training checkpoint
+// (saved at any layout) on tasks in lm-evaluation-harness's formats with its rules
+// (eval/eval_run.h, docs/design/evaluation.md). Without launcher variables and t·p·d > 1 it
+// starts t·p·d local ranks of itself. Prints the harness-style table on stdout; progress and
+// errors go to stderr; --output writes the harness-shaped results JSON, --log-samples beside
+// it <stem>_samples_<task>.jsonl. Exit 0 ok, 2 bad input, 1 runtime failure.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "command_registry.h"
+#include "config/recipe.h"
+#include "data/data_error.h"
+#include "error_text.h"
+#include "eval/eval_error.h"
+#include "eval/eval_run.h"
+#include "launch/env_rendezvous.h"
+#include "launch/local_launcher.h"
+#include "runtime/cpu_threads.h"
+#include "runtime/process_groups.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+using loom::eval::EvalRequest;
+
+struct EvalJob {
+  EvalRequest request;
+  std::string output;
+  bool log_samples = false;
+};
+
+// rank 0's progress line: rewritten in place on a terminal, a plain line every ~10% (and at the
+// end) otherwise.
+class ProgressLine {
+ public:
+  explicit ProgressLine(int replicas) : replicas_(replicas), tty_(isatty(STDERR_FILENO) == 1) {}
+  void operator()(int64_t done, int64_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const std::string text = fmt::format("loom eval: {}/{} requests{}, {:.1f} s", done, total,
+                                         replicas_ > 1 ? " (replica 0 of " + std::to_string(replicas_) + ")" : "", s);
+    if (tty_) {
+      std::cerr << "\r" << text << (done == total ? "\n" : "") << std::flush;
+    } else if (done == total || done * 10 / std::max<int64_t>(total, 1) > last_decile_) {
+      last_decile_ = done * 10 / std::max<int64_t>(total, 1);
+      std::cerr << text << "\n";
+    }
+  }
+
+ private:
+  int replicas_;
+  bool tty_;
+  int64_t last_decile_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+std::string samples_path(const std::string& output, const std::string& task) {
+  std::filesystem::path p(output);
+  return (p.parent_path() / (p.stem().string() + "_samples_" + task + ".jsonl")).string();
+}
+
+void write_outputs(const EvalJob& job, const loom::eval::EvalPlan& plan,
+                   const std::vector<loom::eval::TaskResult>& results, double seconds) {
+  const nlohmann::json j = loom::eval::results_json(plan, job.request, results, seconds);
+  if (!job.output.empty()) {
+    std::ofstream f(job.output, std::ios::trunc);
+    if (!f) throw std::runtime_error("--output " + job.output + ": cannot write the file");
+    f << j.dump(2) << "\n";
+    if (!f.flush()) throw std::runtime_error("--output " + job.output + ": write failed");
+  }
+  if (job.log_samples) {
+    for (size_t t = 0; t < plan.tasks.size(); ++t) {
+      const std::string path = samples_path(job.output, plan.tasks[t].spec.name);
+      std::ofstream f(path, std::ios::trunc);
+      if (!f) throw std::runtime_error("--log-samples: cannot write " + path);
+      for (const auto& rec : loom::eval::sample_records(plan.tasks[t], results[t])) f << rec.dump() << "\n";
+      if (!f.flush()) throw std::runtime_error("--log-samples: write failed: " + path);
+    }
+  }
+  std::cout << loom::eval::results_table(j) << std::flush;
+}
+
+int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
+  const std::string who = info.world_size > 1 ? fmt::format("loom eval: [rank {}] ", info.rank) : "loom eval: ";
+  auto fail = [&](int code, const std::string& what) {
+    loom::launch::record_rank_error(what);
+    std::cerr << who << "error: " << what << "\n";
+    return code;
+  };
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    const EvalRequest& request = job.request;
+    const auto plan = loom::eval::plan_eval(request);
+    const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
+    if (info.world_size != world)
+      return fail(2, fmt::format("{} ranks were started for t × p × d = {}", info.world_size, world));
+    loom::runtime::use_fair_share_of_cores(info.local_world_size);
+    loom::runtime::ProcessGroupOptions opt;
+    opt.tensor_parallel = request.tensor_parallel;
+    opt.pipeline_parallel = request.pipeline_parallel;
+    opt.device = loom::runtime::select_run_device(
+        plan.model.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu,
+        info.local_rank);
+    auto groups = loom::runtime::ProcessGroups::create(info, opt);
+    ProgressLine progress(request.data_parallel);
+    loom::eval::ScoringProgress report;
+    if (info.rank == 0) report = [&progress](int64_t done, int64_t total) { progress(done, total); };
+    const auto results = loom::eval::run_eval(plan, request, *groups, report);
+    groups->shutdown();
+    if (info.rank == 0) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      write_outputs(job, plan, results, seconds);
+      std::cerr << fmt::format("loom eval: {} tasks, iteration {}, t = {}, p = {}, d = {}, {:.2f} s{}\n",
+                               plan.tasks.size(), plan.model.info.iteration, request.tensor_parallel,
+                               request.pipeline_parallel, request.data_parallel, seconds,
+                               job.output.empty() ? "" : "; results in " + job.output);
+    }
+    return 0;
+  } catch (const loom::eval::EvalInputError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::generate::GenerateInputError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::train::CheckpointError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::data::DataError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const loom::config::RecipeError& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const std::invalid_argument& e) {
+    return fail(2, loom::cli::error_text(e));
+  } catch (const std::exception& e) {
+    return fail(1, loom::cli::error_text(e));
+  }
+}
+
+int eval_command(int argc, char** argv) {
+  CLI::App app{"Score a training checkpoint on lm-evaluation-harness tasks (LAMBADA, multiple choice, "
+               "rolling log-likelihood) from local files, under any tensor/pipeline/data-parallel layout."};
+  EvalJob job;
+  EvalRequest& request = job.request;
+  int64_t iteration = -1;
+  std::string tasks, task_file;
+  app.add_option("--checkpoint", request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory")
+      ->required();
+  app.add_option("--tasks", tasks,
+                 "comma-separated KIND:PATH or NAME=KIND:PATH; kinds: lambada, mc, hellaswag, piqa, arc, wikitext, "
+                 "rolling (JSONL files, docs/design/evaluation.md)");
+  app.add_option("--task-file", task_file, "a file of task specs, one per line (paths relative to the file)");
+  app.add_option("--tensor-parallel", request.tensor_parallel, "tensor-parallel ranks")->capture_default_str();
+  app.add_option("--pipeline-parallel", request.pipeline_parallel, "pipeline stages")->capture_default_str();
+  app.add_option("--data-parallel", request.data_parallel, "data-parallel replicas (split the requests)")
+      ->capture_default_str();
+  app.add_option("--batch-size", request.batch_size, "requests per forward pass")->capture_default_str();
+  app.add_option("--limit", request.limit, "only the first N documents of each task (0: all)")->capture_default_str();
+  app.add_option("--max-length", request.max_length,
+                 "context window in tokens (default: the model's max_position_embeddings, as the harness's hf model)");
+  app.add_option("--bootstrap-iters", request.bootstrap_iters,
+                 "bootstrap draws for the perplexity stderr (the harness's default; 0: no stderr)")
+      ->capture_default_str();
+  app.add_option("--output", job.output, "write the results JSON (lm-evaluation-harness's layout) here");
+  app.add_flag("--log-samples", job.log_samples,
+               "also write each task's per-document log-likelihoods to <output stem>_samples_<task>.jsonl");
+  app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
+  app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
+  app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
+  app.add_option("--accelerator", request.accelerator, "cpu or gpu (default: the run's trainer.accelerator)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (app.count("--iteration") > 0) request.iteration = iteration;
+  try {
+    if (tasks.empty() && task_file.empty())
+      throw loom::eval::EvalInputError("give the tasks with --tasks KIND:PATH[,...] or --task-file FILE");
+    if (!tasks.empty()) request.tasks = loom::eval::parse_task_specs(tasks, "--tasks");
+    if (!task_file.empty())
+      for (auto& spec : loom::eval::read_task_file(task_file)) request.tasks.push_back(spec);
+    if (job.log_samples && job.output.empty())
+      throw loom::eval::EvalInputError("--log-samples needs --output FILE (the samples go beside it)");
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+
+  loom::launch::RendezvousInfo info;
+  try {
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
+
+  // One process: check everything here (tasks, checkpoint, layout), then run in place or start the ranks.
+  try {
+    (void)loom::eval::plan_eval(request);
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
+  if (world == 1) return run_rank(job, info);
+  loom::launch::LaunchOptions opt;
+  opt.argv = {loom::launch::self_executable(), "eval"};
+  for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
+  opt.nproc = world;
+  opt.prefix_output = false;  // stdout is the table (rank 0 only)
+  try {
+    auto result = loom::launch::launch_local(opt);
+    if (result.exit_code() != 0) std::cerr << "loom eval: " << result.summary() << "\n";
+    return result.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("eval", "score a checkpoint on lm-evaluation-harness tasks (LAMBADA, multiple choice, WikiText)",
+                      eval_command);
