@@ -8,11 +8,16 @@
 #include <set>
 #include <stdexcept>
 
-#include "ptune/safetensors_file.h"
+#include "tensor_io/safetensors_file.h"
 
 namespace fs = std::filesystem;
 
 namespace loom::ptune {
+
+using tensor_io::read_safetensors;
+using tensor_io::SafetensorsContent;
+using tensor_io::write_safetensors;
+
 namespace {
 
 constexpr const char* kIndexFile = "index.json";
@@ -134,6 +139,9 @@ PromptTables read_prompt_tables(const std::string& dir_or_run) {
       auto it = content.tensors.find(kTensorName);
       if (it == content.tensors.end())
         throw std::invalid_argument((dir / file).string() + ": no tensor '" + kTensorName + "'");
+      if (it->second.scalar_type() != at::kFloat)
+        throw std::invalid_argument((dir / file).string() + ": tensor '" + kTensorName + "' is " +
+                                    c10::toString(it->second.scalar_type()) + ", expected F32");
       t.vectors = it->second;
       const int64_t tokens = entry.at("tokens").get<int64_t>(), hidden = entry.at("hidden").get<int64_t>();
       if (t.vectors.dim() != 2 || t.vectors.size(0) != tokens || t.vectors.size(1) != hidden ||

@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include "train/checkpoint_serialize.h"
+
 #include "launch/file_util.h"
 
 #include <ATen/ATen.h>
@@ -61,6 +63,24 @@ nlohmann::json layout_json(const CheckpointLayout& l) {
 
 }  // namespace
 
+std::vector<char> serialize_rank_checkpoint(const RankCheckpoint& state, int64_t iteration) {
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  nlohmann::json meta = {{"shards", state.shard_info}, {"values", state.values}, {"iteration", iteration}};
+  top.insert("model", tensor_dict(state.model));
+  top.insert("optimizer", tensor_dict(state.optimizer));
+  top.insert("meta", meta.dump());
+  return torch::pickle_save(top);
+}
+
+nlohmann::json shard_file_record(const std::vector<char>& bytes) {
+  return {{"bytes", static_cast<int64_t>(bytes.size())}, {"fnv1a64", fmt::format("{:016x}", fnv1a(bytes))}};
+}
+
+nlohmann::json checkpoint_metadata(int64_t iteration, const CheckpointLayout& layout, const nlohmann::json& files) {
+  return {{"format", "loom-megatron-legacy-1"}, {"iteration", iteration}, {"layout", layout_json(layout)},
+          {"files", files}};
+}
+
 CommitResult save_checkpoint(const std::string& dir, int64_t iteration, const CheckpointLayout& layout,
                      const RankCheckpoint& state, runtime::ProcessGroups& groups) {
   const auto coords = groups.coords();
@@ -88,13 +108,7 @@ CommitResult save_checkpoint(const std::string& dir, int64_t iteration, const Ch
   // host: values of the file system, exchanged on the host group.
   at::Tensor sizes = at::zeros({world}, at::kLong), hashes = at::zeros({world}, at::kLong);
   if (coords.dp == 0) {
-    c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
-    nlohmann::json meta = {{"shards", state.shard_info}, {"values", state.values},
-                           {"iteration", iteration}};
-    top.insert("model", tensor_dict(state.model));
-    top.insert("optimizer", tensor_dict(state.optimizer));
-    top.insert("meta", meta.dump());
-    std::vector<char> bytes = torch::pickle_save(top);
+    std::vector<char> bytes = serialize_rank_checkpoint(state, iteration);
     fs::create_directories(tmp_dir / mp_name);
     write_file(tmp_dir / mp_name / kShardFile, bytes.data(), bytes.size());
     sizes[groups.rank()] = static_cast<int64_t>(bytes.size());
@@ -115,8 +129,7 @@ CommitResult save_checkpoint(const std::string& dir, int64_t iteration, const Ch
         files[rel] = {{"bytes", sizes[r].item<int64_t>()},
                       {"fnv1a64", fmt::format("{:016x}", uint64_t(hashes[r].item<int64_t>()))}};
       }
-      nlohmann::json metadata = {{"format", "loom-megatron-legacy-1"}, {"iteration", iteration},
-                                 {"layout", layout_json(layout)}, {"files", files}};
+      const nlohmann::json metadata = checkpoint_metadata(iteration, layout, files);
       // metadata.json last: its presence marks the folder complete (checkpoint_files.h).
       write_text_atomically((tmp_dir / "metadata.json").string(), metadata.dump(2));
       commit = commit_checkpoint(dir, iteration);

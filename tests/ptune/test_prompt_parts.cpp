@@ -19,10 +19,11 @@
 #include "ptune/prompt_encoder.h"
 #include "ptune/prompt_model.h"
 #include "ptune/prompt_tables.h"
-#include "ptune/safetensors_file.h"
+#include "tensor_io/safetensors_file.h"
 
 using namespace loom;
 using namespace loom::ptune;
+using namespace loom::tensor_io;
 namespace fs = std::filesystem;
 
 namespace {
@@ -332,11 +333,11 @@ TEST_CASE("safetensors: a round trip, and malformed files named with what is wro
   CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("shorter than the 8-byte header length"));
   write_bytes(std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8));
   CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("beyond the file"));
-  const std::string h = R"({"t":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})";
+  const std::string h = R"({"t":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})";
   std::string len(8, '\0');
   len[0] = static_cast<char>(h.size());
-  write_bytes(len + h + "xx");
-  CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("expected F32"));
+  write_bytes(len + h + "x");
+  CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains("has dtype \"F8_E4M3\", expected F64, F32"));
   const std::string h2 = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   len[0] = static_cast<char>(h2.size());
   write_bytes(len + h2 + "xxxx");

@@ -1,4 +1,4 @@
-#include "ptune/safetensors_file.h"
+#include "tensor_io/safetensors_file.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -13,13 +13,37 @@
 
 namespace fs = std::filesystem;
 
-namespace loom::ptune {
+namespace loom::tensor_io {
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
 
 void put_u64_le(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+struct DtypeName {
+  const char* name;
+  at::ScalarType type;
+};
+// The reference's dtype names of the tensor types Loom reads and writes.
+constexpr DtypeName kDtypes[] = {{"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},
+                                 {"BF16", at::kBFloat16}, {"I64", at::kLong}, {"I32", at::kInt}};
+constexpr const char* kDtypeList = "F64, F32, F16, BF16, I64 or I32";
+
+const char* dtype_name(at::ScalarType t) {
+  for (const auto& d : kDtypes)
+    if (d.type == t) return d.name;
+  return nullptr;
+}
+
+bool dtype_of(const std::string& name, at::ScalarType& out) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) {
+      out = d.type;
+      return true;
+    }
+  return false;
 }
 
 }  // namespace
@@ -34,13 +58,15 @@ void write_safetensors(const std::string& path, const SafetensorsContent& conten
   std::vector<at::Tensor> data;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : content.tensors) {
-    if (tensor.scalar_type() != at::kFloat)
-      throw std::invalid_argument(fmt::format("{}: tensor '{}' must be float32", path, name));
-    // host: a file's bytes come from host memory; tables are small.
+    const char* dtype = dtype_name(tensor.scalar_type());
+    if (!dtype)
+      throw std::invalid_argument(fmt::format("{}: tensor '{}' is {}; safetensors files hold {}", path, name,
+                                              c10::toString(tensor.scalar_type()), kDtypeList));
+    // host: a file's bytes come from host memory.
     at::Tensor host = tensor.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = host.nbytes();
     nlohmann::ordered_json entry;
-    entry["dtype"] = "F32";
+    entry["dtype"] = dtype;
     entry["shape"] = host.sizes().vec();
     entry["data_offsets"] = {offset, offset + bytes};
     header[name] = entry;
@@ -66,7 +92,7 @@ void write_safetensors(const std::string& path, const SafetensorsContent& conten
 }
 
 SafetensorsContent read_safetensors(const std::string& path) {
-  auto bad = [&](const std::string& why) { return std::invalid_argument(path + ": not a safetensors file of float32 tensors: " + why); };
+  auto bad = [&](const std::string& why) { return std::invalid_argument(path + ": not a safetensors file: " + why); };
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw std::invalid_argument(path + ": cannot open the file");
   const uint64_t size = static_cast<uint64_t>(f.tellg());
@@ -100,7 +126,10 @@ SafetensorsContent read_safetensors(const std::string& path) {
     }
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
       throw bad("tensor '" + name + "' lacks dtype, shape or data_offsets");
-    if (entry["dtype"] != "F32") throw bad("tensor '" + name + "' has dtype " + entry["dtype"].dump() + ", expected F32");
+    at::ScalarType dtype = at::kFloat;
+    if (!entry["dtype"].is_string() || !dtype_of(entry["dtype"].get<std::string>(), dtype))
+      throw bad("tensor '" + name + "' has dtype " + entry["dtype"].dump() + ", expected " + kDtypeList);
+    const uint64_t item = c10::elementSize(dtype);
     const auto& shape_json = entry["shape"];
     const auto& offsets = entry["data_offsets"];
     if (!shape_json.is_array() || !offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
@@ -117,10 +146,10 @@ SafetensorsContent read_safetensors(const std::string& path) {
       elements *= n;
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    if (begin > end || end > data_bytes || end - begin != elements * 4)
-      throw bad(fmt::format("tensor '{}' has data_offsets [{}, {}] for {} float32 values in {} data bytes", name, begin,
-                            end, elements, data_bytes));
-    at::Tensor t = at::empty(shape, at::kFloat);  // host: read from the file
+    if (begin > end || end > data_bytes || end - begin != elements * item)
+      throw bad(fmt::format("tensor '{}' has data_offsets [{}, {}] for {} values of {} bytes in {} data bytes", name,
+                            begin, end, elements, item, data_bytes));
+    at::Tensor t = at::empty(shape, dtype);  // host: read from the file
     f.seekg(static_cast<std::streamoff>(8 + n + begin));
     f.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(end - begin));
     if (!f) throw bad("tensor '" + name + "' could not be read");
@@ -137,4 +166,4 @@ SafetensorsContent read_safetensors(const std::string& path) {
   return out;
 }
 
-}  // namespace loom::ptune
+}  // namespace loom::tensor_io

@@ -1,0 +1,53 @@
+// Writing a Loom training checkpoint offline, one model-parallel rank's shard at a time, in
+// the files a training run writes (train/checkpoint.h): shards into <dir>/iter_N.tmp/, then
+// metadata.json and the journaled commit (train/checkpoint_files.h), so that a converter
+// killed half-way leaves no folder that loads and an earlier iteration of that number is kept
+// as iter_N.superseded-K.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gpt_config.h"
+#include "train/checkpoint.h"
+
+namespace loom::convert {
+
+class CheckpointWriter {
+ public:
+  /// Prepares <checkpoints>/iter_N.tmp (a leftover one is removed).
+  CheckpointWriter(std::string checkpoints, int64_t iteration, train::CheckpointLayout layout);
+  /// Writes the shard of tensor rank `tp`, pipeline rank `pp`.
+  void write_rank(int tp, int pp, const train::RankCheckpoint& state);
+  /// Checks every shard of the layout was written, writes metadata.json and commits.
+  train::CommitResult commit();
+
+ private:
+  std::string checkpoints_, tmp_dir_;
+  int64_t iteration_;
+  train::CheckpointLayout layout_;
+  nlohmann::json files_ = nlohmann::json::object();
+};
+
+/// One parameter of a layout's pipeline rank: its name, global shape (the word embedding with
+/// the vocabulary padded for that t) and the dimension split over the t ranks (-1: replicated).
+/// `tied_copy`: the last stage's own copy of the word embedding ("output_layer.weight").
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> global_shape;
+  int partition_dim = -1;
+  bool tied_copy = false;
+  bool word_embedding = false;
+};
+
+/// Every parameter of pipeline rank `pp` of (t, p, v), in the stage's order, from the model
+/// itself (built on the meta device: no memory). Throws ConvertInputError naming the field when
+/// the model does not fit the layout (heads or FFN % t, layers % (p·v)).
+std::vector<ParamSpec> stage_param_specs(const model::GptConfig& config, int t, int p, int v, int pp);
+
+/// {"global_shape", "offset"} of tensor rank `tp`'s shard of `spec` (as the trainer records it).
+nlohmann::json shard_record(const ParamSpec& spec, int tp, int t);
+
+}  // namespace loom::convert

@@ -1,0 +1,68 @@
+#include "convert/hf_export.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "convert/convert_error.h"
+#include "convert/hf_gpt2.h"
+#include "convert/hf_files.h"
+#include "convert/run_recipe.h"
+#include "data/gpt2_tokenizer.h"
+#include "generate/checkpoint_reader.h"
+#include "tensor_io/safetensors_file.h"
+
+namespace fs = std::filesystem;
+
+namespace loom::convert {
+
+HfExportResult export_hf(const HfExportRequest& request) {
+  const generate::CheckpointLocation location = generate::locate_checkpoint(request.checkpoint);
+  const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
+  const auto [vocab_file, merge_file] = gpt2_tokenizer_files(recipe, location.run_dir);
+  const generate::CheckpointInfo info = generate::read_checkpoint_info(location.checkpoints, request.iteration);
+  const nlohmann::json& m = info.layout.model_shape;
+  auto field = [&](const char* key) {
+    if (!m.contains(key) || !m[key].is_number_integer())
+      throw ConvertInputError(fmt::format("checkpoint iteration {}: metadata.json layout.model.{} is missing", info.iteration, key));
+    return m[key].get<int64_t>();
+  };
+  Gpt2Shape shape;
+  shape.num_layers = field("num_layers");
+  shape.hidden_size = field("hidden_size");
+  shape.num_attention_heads = field("num_attention_heads");
+  shape.ffn_hidden_size = field("ffn_hidden_size");
+  shape.vocab_size = field("vocab_size");
+  shape.max_position_embeddings = field("max_position_embeddings");
+  shape.layernorm_epsilon = recipe.model.layernorm_epsilon;
+
+  const data::Gpt2Tokenizer tokenizer(vocab_file, merge_file);
+  if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
+    throw ConvertInputError(fmt::format("the run's tokenizer {} has {} entries, the checkpoint's model a vocabulary of {}",
+                                        vocab_file, tokenizer.vocab_size(), shape.vocab_size));
+  if (tokenizer.eod_id() < 0) throw ConvertInputError(vocab_file + " has no <|endoftext|> entry");
+
+  const generate::FullCheckpoint full = generate::read_full_checkpoint(location.checkpoints, info);
+  tensor_io::SafetensorsContent content;
+  content.tensors = loom_to_hf(full.params, shape);
+  content.metadata = {{"format", "pt"}};  // transformers refuses files without it
+  HfConfigExtras extras;
+  extras.hidden_dropout = recipe.model.hidden_dropout;
+  extras.attention_dropout = recipe.model.attention_dropout;
+  extras.init_method_std = recipe.model.init_method_std;
+  extras.eod_id = tokenizer.eod_id();
+  extras.dtype = hf_dtype_name(content.tensors.begin()->second.scalar_type());
+
+  fs::create_directories(request.output_dir);
+  tensor_io::write_safetensors((fs::path(request.output_dir) / kHfWeightsFile).string(), content);
+  write_hf_config(request.output_dir, hf_config_json(shape, extras));
+  write_hf_tokenizer(request.output_dir, vocab_file, merge_file, shape.max_position_embeddings);
+
+  HfExportResult result;
+  result.iteration = info.iteration;
+  for (const auto& [name, t] : content.tensors) result.parameters += t.numel();
+  return result;
+}
+
+}  // namespace loom::convert

@@ -1,0 +1,31 @@
+// `loom convert --to hf DIR --checkpoint RUN [--iteration N]`: a Loom training checkpoint of any
+// layout as a Hugging Face GPT2LMHeadModel directory that transformers loads offline
+// (GPT2LMHeadModel.from_pretrained(DIR), AutoTokenizer.from_pretrained(DIR)):
+//   config.json          the GPT2Config (hf_gpt2.h), dtype as the checkpoint's parameters
+//   model.safetensors    the parameters under HF's names and layouts, lm_head tied (not stored)
+//   vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json   the run's tokenizer
+// docs/design/checkpoint_conversion.md describes the mapping.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace loom::convert {
+
+struct HfExportRequest {
+  std::string checkpoint;              ///< run directory or its checkpoints/ folder
+  std::optional<int64_t> iteration;    ///< default: the tracker's
+  std::string output_dir;              ///< created if missing; our files in it are replaced
+};
+
+struct HfExportResult {
+  int64_t iteration = 0;
+  int64_t parameters = 0;  ///< elements written (the tied lm_head counted once)
+};
+
+/// Throws ConvertInputError or train::CheckpointError naming the file or field for bad input
+/// (no run recipe, a tokenizer other than GPT-2 BPE or of another size than the model, a
+/// damaged checkpoint), std::runtime_error on an I/O failure.
+HfExportResult export_hf(const HfExportRequest& request);
+
+}  // namespace loom::convert

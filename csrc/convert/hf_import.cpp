@@ -1,0 +1,189 @@
+#include "convert/hf_import.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config/recipe.h"
+#include "convert/checkpoint_writer.h"
+#include "convert/convert_error.h"
+#include "convert/hf_files.h"
+#include "convert/hf_gpt2.h"
+#include "data/gpt2_tokenizer.h"
+#include "model/init.h"
+#include "train/checkpoint_files.h"
+#include "train/model_setup.h"
+#include "train/training_state.h"
+
+namespace fs = std::filesystem;
+
+namespace loom::convert {
+namespace {
+
+// The recipe config.yaml starts from without --recipe: fine-tuning at a small constant rate;
+// the data (model.data.data_prefix, a placeholder here) is the user's to set.
+constexpr const char* kMinimalRecipe = R"(run:
+  name: hf_import
+trainer:
+  accelerator: cpu
+  precision: 32
+  max_steps: 1000
+  log_every_n_steps: 10
+  val_check_interval: 100
+  limit_val_batches: 4
+exp_manager:
+  resume_if_exists: true
+  checkpoint_callback_params:
+    every_n_steps: 100
+model:
+  micro_batch_size: 1
+  global_batch_size: {global_batch}
+  encoder_seq_length: {seq}
+  num_layers: 1
+  hidden_size: 8
+  num_attention_heads: 1
+  hidden_dropout: {hidden_dropout}
+  attention_dropout: {attention_dropout}
+  init_method_std: {init_std}
+  data:
+    data_prefix: [1.0, SET_model.data.data_prefix]
+  tokenizer:
+    library: megatron
+    vocab_file: {vocab}
+    merge_file: {merges}
+  optim:
+    name: adamw
+    lr: 1.0e-5
+    weight_decay: 0.01
+    sched:
+      name: CosineAnnealing
+      warmup_steps: 0
+      constant_steps: 0
+      min_lr: 1.0e-6
+)";
+
+double json_number(const nlohmann::json& c, const char* key, double fallback) {
+  return c.contains(key) && c[key].is_number() ? c[key].get<double>() : fallback;
+}
+
+config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::json& hf_config, const Gpt2Shape& shape,
+                             const Layout& layout, const std::string& vocab, const std::string& merges) {
+  const std::string run = fs::absolute(request.output_run).lexically_normal().string();
+  std::vector<std::string> fields = {
+      fmt::format("model.num_layers={}", shape.num_layers),
+      fmt::format("model.hidden_size={}", shape.hidden_size),
+      fmt::format("model.ffn_hidden_size={}", shape.ffn_hidden_size),
+      fmt::format("model.num_attention_heads={}", shape.num_attention_heads),
+      fmt::format("model.max_position_embeddings={}", shape.max_position_embeddings),
+      fmt::format("model.layernorm_epsilon={}", shape.layernorm_epsilon),
+      "model.tokenizer.library=megatron",
+      "model.tokenizer.vocab_file=" + vocab,
+      "model.tokenizer.merge_file=" + merges,
+  };
+  config::Recipe base;
+  try {
+    if (request.recipe.empty()) {
+      std::string text = kMinimalRecipe;
+      auto put = [&](const std::string& key, const std::string& value) {
+        text.replace(text.find("{" + key + "}"), key.size() + 2, value);
+      };
+      put("global_batch", std::to_string(layout.d));
+      put("vocab", vocab);
+      put("merges", merges);
+      put("seq", std::to_string(shape.max_position_embeddings));
+      put("hidden_dropout", fmt::format("{}", json_number(hf_config, "resid_pdrop", 0.1)));
+      put("attention_dropout", fmt::format("{}", json_number(hf_config, "attn_pdrop", 0.1)));
+      put("init_std", fmt::format("{}", json_number(hf_config, "initializer_range", 0.02)));
+      base = config::load_recipe_from_string(text, "<loom convert's fine-tuning recipe>", request.overrides);
+    } else {
+      base = config::load_recipe(request.recipe, request.overrides);
+    }
+    if (base.model.encoder_seq_length > shape.max_position_embeddings)
+      throw ConvertInputError(fmt::format("{}: model.encoder_seq_length {} exceeds the model's n_positions {}",
+                                          request.recipe.empty() ? "the recipe" : request.recipe,
+                                          base.model.encoder_seq_length, shape.max_position_embeddings));
+    std::vector<std::string> all = request.overrides;
+    for (const auto& o : layout_overrides(layout, base, run)) all.push_back(o);
+    for (const auto& o : fields) all.push_back(o);
+    return request.recipe.empty()
+               ? config::load_recipe_from_string(config::to_yaml(base), "<loom convert's fine-tuning recipe>", all)
+               : config::load_recipe(request.recipe, all);
+  } catch (const config::RecipeError& e) {
+    throw ConvertInputError(std::string("the recipe of the imported run does not fit the model or the layout:\n") + e.what());
+  }
+}
+
+}  // namespace
+
+HfImportResult import_hf(const HfImportRequest& request) {
+  const fs::path hf(request.hf_dir);
+  const std::string config_file = (hf / kHfConfigFile).string();
+  const nlohmann::json hf_config = read_hf_config(request.hf_dir);
+  const Gpt2Shape shape = gpt2_shape_from_config(hf_config, config_file);
+  const Layout layout = resolve_layout(request.layout, Layout{});
+  for (const char* file : {"vocab.json", "merges.txt"})
+    if (!fs::is_regular_file(hf / file))
+      throw ConvertInputError((hf / file).string() + " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
+                              "merges.txt) beside config.json");
+  const data::Gpt2Tokenizer tokenizer((hf / "vocab.json").string(), (hf / "merges.txt").string());
+  if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
+    throw ConvertInputError(fmt::format("{}: vocab_size {} differs from the {} entries of {}", config_file, shape.vocab_size,
+                                        tokenizer.vocab_size(), (hf / "vocab.json").string()));
+
+  const fs::path run(request.output_run);
+  const std::string checkpoints = (run / "checkpoints").string();
+  if (!train::list_iterations(checkpoints).empty() || fs::exists(fs::path(checkpoints) / train::kTrackerFile))
+    throw ConvertInputError(checkpoints + " holds checkpoints already: import into a new run directory");
+  fs::create_directories(run / "tokenizer");
+  const std::string vocab = fs::absolute(run / "tokenizer" / "vocab.json").lexically_normal().string();
+  const std::string merges = fs::absolute(run / "tokenizer" / "merges.txt").lexically_normal().string();
+  const config::Recipe recipe = output_recipe(request, hf_config, shape, layout, vocab, merges);
+  model::GptConfig config = train::gpt_config_from_recipe(recipe, shape.vocab_size);
+
+  HfImportResult result;
+  result.layout = layout;
+  std::map<std::string, at::Tensor> params;
+  {
+    const auto hf_tensors = read_hf_weights(request.hf_dir, result.weights_file);
+    params = hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.t), result.weights_file);
+  }
+  const at::ScalarType dtype = model::scalar_type(config.params_dtype);
+
+  train::RunShape run_shape;
+  run_shape.t = layout.t;
+  run_shape.p = layout.p;
+  run_shape.v = layout.v;
+  run_shape.d = layout.d;
+  CheckpointWriter writer(checkpoints, 0, train::checkpoint_layout(run_shape, config));
+  for (int pp = 0; pp < layout.p; ++pp) {
+    const std::vector<ParamSpec> specs = stage_param_specs(config, layout.t, layout.p, layout.v, pp);
+    for (int tp = 0; tp < layout.t; ++tp) {
+      train::RankCheckpoint state;
+      for (const auto& spec : specs) {
+        const at::Tensor& full = params.at(spec.tied_copy ? "embedding.word_embeddings.weight" : spec.name);
+        at::Tensor local = spec.partition_dim >= 0 ? model::shard(full, spec.partition_dim, tp, layout.t) : full.clone();
+        state.model[spec.name] = local.to(dtype);
+        state.shard_info[spec.name] = shard_record(spec, tp, layout.t);
+        // A fresh optimizer (optim/optimizer.h's state): fp32 main parameters, zero moments.
+        state.optimizer["main/" + spec.name] = state.model[spec.name].to(at::kFloat).clone();
+        state.optimizer["exp_avg/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+        state.optimizer["exp_avg_sq/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+      }
+      state.values = {{"optimizer", {{"name", "adamw"}, {"step", 0}}},
+                      {"scheduler", {{"step", 0}}},
+                      {"scaler", nullptr},
+                      {"iteration", 0},
+                      {"consumed_samples", 0}};
+      writer.write_rank(tp, pp, state);
+    }
+  }
+  fs::copy_file(hf / "vocab.json", vocab, fs::copy_options::overwrite_existing);
+  fs::copy_file(hf / "merges.txt", merges, fs::copy_options::overwrite_existing);
+  writer.commit();
+  train::write_text_atomically((run / "config.yaml").string(), config::to_yaml(recipe));
+  return result;
+}
+
+}  // namespace loom::convert

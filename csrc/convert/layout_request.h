@@ -1,0 +1,33 @@
+// The layout flags of `loom convert` (--tensor-parallel, --pipeline-parallel,
+// --virtual-pipeline, --data-parallel, --distributed-optimizer): unset fields keep the
+// source's layout (an HF import's source is t = p = v = d = 1 without the distributed optimizer).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/recipe.h"
+
+namespace loom::convert {
+
+struct LayoutRequest {
+  std::optional<int> tensor_parallel, pipeline_parallel, virtual_pipeline, data_parallel;
+  std::optional<bool> distributed_optimizer;
+};
+
+struct Layout {
+  int t = 1, p = 1, v = 1, d = 1;
+  bool distributed_optimizer = false;
+};
+
+/// `request` over `source`. Throws ConvertInputError naming the flag for a size < 1.
+Layout resolve_layout(const LayoutRequest& request, const Layout& source);
+
+/// The layout of a recipe (model.*_parallel_size, data-parallel size, optimizer).
+Layout recipe_layout(const config::Recipe& recipe);
+
+/// Recipe overrides that set `layout` (trainer.devices/num_nodes, the model's parallel sizes,
+/// sequence parallelism off at t = 1, the optimizer name) and the run directory `run_dir`.
+std::vector<std::string> layout_overrides(const Layout& layout, const config::Recipe& base, const std::string& run_dir);
+
+}  // namespace loom::convert
