@@ -208,7 +208,8 @@ std::vector<nlohmann::json> sample_records(const EvalTask& task, const TaskResul
     }
     rec["arguments"] = args;
     rec["resps"] = resps;
-    for (auto& [k, v] : document_metrics(task.spec.kind, doc, r.scores).items()) rec[k] = v;
+    const nlohmann::json metrics = document_metrics(task.spec.kind, doc, r.scores);  // kept alive for items()
+    for (const auto& [k, v] : metrics.items()) rec[k] = v;
     rec["tokens"] = r.tokens;
     rec["windows"] = r.windows;
     out.push_back(std::move(rec));
