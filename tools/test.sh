@@ -8,8 +8,9 @@
 #                            measurement; it downloads ~60 MB, so CI does not. It also runs
 #                            every prompt-learning method under every layout
 #                            (LOOM_PTUNE_FULL_MATRIX=1; CI runs a set covering every layout once)
-#                            and the 64-client x 500-request serving soak (LOOM_SERVE_SOAK_FULL=1;
-#                            CI runs 16 x 100)
+#                            and the 64-client x 500-request serving soak with the t=2 x p=2
+#                            HTTP server (LOOM_SERVE_SOAK_FULL=1; CI runs 8 x 25, and t=2 x p=2
+#                            in the engine's C++ test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 full=0
