@@ -9,7 +9,7 @@ namespace loom::cli {
 
 /// A subcommand: `loom <name> args...`. `run` receives argv with argv[0] = "loom <name>"
 /// and returns the process exit status: 0 success, 2 bad usage or input, 1 runtime failure
-/// (conventions.md, "Command line").
+/// (docs/design/conventions.md, "Command line").
 struct Command {
   std::string name;
   std::string summary;

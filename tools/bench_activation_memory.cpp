@@ -1,6 +1,6 @@
 // bench_activation_memory: bytes each transformer layer keeps for backward, measured with the
 // saved-tensor recorder (model/activation_memory.h), beside the per-layer formulas of
-// Korthikanti et al. 2022 (sp_sar.md, "Activation memory per layer") for
+// Korthikanti et al. 2022 (docs/design/sp_sar.md, "Activation memory per layer") for
 //   no parallelism, TP, TP+SP, TP+selective, TP+SP+selective, full recompute
 // at t = 8 (default), with real Gloo ranks on this machine (the launcher starts them).
 //

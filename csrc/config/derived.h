@@ -28,7 +28,7 @@ int64_t layers_per_chunk(const Recipe& r);
 /// that every TP rank holds an equal shard. Megatron (`_vocab_size_with_padding`) pads to
 /// divisible_by·t instead (50257 → 51200 at t=8); with lcm the padded size, and so checkpoints
 /// and parameter counts, do not change with t for power-of-two t ≤ divisible_by (50257 → 50304
-/// for t = 1..128). The model masks the pad logits (parallel_layout.md, "Vocab padding"), so the
+/// for t = 1..128). The model masks the pad logits (docs/design/parallel_layout.md, "Vocab padding"), so the
 /// function it computes is the same under either rule; model::GptConfig pads the same way.
 /// Throws std::invalid_argument if any argument is < 1.
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel_size);

@@ -33,8 +33,9 @@ enum class Accelerator { kCpu, kGpu };
 using loom::Precision;
 using loom::RecomputeGranularity;
 using loom::RecomputeMethod;
-/// model.optim.name. NeMo's fused_adam and distributed_fused_adam are Adam with decoupled
-/// weight decay (AdamW); `adam` is torch.optim.Adam (L2 penalty added to the gradient).
+/// model.optim.name. Every name is AdamW (decoupled weight decay, train/optim/adamw.h) on fp32
+/// main parameters: fused_adam and adamw as NeMo's FusedAdam in its default adam_w_mode, and
+/// `adam` too (Loom has no torch.optim.Adam with its L2 penalty added to the gradient).
 /// distributed_fused_adam additionally shards optimizer state over data-parallel ranks.
 enum class OptimizerName { kAdam, kFusedAdam, kDistributedFusedAdam, kAdamW };
 /// model.optim.sched.name. CosineAnnealing (NeMo): linear warm-up, cosine decay to min_lr,
@@ -107,7 +108,7 @@ struct DataConfig {
   std::string splits_string = "900,50,50";    ///< [default 900,50,50] train,valid,test weights
   int64_t seq_length = 0;                     ///< [derived: model.encoder_seq_length]
   bool eod_mask_loss = false;                 ///< [default false]
-  std::optional<std::string> index_mapping_dir;  ///< [default null] next to the data
+  std::optional<std::string> index_mapping_dir;  ///< [default null: <run dir>/index_cache]
   int64_t num_workers = 2;                    ///< [default 2]
 
   // Prompt learning only (docs/design/ptuning.md): JSONL files of records.

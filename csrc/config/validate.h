@@ -7,7 +7,7 @@
 // init_method_std, layernorm_epsilon, collective_timeout_s > 0, min_lr in [0, lr],
 // weight_decay and gradient_clip_val >= 0, splits_string "a,b,c" (1-3 weights >= 0, sum > 0),
 // max_time "DD:HH:MM:SS", data_prefix weights > 0 and non-empty paths.
-// Across fields (Megatron-LM's argument checks, parallel_layout.md):
+// Across fields (Megatron-LM's argument checks, docs/design/parallel_layout.md):
 //   world = num_nodes*devices divisible by t*p;      heads % t == 0;  hidden % heads == 0;
 //   ffn_hidden % t == 0;  layers % (p*v) == 0;  v > 1 needs p > 1;  interleaving (v > 1) needs
 //   num_microbatches % p == 0;  global_batch % (micro_batch*d) == 0;  under sequence_parallel

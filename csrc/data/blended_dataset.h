@@ -1,5 +1,5 @@
 // Megatron's BlendedDataset: samples drawn from several datasets in proportion to weights
-// (formats.md, "Blending"; megatron-core blended_dataset.py and helpers.cpp
+// (docs/design/formats.md, "Blending"; megatron-core blended_dataset.py and helpers.cpp
 // build_blending_indices). Sample i comes from the component whose sampling error
 // weight * max(i, 1) - drawn_so_far is largest (first on ties), and is that component's next
 // unused sample.

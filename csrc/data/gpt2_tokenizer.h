@@ -1,4 +1,4 @@
-// GPT-2 byte-level BPE tokenizer (formats.md, "GPT-2 byte-level BPE"), loaded from the
+// GPT-2 byte-level BPE tokenizer (docs/design/formats.md, "GPT-2 byte-level BPE"), loaded from the
 // `vocab.json` + `merges.txt` pair that Megatron and NeMo use.
 //
 // Behaviour follows the reference `tokenizers` package (HF) with

@@ -1,4 +1,4 @@
-// Megatron's GPTDataset over one indexed dataset and one split (formats.md, "GPT samples";
+// Megatron's GPTDataset over one indexed dataset and one split (docs/design/formats.md, "GPT samples";
 // megatron-core gpt_dataset.py). Samples, their order and their masks equal megatron-core's for
 // the same files, split, sequence length, sample count and seed.
 #pragma once

@@ -1,4 +1,4 @@
-// The three index arrays behind Megatron's GPTDataset (formats.md, "GPT samples"; megatron-core
+// The three index arrays behind Megatron's GPTDataset (docs/design/formats.md, "GPT samples"; megatron-core
 // gpt_dataset.py `_build_document_sample_shuffle_indices` and helpers.cpp `build_sample_idx`),
 // built with the same RNG (numpy RandomState(seed)) in the same order of use, so the samples
 // and their order equal megatron-core's.

@@ -1,6 +1,6 @@
 // Megatron's indexed dataset: a `.bin` file of token arrays and its `.idx` index, read through
 // mmap and written byte for byte as megatron-core's IndexedDatasetBuilder writes them
-// (formats.md, "Megatron indexed dataset"; megatron/core/datasets/indexed_dataset.py).
+// (docs/design/formats.md, "Megatron indexed dataset"; megatron/core/datasets/indexed_dataset.py).
 //
 // .idx layout (little-endian): magic "MMIDIDX\0\0" | version u64 = 1 | dtype code u8 |
 // sequence count N u64 | document count D u64 | N int32 lengths | N int64 byte pointers |

@@ -1,5 +1,5 @@
 // Corpus -> Megatron indexed dataset, like Megatron-LM's tools/preprocess_data.py for GPT
-// (formats.md, "Megatron indexed dataset"; docs/design/corpus_inputs.md): each document becomes
+// (docs/design/formats.md, "Megatron indexed dataset"; docs/design/corpus_inputs.md): each document becomes
 // one sequence of token ids (a JSON array of strings becomes one sequence per element),
 // optionally ending with the EOD id; output {prefix}_{key}_document.bin/.idx per JSON key,
 // uint16 when the vocabulary has < 65500 entries, else int32. `loom preprocess` is the

@@ -2,7 +2,7 @@
 // ids consumed in order from `consumed_samples`; each step takes micro_batch x dp_size
 // consecutive ids and data-parallel rank r gets ids [r*micro_batch, (r+1)*micro_batch) of them.
 // Resuming with the consumed_samples saved in a checkpoint continues exactly where it stopped.
-// Only tensor-parallel rank 0 needs to read samples; it broadcasts over its TP group.
+// Every rank reads its own micro-batches (Megatron reads them on tensor rank 0 and broadcasts).
 #pragma once
 #include <cstdint>
 #include <optional>

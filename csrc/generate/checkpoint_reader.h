@@ -1,4 +1,4 @@
-// Reading a whole training checkpoint, whatever layout wrote it (formats.md, "Checkpoints";
+// Reading a whole training checkpoint, whatever layout wrote it (docs/design/formats.md, "Checkpoints";
 // train/checkpoint.h for the files): every mp_rank_TT[_PPP]/model_optim_rng.pt shard of an
 // iteration is checked against metadata.json (size and content hash), and each parameter's
 // global tensor is assembled from the shards' {"global_shape", "offset"} records. Pipeline

@@ -1,7 +1,7 @@
 // Measuring activation memory: the bytes autograd keeps for backward, recorded through a
 // saved-tensor pack hook (every SavedVariable of every node, custom functions included),
 // counted once per storage, and attributed to the transformer layer that was running
-// (ActivationScope). This is what sp_sar.md's "Activation memory per layer" formulas count.
+// (ActivationScope). This is what docs/design/sp_sar.md's "Activation memory per layer" formulas count.
 //
 // Counting rules: a storage is counted once (Q, K, V as views of one QKV tensor are one
 // storage); storages of parameters given to the recorder are not counted. Besides raw bytes,

@@ -1,4 +1,4 @@
-// Vocab-parallel cross entropy on logit shards (parallel_layout.md, "Vocab-parallel cross
+// Vocab-parallel cross entropy on logit shards (docs/design/parallel_layout.md, "Vocab-parallel cross
 // entropy"; Megatron-LM's _VocabParallelCrossEntropy): the full logits are never gathered.
 // Forward: local max -> all-reduce MAX; target logit (owning rank) -> all-reduce SUM; sum of
 // exp -> all-reduce SUM; loss = log(sum) - target. Backward needs no communication.

@@ -1,5 +1,5 @@
 // Per-forward-call dropout key: what the trainer supplies so that every dropout mask is a pure
-// function of (seed, step, layer, site, global element position) — sp_sar.md "Dropout
+// function of (seed, step, layer, site, global element position) — docs/design/sp_sar.md "Dropout
 // randomness". Layers add (layer, site) and the global block of the tensor they hold, so any
 // tensor/sequence/pipeline/data-parallel layout, any micro-batch split and any recompute
 // setting draws exactly the masks of a single-process run over the whole global batch.

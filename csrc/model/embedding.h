@@ -1,5 +1,5 @@
 // GPT input embedding: vocab-parallel word embedding + learned absolute positions + embedding
-// dropout (parallel_layout.md, "Vocab-parallel embedding"). Rank r owns word rows
+// dropout (docs/design/parallel_layout.md, "Vocab-parallel embedding"). Rank r owns word rows
 // [r·V/t, (r+1)·V/t) of the padded vocabulary; out-of-range ids give zero rows; the partial
 // sums are all-reduced, or reduce-scattered into the sequence-parallel layout.
 #pragma once

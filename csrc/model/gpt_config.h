@@ -1,5 +1,5 @@
 // The GPT model's hyperparameters as one plain struct (NeMo Megatron field names, see
-// conventions.md "Recipes"), plus the derived sizes every layout must agree on.
+// docs/design/conventions.md "Recipes"), plus the derived sizes every layout must agree on.
 // Torch-free: the config helper maps a YAML recipe into it.
 #pragma once
 #include <cstdint>

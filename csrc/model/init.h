@@ -1,4 +1,4 @@
-// Initialisation for layout equivalence (parallel_layout.md, "Initialisation for
+// Initialisation for layout equivalence (docs/design/parallel_layout.md, "Initialisation for
 // equivalence"): every parameter's *full* tensor is drawn from a generator seeded by
 // (seed, parameter name), then sliced for this rank. Any tensor/pipeline layout, and any
 // stage holding any range of layers, therefore starts from exactly the same model.

@@ -1,6 +1,6 @@
 // LayerNorm with replicated weight [h] = 1 and bias [h] = 0. Under sequence parallelism it
 // runs on the local [s/t, b, h] shard and its parameters are marked sequence_parallel
-// (gradients SUM all-reduced over the TP group, sp_sar.md).
+// (gradients SUM all-reduced over the TP group, docs/design/sp_sar.md).
 #pragma once
 #include <ATen/core/Tensor.h>
 

@@ -1,6 +1,6 @@
 // Region mappings between tensor-parallel and sequence-parallel regions, as autograd
-// functions, following Megatron-Core's tensor_parallel/mappings naming (conventions.md) and
-// the transitions of sp_sar.md ("Regions of a transformer layer under TP + SP"):
+// functions, following Megatron-Core's tensor_parallel/mappings naming (docs/design/conventions.md) and
+// the transitions of docs/design/sp_sar.md ("Regions of a transformer layer under TP + SP"):
 //
 //   name                                        forward              backward
 //   copy_to_tensor_model_parallel_region        identity (f)         all-reduce

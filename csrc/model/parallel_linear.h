@@ -1,10 +1,10 @@
-// Tensor-parallel linear layers (parallel_layout.md, "Tensor-parallel layers"; Megatron-LM
+// Tensor-parallel linear layers (docs/design/parallel_layout.md, "Tensor-parallel layers"; Megatron-LM
 // ColumnParallelLinear / RowParallelLinear). Inputs and outputs are [s, b, features].
 //
 // Column-parallel: weight [out/t, in], bias [out/t]. Input region: replicated [s, b, in]
 // (copy_to_tensor_model_parallel_region) or, under sequence parallelism, the local sequence
 // shard [s/t, b, in] that is all-gathered inside linear_with_sequence_parallel_gather, which
-// keeps only the shard for backward and gathers it again there (sp_sar.md, "Memory trick").
+// keeps only the shard for backward and gathers it again there (docs/design/sp_sar.md, "Memory trick").
 // Output: [s, b, out/t].
 //
 // Row-parallel: weight [out, in/t], bias [out] replicated. Input [s, b, in/t]; the partial

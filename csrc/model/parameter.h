@@ -1,6 +1,6 @@
 // A model parameter with what the trainer needs to know about it: which dimension is split
 // over the tensor-parallel ranks, whether its gradient must be SUM all-reduced over the TP group
-// (sequence parallelism), and whether it is a tied word embedding (parallel_layout.md,
+// (sequence parallelism), and whether it is a tied word embedding (docs/design/parallel_layout.md,
 // "Gradient finalisation").
 #pragma once
 #include <ATen/core/Tensor.h>

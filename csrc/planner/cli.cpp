@@ -147,7 +147,7 @@ void add_model_and_search_flags(CLI::App& app, PlanArgs& a) {
       ->delimiter(',');
   app.add_option("--mbs", a.mbs, "Allowed micro-batch sizes (list)")->delimiter(',');
   app.add_option("--sp", a.sp, "Sequence parallelism: on, off or on,off")->delimiter(',');
-  app.add_option("--recompute", a.recompute, "RecomputeGranularity granularity: none, selective, full (list)")
+  app.add_option("--recompute", a.recompute, "Recompute granularity: none, selective, full (list)")
       ->delimiter(',');
   app.add_option("--recompute-method", a.method, "Full recompute method: uniform, block (list)")->delimiter(',');
   app.add_option("--recompute-layers", a.layers, "activations_checkpoint_num_layers values (list)")

@@ -1,6 +1,6 @@
 // One candidate training layout: how the model and the batch are split over the GPUs and which
-// memory-saving options are on. Field meanings follow NeMo's recipe keys (conventions.md) and
-// the rank order of parallel_layout.md (tp fastest, then dp, then pp).
+// memory-saving options are on. Field meanings follow NeMo's recipe keys (docs/design/conventions.md) and
+// the rank order of docs/design/parallel_layout.md (tp fastest, then dp, then pp).
 #pragma once
 #include <string>
 

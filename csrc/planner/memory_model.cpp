@@ -99,7 +99,7 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   out.activations *= scale;
   out.transient *= scale;
 
-  // Outside the layers (sp_sar.md): embedding dropout mask on the first stage for each
+  // Outside the layers (docs/design/sp_sar.md): embedding dropout mask on the first stage for each
   // in-flight micro-batch of chunk 0; final LN input, logits-GEMM input and fp32 logits on the
   // last stage for the one micro-batch whose loss is being computed.
   const double shard = L.sequence_parallel ? t : 1;

@@ -1,7 +1,7 @@
 // Memory per GPU of a pipeline stage: weights + gradients + optimizer state, stored activations
 // of the in-flight micro-batches, embedding/logits activations on the end stages, the transient
-// working set of a recomputed backward, and a stated reserve. Formulas: sp_sar.md ("Activation
-// memory per layer", 1F1B and interleaving factors) and parallel_layout.md (bytes per parameter).
+// working set of a recomputed backward, and a stated reserve. Formulas: docs/design/sp_sar.md ("Activation
+// memory per layer", 1F1B and interleaving factors) and docs/design/parallel_layout.md (bytes per parameter).
 // All results are bytes per GPU.
 #pragma once
 #include "planner/layout.h"
@@ -27,7 +27,7 @@ int in_flight_chunks(int pp, int vp, int num_micro_batches, int stage);
 /// split weights and biases plus 6h replicated (row-parallel biases, two LayerNorms).
 double layer_params_per_rank(const ModelShape& m, int tp);
 
-/// Bytes per parameter for weights + grads + optimizer (parallel_layout.md, "Distributed
+/// Bytes per parameter for weights + grads + optimizer (docs/design/parallel_layout.md, "Distributed
 /// optimizer"): bf16 18 or 6 + 12/d; fp16 20 or 4 + 16/d; fp32 16 or 8 + 8/d.
 double bytes_per_param(Precision p, bool distributed_optimizer, int dp);
 

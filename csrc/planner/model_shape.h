@@ -1,6 +1,6 @@
 // The model being planned: a GPT-3-style decoder (pre-LayerNorm, learned positions, GeLU MLP,
 // tied input/output embedding) described by its shape, plus the parameter and FLOP counts the
-// planner reports. Formulas follow /work/shared/design/sp_sar.md ("FLOPs") and planner.md.
+// planner reports. Formulas follow docs/design/sp_sar.md ("FLOPs") and docs/design/planner_sources.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,7 +52,7 @@ struct ModelShape {
 /// 175 → 96. Throws std::invalid_argument outside (0, 1105].
 ModelShape gpt3_shape_for_size(double billions, int seq_length = 2048, int vocab_size = 51200);
 
-/// P of planner.md for a shape (the formula the layer rule uses), in parameters.
+/// P of docs/design/planner_sources.md for a shape (the formula the layer rule uses), in parameters.
 double gpt3_size_formula(int num_layers, int hidden_size, int seq_length, int vocab_size);
 
 }  // namespace loom::planner

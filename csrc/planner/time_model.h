@@ -1,4 +1,4 @@
-// Speed model: seconds per training step of a layout, broken into the terms of planner.md.
+// Speed model: seconds per training step of a layout, broken into the terms of docs/planner.md.
 //
 // Primitive costs (hardware.h's Efficiency holds the parameters):
 //   GEMM  C[M,N] = A[M,K]·B[K,N]:  2MNK / (peak · f_max · Π_{x∈{M,N,K}} x/(x + x0)) + launch
@@ -9,14 +9,14 @@
 //   ring collective over n GPUs of B bytes: all-reduce 2(n−1)/n·B/bw + 2(n−1)·α,
 //         all-gather / reduce-scatter (n−1)/n·B/bw + (n−1)·α, with bw the NCCL bus bandwidth of
 //         the group (NVLink inside a node; across nodes k·NIC for k members per node)
-// A transformer layer is costed op by op (sp_sar.md regions): four GEMMs, the attention score
+// A transformer layer is costed op by op (docs/design/sp_sar.md regions): four GEMMs, the attention score
 // and context batched GEMMs, LayerNorm / bias-dropout-add / bias-GeLU / softmax / dropout by
 // bytes moved, and the tensor-parallel collectives (all-reduce, or all-gather + reduce-scatter
 // under SP). Backward GEMMs cost twice the forward (dgrad + wgrad); the backward collectives at
 // the column-parallel inputs overlap the weight-gradient GEMM (Megatron's asynchronous
 // all-reduce) and the SP re-gather of the LayerNorm output overlaps the input-gradient GEMM.
 // Pipeline: with per-micro-batch stage times T_i, step = m·max T_i + (Σ T_i − max T_i)/v, i.e.
-// the (p−1)/(v·m) bubble of parallel_layout.md generalised to unequal end stages.
+// the (p−1)/(v·m) bubble of docs/design/parallel_layout.md generalised to unequal end stages.
 // Calibrated A100 parameters (data/gpus.json "a100"; docs/planner.md, "Speed model"):
 // gemm_max_fraction 0.78, gemm_half_dim 64, memory_fraction 0.65, NVLink bus fraction 0.8,
 // network bus fraction 0.7, 10 µs per collective step, 4 µs per kernel, 50% of an overlapped

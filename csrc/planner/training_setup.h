@@ -12,7 +12,7 @@ struct TrainingSetup {
   double reserve_gib = 2.0;
   double fragmentation_fraction = 0.05;
   /// DP gradient reduction overlapped with the last micro-batch's backward (Megatron-Core's
-  /// overlap_grad_reduce). Off: reduced after the backward, as parallel_layout.md prescribes.
+  /// overlap_grad_reduce). Off: reduced after the backward, as docs/design/parallel_layout.md prescribes.
   bool overlap_dp_comm = false;
 };
 

@@ -1,4 +1,4 @@
-// The planner checked against published measurements (planner.md, "Published results"):
+// The planner checked against published measurements (docs/design/planner_sources.md, "Published results"):
 // Korthikanti et al. 2022 iteration times (full recompute and SP + selective, 4 models) and
 // Narayanan et al. 2021 Table 1 TFLOP/s per GPU (full recompute, 10 models), all on
 // A100-80GB DGX nodes (8 GPUs, NVLink inside, 8×200 Gb/s InfiniBand across), s = 2048, V = 51200.

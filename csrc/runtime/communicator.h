@@ -12,7 +12,7 @@
 // (LOOM_DEVICE_COLLECTIVES=gloo) device tensors are copied through host memory to Gloo.
 // A communicator of size 1 does no communication (single-process runs need no c10d at all).
 // Semantics follow torch.distributed; "dim 0" collectives follow Megatron's sequence-parallel
-// region mappings (sp_sar.md, "Regions of a transformer layer under TP + SP").
+// region mappings (docs/design/sp_sar.md, "Regions of a transformer layer under TP + SP").
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>

@@ -1,6 +1,6 @@
 // Rank layout of Megatron's default order "tp-dp-pp" (tensor rank varies fastest):
 //   global_rank = tp_rank + t·(dp_rank + d·pp_rank),  world = t·d·p
-// and the process groups built from it (parallel_layout.md, "Ranks and groups").
+// and the process groups built from it (docs/design/parallel_layout.md, "Ranks and groups").
 // Pure arithmetic, no torch, no communication.
 #pragma once
 #include <string>
@@ -44,7 +44,7 @@ class ParallelLayout {
   std::vector<std::vector<int>> all_model_parallel_groups() const;
   std::vector<std::vector<int>> all_embedding_groups() const;
 
-  std::string describe() const;  ///< "world 16 = t 2 × d 4 × p 2"
+  std::string describe() const;  ///< "world 16 = tensor 2 × data 4 × pipeline 2"
 
  private:
   int world_, t_, p_, d_;

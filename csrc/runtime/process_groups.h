@@ -1,6 +1,6 @@
 // All of a rank's process groups, built over one c10d store (PrefixStore per group), one
-// backend per group: Gloo for CPU tensors, NCCL for CUDA tensors (parallel_layout.md,
-// "Process groups"; conventions.md: there is no C++ new_group, so each group is its own backend).
+// backend per group: Gloo for CPU tensors, NCCL for CUDA tensors (docs/design/parallel_layout.md,
+// "Process groups"; docs/design/conventions.md: there is no C++ new_group, so each group is its own backend).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -28,7 +28,7 @@ struct ProcessGroupOptions {
   bool single_rank_backends = false;
 };
 
-/// The groups of parallel_layout.md for this rank. Every rank of the world must build it with
+/// The groups of docs/design/parallel_layout.md for this rank. Every rank of the world must build it with
 /// the same options (building a group is collective).
 class ProcessGroups {
  public:

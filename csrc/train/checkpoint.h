@@ -1,4 +1,4 @@
-// Checkpoints in Megatron's legacy layout (formats.md, "Checkpoints"):
+// Checkpoints in Megatron's legacy layout (docs/design/formats.md, "Checkpoints"):
 //   <dir>/latest_checkpointed_iteration.txt        the iteration, written last
 //   <dir>/iter_0000100/metadata.json              layout, sizes, and every shard's size and hash
 //   <dir>/iter_0000100/mp_rank_TT[_PPP]/model_optim_rng.pt

@@ -1,5 +1,5 @@
 // Model FLOPs of a GPT training iteration and the utilisation figures derived from them
-// (sp_sar.md, "FLOPs"; Korthikanti et al. 2022, §6; Narayanan et al. 2021, §5.1).
+// (docs/design/sp_sar.md, "FLOPs"; Korthikanti et al. 2022, §6; Narayanan et al. 2021, §5.1).
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -1,5 +1,5 @@
 // Training metrics: one JSON object per line in <run dir>/metrics.jsonl, and the human line of
-// rank 0 on stderr (conventions.md, "Logs and metrics"): a live progress line with ETA when
+// rank 0 on stderr (docs/design/conventions.md, "Logs and metrics"): a live progress line with ETA when
 // stderr is a terminal, plain lines otherwise.
 #pragma once
 #include <nlohmann/json_fwd.hpp>

@@ -1,5 +1,5 @@
 // Pipeline schedules of one training (or evaluation) step (Narayanan et al. 2021;
-// parallel_layout.md, "Pipeline schedules"):
+// docs/design/parallel_layout.md, "Pipeline schedules"):
 //  - no pipelining (p = 1): forward and backward of each micro-batch in turn (gradient
 //    accumulation);
 //  - 1F1B: on stage r, min(p − r − 1, m) warm-up forwards, then one forward / one backward,

@@ -13,7 +13,7 @@
 
 namespace loom::train {
 
-/// Sizes of one training step (parallel_layout.md): t tensor, p pipeline, v virtual stages,
+/// Sizes of one training step (docs/design/parallel_layout.md): t tensor, p pipeline, v virtual stages,
 /// d data-parallel ranks, m micro-batches of `micro_batch` samples per pipeline and step.
 struct RunShape {
   int t = 1, p = 1, v = 1, d = 1, m = 1;

@@ -1,4 +1,4 @@
-// `loom train` on one rank: the training loop of a validated recipe (conventions.md; issue
+// `loom train` on one rank: the training loop of a validated recipe (docs/design/conventions.md; issue
 // "loom train"). Every rank of the world runs it with the same recipe; ranks find each other
 // through the environment (launch/env_rendezvous.h).
 #pragma once

@@ -2,7 +2,7 @@
 // softmax / dropout ops, registered as CompositeExplicitAutograd so they run on every
 // device (and on Meta for shapes). Backward recomputes scores, probabilities and the
 // dropout mask from q, k, v: the "selective activation recomputation" of Korthikanti et
-// al. 2022 (design note sp_sar.md) as one op.
+// al. 2022 (design note docs/design/sp_sar.md) as one op.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 

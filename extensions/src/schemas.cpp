@@ -1,5 +1,5 @@
 // Every schema of the `loom` op library, in one place. Implementations are registered per
-// dispatch key elsewhere: cpu/register_cpu.cpp (CPU), cuda/register_cuda.cpp (CUDA),
+// dispatch key elsewhere: cpu/register_cpu.cpp (CPU), cuda/ops_cuda.cpp (CUDA),
 // meta.cpp (Meta: shapes only), autograd.cpp (Autograd), attention.cpp
 // (CompositeExplicitAutograd: core_attention is a composition of the ops below).
 //

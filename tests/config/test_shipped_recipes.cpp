@@ -1,5 +1,5 @@
 // Every recipe in recipes/ validates; shapes and layouts match NeMo's GPT-3 recipes
-// (design/planner.md); parameter counts match the analytic formula and the nominal sizes.
+// (docs/design/planner_sources.md); parameter counts match the analytic formula and the nominal sizes.
 #include <catch2/catch.hpp>
 
 #include <filesystem>

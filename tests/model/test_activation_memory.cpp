@@ -1,5 +1,5 @@
 // Bytes saved for backward per transformer layer, measured by the saved-tensor recorder,
-// against Korthikanti et al.'s formulas (sp_sar.md) minus the dropout masks Loom regenerates
+// against Korthikanti et al.'s formulas (docs/design/sp_sar.md) minus the dropout masks Loom regenerates
 // instead of storing: in paper units (2 B per activation element), per layer,
 //   no parallelism sbh(32 + 4as/h), TP sbh(8 + 24/t + 4as/(ht)), TP+SP sbh(32/t + 4as/(ht)),
 //   TP+selective sbh(8 + 24/t), TP+SP+selective sbh·32/t, full recompute 2sbh (2sbh/t with SP).

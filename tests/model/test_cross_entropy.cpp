@@ -1,4 +1,4 @@
-// Vocab-parallel cross entropy: the golden case of parallel_layout.md on 4 ranks, agreement
+// Vocab-parallel cross entropy: the golden case of docs/design/parallel_layout.md on 4 ranks, agreement
 // with ATen's cross entropy (loss and gradient, padding columns, label smoothing), and label
 // smoothing giving the same loss and gradients for t = 1 and t = 2.
 #include <catch2/catch.hpp>
@@ -76,7 +76,7 @@ LOOM_WORKER("ce_parallel_vs_single") {
   groups->shutdown();
 }
 
-TEST_CASE("vocab-parallel cross entropy: the golden case of parallel_layout.md (t=4)",
+TEST_CASE("vocab-parallel cross entropy: the golden case of docs/design/parallel_layout.md (t=4)",
           "[model][multiprocess]") {
   auto r = loom::test::run_ranks("ce_golden", 4, {}, 120.0);
   INFO(r.summary());

@@ -1,5 +1,5 @@
-// Memory model against sp_sar.md's activation table, parallel_layout.md's bytes per parameter
-// and the memory figures Korthikanti et al. publish (planner.md).
+// Memory model against docs/design/sp_sar.md's activation table, docs/design/parallel_layout.md's bytes per parameter
+// and the memory figures Korthikanti et al. publish (docs/design/planner_sources.md).
 #include <catch2/catch.hpp>
 
 #include "planner/memory_model.h"
@@ -16,7 +16,7 @@ ModelShape gpt(int L, int h, int a) {
 constexpr double kGiB = 1073741824.0;
 }  // namespace
 
-TEST_CASE("per-layer activation bytes follow the sp_sar.md table", "[planner]") {
+TEST_CASE("per-layer activation bytes follow the docs/design/sp_sar.md table", "[planner]") {
   const ModelShape m = gpt(96, 12288, 96);
   const double s = 2048, b = 2, h = 12288, a = 96, t = 8;
   const double sbh = s * b * h;
@@ -43,7 +43,7 @@ TEST_CASE("in-flight micro-batches under 1F1B and interleaving", "[planner]") {
   CHECK(in_flight_chunks(35, 3, 280, 0) == 35 * 3 + 34);
 }
 
-TEST_CASE("bytes per parameter of parallel_layout.md", "[planner]") {
+TEST_CASE("bytes per parameter of docs/design/parallel_layout.md", "[planner]") {
   CHECK(bytes_per_param(Precision::kBf16, false, 8) == 18);
   CHECK(bytes_per_param(Precision::kBf16, true, 8) == Approx(6 + 12.0 / 8));
   CHECK(bytes_per_param(Precision::kFp16, false, 4) == 20);
@@ -59,7 +59,7 @@ TEST_CASE("layer params per rank sum to 12h2 + 13h over the TP group", "[planner
 
 TEST_CASE("Korthikanti et al memory figures per GPU", "[planner]") {
   // params+optimizer (18 B/param of the 12Lh^2 layer weights per GPU), activations with no
-  // recompute (TP only) and with SP + selective, on the first stage (GiB, planner.md).
+  // recompute (TP only) and with SP + selective, on the first stage (GiB, docs/design/planner_sources.md).
   struct Row { const char* name; int L, h, a, t, p, v, b, micro; double weights, none, sel; };
   const Row rows[] = {{"22B", 48, 6144, 64, 8, 1, 1, 4, 1, 45.6, 59.3, 9.6},
                       {"175B", 96, 12288, 96, 8, 8, 3, 1, 64, 45.6, 66.8, 12.4},

@@ -1,5 +1,5 @@
-// GPT-3 shapes from a size (planner.md's layer rule) and the parameter / FLOP formulas of
-// sp_sar.md.
+// GPT-3 shapes from a size (docs/design/planner_sources.md's layer rule) and the parameter / FLOP formulas of
+// docs/design/sp_sar.md.
 #include <catch2/catch.hpp>
 
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// The planner reproduces published A100-80GB results with the built-in profile (planner.md):
+// The planner reproduces published A100-80GB results with the built-in profile (docs/design/planner_sources.md):
 // Korthikanti et al. 2022 iteration times and Narayanan et al. 2021 TFLOP/s per GPU.
 #include <catch2/catch.hpp>
 

@@ -287,3 +287,16 @@ def test_bad_data_is_bad_input_and_a_damaged_index_cache_is_rebuilt(corpus, tmp_
     done = run_train(o, check=False)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "bad_text_document.idx" in done.stderr and "dtype code 4 (int32" in done.stderr
+
+
+def test_max_time_saves_and_ends_the_run(corpus, tmp_path):
+    # trainer.max_time bounds the training time (Lightning's Timer): at the first step boundary
+    # past it the ranks agree to stop, save and exit 0, long before max_steps.
+    overrides = small(corpus, tmp_path, steps=100000, every=1000000, d=2, micro=1, global_batch=4) + [
+        'trainer.max_time="00:00:00:03"']
+    proc = start_train(overrides)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    assert "trainer.max_time reached" in err
+    assert 1 <= tracker(tmp_path) < 100000
+    assert [r["step"] for r in metrics(tmp_path)][-1] == tracker(tmp_path)

@@ -1,4 +1,4 @@
-// Rank layout arithmetic against parallel_layout.md's formula and its worked example.
+// Rank layout arithmetic against docs/design/parallel_layout.md's formula and its worked example.
 #include <catch2/catch.hpp>
 
 #include "runtime/parallel_layout.h"
@@ -6,7 +6,7 @@
 using loom::runtime::ParallelLayout;
 using Groups = std::vector<std::vector<int>>;
 
-TEST_CASE("the worked example of parallel_layout.md: world 16, t=2, d=4, p=2", "[layout]") {
+TEST_CASE("the worked example of docs/design/parallel_layout.md: world 16, t=2, d=4, p=2", "[layout]") {
   ParallelLayout l(16, 2, 2);
   CHECK(l.data_parallel() == 4);
   CHECK(l.all_tensor_groups() == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7},

@@ -1,5 +1,5 @@
 // The distributed optimizer (ZeRO-1, model.optim.name: distributed_fused_adam;
-// parallel_layout.md, "Distributed optimizer"). The fp32 gradient buffer's buckets are padded to
+// docs/design/parallel_layout.md, "Distributed optimizer"). The fp32 gradient buffer's buckets are padded to
 // a multiple of the data-parallel size d; data rank r owns elements [r·n/d, (r+1)·n/d) of each
 // bucket of n elements: it keeps fp32 main parameters and both Adam moments for those elements
 // only (12/d bytes per parameter instead of 12), receives their gradients by reduce-scatter,

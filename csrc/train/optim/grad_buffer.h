@@ -1,7 +1,7 @@
 // The fp32 gradient buffer of one pipeline stage (Megatron's "main_grad" buffer): every
 // parameter's gradient lives in one contiguous fp32 tensor, in backprop order (the reverse of
 // the parameter list), cut into buckets for the data-parallel collectives
-// (parallel_layout.md, "Gradient finalisation" and "Distributed optimizer").
+// (docs/design/parallel_layout.md, "Gradient finalisation" and "Distributed optimizer").
 //
 // Gradient accumulation over micro-batches is in fp32 whatever the model dtype: after each
 // micro-batch backward the loop calls accumulate(), which adds every param.grad (fp32, bf16 or

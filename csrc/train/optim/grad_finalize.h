@@ -1,9 +1,9 @@
-// Gradient finalisation after the last micro-batch backward (parallel_layout.md, "Gradient
+// Gradient finalisation after the last micro-batch backward (docs/design/parallel_layout.md, "Gradient
 // finalisation"; Megatron-Core finalize_model_grads), on the fp32 main gradients of a GradBuffer:
 //   1. data-parallel reduction, scaled 1/d: bucketed SUM all-reduce, or reduce-scatter for the
 //      distributed optimizer (then only this rank's shard of each bucket is the reduced value);
 //   2. SUM all-reduce over the tensor group of the grads of sequence_parallel parameters
-//      (sp_sar.md: LayerNorm weights/biases and row-parallel biases see only local tokens);
+//      (docs/design/sp_sar.md: LayerNorm weights/biases and row-parallel biases see only local tokens);
 //   3. SUM all-reduce over the embedding group of the word_embedding grads (tied input/output
 //      embedding on the first and last pipeline stage, p > 1), so both copies end identical.
 // All sums are linear, so the order changes only rounding. With reduce-scatter, steps 2 and 3

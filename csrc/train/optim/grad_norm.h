@@ -1,4 +1,4 @@
-// Global gradient norm, clipping and the inf/NaN check (parallel_layout.md, "Gradient
+// Global gradient norm, clipping and the inf/NaN check (docs/design/parallel_layout.md, "Gradient
 // finalisation" step 4; Megatron's clip_grad_norm_fp32 and count_zeros rules).
 //
 // A gradient counts towards the norm on this rank only if its parameter is not the tied

@@ -1,6 +1,6 @@
 // The training step's optimizer: fp32 gradient accumulation, gradient finalisation, loss-scale
 // handling, global norm and clipping, and AdamW on fp32 main parameters, for either layout
-// (parallel_layout.md, "Gradient finalisation" and "Distributed optimizer"):
+// (docs/design/parallel_layout.md, "Gradient finalisation" and "Distributed optimizer"):
 //   - plain ("fused_adam"): every data-parallel rank holds the whole reduced gradient and the
 //     whole optimizer state; fp32 main parameters are the parameters themselves when the model
 //     is fp32, otherwise fp32 copies (bf16/fp16 models).
