@@ -10,7 +10,8 @@
 #                            (LOOM_PTUNE_FULL_MATRIX=1; CI runs a set covering every layout once)
 #                            and the 64-client x 500-request serving soak with the t=2 x p=2
 #                            HTTP server (LOOM_SERVE_SOAK_FULL=1; CI runs 8 x 25, and t=2 x p=2
-#                            in the engine's C++ test)
+#                            in the engine's C++ test), and loom eval at t=2 x p=2 x d=2
+#                            (LOOM_EVAL_FULL=1; CI runs t=2 x p=2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 full=0
@@ -22,7 +23,7 @@ echo "[test] C++ tests" >&2
 echo "[test] fuzzing the recipe, .idx, .npy and checkpoint readers" >&2
 tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
-if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1 LOOM_SERVE_SOAK_FULL=1; fi
+if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1 LOOM_SERVE_SOAK_FULL=1 LOOM_EVAL_FULL=1; fi
 .venv/bin/python -m pytest -q tests/python
 if [ "$full" = 1 ]; then
   echo "[test] GPU bring-up dry run" >&2

@@ -101,8 +101,8 @@ std::vector<RequestScore> score_requests(const model::GptStage& stage, runtime::
       }
       const auto index_options = at::TensorOptions().dtype(at::kLong).device(device);
       const at::Tensor picked =
-          y.reshape({s * b, y.size(2)}).index_select(0, at::tensor(rows, at::kLong).to(device));  // [m, V/t]
-      const at::Tensor target = at::tensor(targets, at::kLong).to(index_options);
+          y.reshape({s * b, y.size(2)}).index_select(0, at::tensor(rows, index_options));  // [m, V/t]
+      const at::Tensor target = at::tensor(targets, index_options);
       const at::Tensor nll = model::vocab_parallel_cross_entropy(picked, target, tp, vocab).to(at::kDouble).cpu();
       const at::Tensor greedy =
           model::vocab_parallel_is_argmax(picked.unsqueeze(1), target.view({1, -1}), tp, vocab).view({-1}).cpu();

@@ -69,15 +69,15 @@ void KvCache::reset() {
 at::Tensor KvCache::positions(int64_t n, const at::TensorOptions& options) const {
   std::vector<int64_t> start;
   for (int64_t r : selected_) start.push_back(lengths_[static_cast<size_t>(r)]);
-  const auto on = options.dtype(at::kLong);
-  return at::tensor(start, on).unsqueeze(1) + at::arange(n, on).unsqueeze(0);  // [b, n]
+  const auto long_options = options.dtype(at::kLong);
+  return at::tensor(start, long_options).unsqueeze(1) + at::arange(n, long_options).unsqueeze(0);  // [b, n]
 }
 
 std::optional<at::Tensor> KvCache::attention_mask(int64_t n, const at::Device& device) const {
   if (one_length()) return std::nullopt;
-  const auto on = at::TensorOptions().dtype(at::kLong).device(device);
-  const at::Tensor last_visible = positions(n, on).view({batch(), 1, n, 1});   // query i of row r
-  const at::Tensor keys = at::arange(length() + n, on).view({1, 1, 1, length() + n});
+  const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor last_visible = positions(n, long_options).view({batch(), 1, n, 1});   // query i of row r
+  const at::Tensor keys = at::arange(length() + n, long_options).view({1, 1, 1, length() + n});
   return keys > last_visible;  // [b, 1, n, L + n] bool
 }
 
