@@ -19,6 +19,7 @@
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "error_text.h"
+#include "input_errors.h"
 #include "eval/eval_error.h"
 #include "eval/eval_run.h"
 #include "launch/env_rendezvous.h"
@@ -125,18 +126,10 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
     return 0;
   } catch (const loom::eval::EvalInputError& e) {
     return fail(2, loom::cli::error_text(e));
-  } catch (const loom::generate::GenerateInputError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::train::CheckpointError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::data::DataError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::config::RecipeError& e) {
-    return fail(2, loom::cli::error_text(e));
   } catch (const std::invalid_argument& e) {
     return fail(2, loom::cli::error_text(e));
   } catch (const std::exception& e) {
-    return fail(1, loom::cli::error_text(e));
+    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
   }
 }
 

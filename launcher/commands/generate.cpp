@@ -21,6 +21,7 @@
 
 #include "command_registry.h"
 #include "error_text.h"
+#include "input_errors.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "generate/generate_run.h"
@@ -125,18 +126,10 @@ int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
                                plan.info.iteration, seconds);
     }
     return 0;
-  } catch (const loom::generate::GenerateInputError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::train::CheckpointError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::data::DataError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::config::RecipeError& e) {
-    return fail(2, loom::cli::error_text(e));
   } catch (const std::invalid_argument& e) {
     return fail(2, loom::cli::error_text(e));
   } catch (const std::exception& e) {
-    return fail(1, loom::cli::error_text(e));
+    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "command_registry.h"
 #include "error_text.h"
+#include "input_errors.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "generate/generate_run.h"
@@ -118,16 +119,8 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
     }
     groups->shutdown();
     return 0;
-  } catch (const loom::generate::GenerateInputError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::train::CheckpointError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::data::DataError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const loom::config::RecipeError& e) {
-    return fail(2, loom::cli::error_text(e));
   } catch (const std::exception& e) {
-    return fail(1, loom::cli::error_text(e));
+    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
   }
 }
 
