@@ -30,6 +30,8 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   v("model.tensor_model_parallel_size", m.tensor_model_parallel_size, Need::kDefault);
   v("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, Need::kDefault);
   v("model.virtual_pipeline_model_parallel_size", m.virtual_pipeline_model_parallel_size, Need::kDefault);
+  v("model.num_layers_in_first_pipeline_stage", m.num_layers_in_first_pipeline_stage, Need::kDefault);
+  v("model.num_layers_in_last_pipeline_stage", m.num_layers_in_last_pipeline_stage, Need::kDefault);
   v("model.sequence_parallel", m.sequence_parallel, Need::kDefault);
   if (pretraining) {
     v("model.encoder_seq_length", m.encoder_seq_length, Need::kRequired);
@@ -41,6 +43,7 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.init_method_std", m.init_method_std, Need::kDefault);
     v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
     v("model.attention_dropout", m.attention_dropout, Need::kDefault);
+    v("model.use_flash_attention", m.use_flash_attention, Need::kDefault);
     v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
     v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
     v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);
@@ -106,6 +109,9 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   v("model.optim.sched.constant_steps", o.sched.constant_steps, Need::kDefault);
   v("model.optim.sched.min_lr", o.sched.min_lr, Need::kDefault);
   v("model.optim.sched.max_steps", o.sched.max_steps, Need::kDerived);
+  v("model.optim.overlap_grad_sync", o.overlap_grad_sync, Need::kDefault);
+  v("model.optim.overlap_param_sync", o.overlap_param_sync, Need::kDefault);
+  v("model.optim.ddp_bucket_size", o.ddp_bucket_size, Need::kDefault);
 }
 
 template <class V>

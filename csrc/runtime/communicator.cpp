@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <functional>
 #include <stdexcept>
+#include <utility>
 
 #include "runtime/error_text.h"
 #include "runtime/run_device.h"
@@ -170,24 +172,97 @@ void Communicator::recv(at::Tensor& t, int peer, int tag) {
 namespace {
 class C10dWork final : public AsyncWork {
  public:
-  // `keep` is the buffer the backend reads (a host copy when staging): alive until done.
-  C10dWork(c10::intrusive_ptr<c10d::Work> work, at::Tensor keep, std::string what)
-      : work_(std::move(work)), keep_(std::move(keep)), what_(std::move(what)) {}
+  // `keep` are the buffers the backend uses (host copies when staging): alive until done.
+  // `finish` runs once after the first successful wait (copies a staged result back).
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> keep, std::string what,
+           std::function<void()> finish = {})
+      : work_(std::move(work)), keep_(std::move(keep)), what_(std::move(what)), finish_(std::move(finish)) {}
   void wait() override {
     try {
       work_->wait();
     } catch (const std::exception& e) {
       throw std::runtime_error(what_ + " failed: " + error_text(e));
     }
+    if (finish_) std::exchange(finish_, {})();
   }
   bool completed() override { return work_->isCompleted(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
-  at::Tensor keep_;
+  std::vector<at::Tensor> keep_;
   std::string what_;
+  std::function<void()> finish_;
 };
+
+// The work of a collective a size-1 group does not need to run.
+class DoneWork final : public AsyncWork {
+ public:
+  void wait() override {}
+  bool completed() override { return true; }
+};
+
+// Checks that `out` can take the result of a dim-0 collective of `t` on a group of `size`.
+void check_dim0_out(const std::string& group, const char* what, const at::Tensor& t, const at::Tensor& out,
+                    int64_t rows) {
+  auto sizes = t.sizes().vec();
+  if (sizes.empty()) throw std::invalid_argument(std::string(what) + " needs a tensor with dim >= 1");
+  sizes[0] = rows;
+  if (out.sizes().vec() != sizes || out.scalar_type() != t.scalar_type() || !out.is_contiguous())
+    throw std::invalid_argument(std::string(what) + " on group '" + group + "': the output must be a contiguous " +
+                                std::string(c10::toString(t.scalar_type())) + " tensor of shape " + c10::str(sizes) +
+                                ", got " + c10::str(out.sizes()));
+}
 }  // namespace
+
+std::unique_ptr<AsyncWork> Communicator::all_reduce_async(at::Tensor& t, ReduceOp op) {
+  check("all_reduce", t);
+  if (size() == 1) return std::make_unique<DoneWork>();
+  at::Tensor buf = to_backend(t);
+  std::vector<at::Tensor> v{buf};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  std::function<void()> finish;
+  if (!buf.is_same(t)) finish = [t, buf]() mutable { t.copy_(buf); };
+  return std::make_unique<C10dWork>(live().allreduce(v, opts), std::vector<at::Tensor>{buf, t},
+                                    "all_reduce on process group '" + name_ + "'", std::move(finish));
+}
+
+std::unique_ptr<AsyncWork> Communicator::reduce_scatter_dim0_async(const at::Tensor& t, at::Tensor& out) {
+  check("reduce_scatter", t);
+  check("reduce_scatter", out);
+  if (t.dim() < 1 || t.size(0) % size() != 0) {
+    throw std::invalid_argument("reduce_scatter_dim0 on group '" + name_ + "': dim 0 of size " +
+                                std::to_string(t.dim() ? t.size(0) : 0) +
+                                " is not divisible by the group size " + std::to_string(size()));
+  }
+  check_dim0_out(name_, "reduce_scatter_dim0_async", t, out, t.size(0) / size());
+  if (size() == 1) {
+    out.copy_(t);
+    return std::make_unique<DoneWork>();
+  }
+  at::Tensor in = to_backend(t);
+  at::Tensor buf = host_staged_ ? at::empty(out.sizes(), out.options().device(at::kCPU)) : out;
+  std::function<void()> finish;
+  if (!buf.is_same(out)) finish = [out, buf]() mutable { out.copy_(buf); };
+  return std::make_unique<C10dWork>(live()._reduce_scatter_base(buf, in), std::vector<at::Tensor>{in, buf, out},
+                                    "reduce_scatter on process group '" + name_ + "'", std::move(finish));
+}
+
+std::unique_ptr<AsyncWork> Communicator::all_gather_dim0_async(const at::Tensor& t, at::Tensor& out) {
+  check("all_gather", t);
+  check("all_gather", out);
+  check_dim0_out(name_, "all_gather_dim0_async", t, out, (t.dim() ? t.size(0) : 0) * size());
+  if (size() == 1) {
+    out.copy_(t);
+    return std::make_unique<DoneWork>();
+  }
+  at::Tensor in = to_backend(t);
+  at::Tensor buf = host_staged_ ? at::empty(out.sizes(), out.options().device(at::kCPU)) : out;
+  std::function<void()> finish;
+  if (!buf.is_same(out)) finish = [out, buf]() mutable { out.copy_(buf); };
+  return std::make_unique<C10dWork>(live()._allgather_base(buf, in), std::vector<at::Tensor>{in, buf, out},
+                                    "all_gather on process group '" + name_ + "'", std::move(finish));
+}
 
 std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, int tag) {
   check("isend", t);
@@ -195,7 +270,7 @@ std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, in
   if (peer == rank_) throw std::invalid_argument("isend to self on group '" + name_ + "'");
   at::Tensor buf = to_backend(t);
   std::vector<at::Tensor> v{buf};
-  return std::make_unique<C10dWork>(live().send(v, peer, tag), buf,
+  return std::make_unique<C10dWork>(live().send(v, peer, tag), std::vector<at::Tensor>{buf},
                                     "send on process group '" + name_ + "'");
 }
 

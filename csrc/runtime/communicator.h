@@ -70,6 +70,18 @@ class Communicator {
   void recv(at::Tensor& t, int peer, int tag = 0);
   /// Non-blocking send: returns at once; messages to one (peer, tag) arrive in order.
   std::unique_ptr<AsyncWork> isend(const at::Tensor& t, int peer, int tag = 0);
+  /// Non-blocking collectives (Megatron-Core's overlapped gradient reduction and parameter
+  /// gather): each returns once the collective is queued; its result is in place only after
+  /// wait() on the returned work (with host staging, wait() copies it back). Members must issue
+  /// a group's collectives in the same order. The tensors must stay alive and untouched until
+  /// then. With size() == 1 the work is already complete (reduce-scatter and all-gather copy
+  /// `t` into `out`).
+  /// all_reduce in place on `t`.
+  std::unique_ptr<AsyncWork> all_reduce_async(at::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  /// reduce_scatter_dim0 into `out` ([n/size, ...], contiguous, on device()).
+  std::unique_ptr<AsyncWork> reduce_scatter_dim0_async(const at::Tensor& t, at::Tensor& out);
+  /// all_gather_dim0 into `out` ([n·size, ...], contiguous, on device()).
+  std::unique_ptr<AsyncWork> all_gather_dim0_async(const at::Tensor& t, at::Tensor& out);
   /// Returns once every member has reached it, on the host as well (a device group waits for
   /// its device too).
   void barrier();
