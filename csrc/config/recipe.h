@@ -219,11 +219,6 @@ struct ModelConfig {
   int64_t tensor_model_parallel_size = 1;     ///< [default 1] t
   int64_t pipeline_model_parallel_size = 1;   ///< [default 1] p
   std::optional<int64_t> virtual_pipeline_model_parallel_size;  ///< [default null] v (interleaving)
-  /// [default null: an even share] Megatron-Core's uneven pipeline split: transformer layers of
-  /// the first / last pipeline stage; the other layers split evenly over the middle stages
-  /// (rules::stage_layer_counts, docs/design/parallel_layout.md "Uneven stages").
-  std::optional<int64_t> num_layers_in_first_pipeline_stage;
-  std::optional<int64_t> num_layers_in_last_pipeline_stage;  ///< [default null: an even share]
   bool sequence_parallel = false;             ///< [default false]; forced off (warning) when t == 1
   int64_t encoder_seq_length = 0;             ///< [required] s, tokens per sample
   int64_t max_position_embeddings = 0;        ///< [derived: encoder_seq_length]
@@ -234,11 +229,6 @@ struct ModelConfig {
   double init_method_std = 0.02;              ///< [default 0.02]
   double hidden_dropout = 0.1;                ///< [default 0.1]
   double attention_dropout = 0.1;             ///< [default 0.1]
-  /// [default false] NeMo's name: the attention core through ATen's fused
-  /// scaled_dot_product_attention (flash / memory-efficient / cuDNN kernels; no s×s
-  /// activations). Needs attention_dropout 0 and no selective recompute
-  /// (rules::fused_attention_violations; docs/design/sp_sar.md, "Fused attention").
-  bool use_flash_attention = false;
   double ffn_dropout = 0.0;                   ///< [default 0.0]
   double layernorm_epsilon = 1e-5;            ///< [default 1e-5]
   int64_t make_vocab_size_divisible_by = 128;  ///< [default 128]
