@@ -30,8 +30,6 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   v("model.tensor_model_parallel_size", m.tensor_model_parallel_size, Need::kDefault);
   v("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, Need::kDefault);
   v("model.virtual_pipeline_model_parallel_size", m.virtual_pipeline_model_parallel_size, Need::kDefault);
-  v("model.num_layers_in_first_pipeline_stage", m.num_layers_in_first_pipeline_stage, Need::kDefault);
-  v("model.num_layers_in_last_pipeline_stage", m.num_layers_in_last_pipeline_stage, Need::kDefault);
   v("model.sequence_parallel", m.sequence_parallel, Need::kDefault);
   if (pretraining) {
     v("model.encoder_seq_length", m.encoder_seq_length, Need::kRequired);
@@ -43,7 +41,6 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.init_method_std", m.init_method_std, Need::kDefault);
     v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
     v("model.attention_dropout", m.attention_dropout, Need::kDefault);
-    v("model.use_flash_attention", m.use_flash_attention, Need::kDefault);
     v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
     v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
     v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);
