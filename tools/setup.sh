@@ -18,7 +18,9 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache pkg-config python3-venv
               libsentencepiece-dev libutf8proc-dev  # SentencePiece models; NFC/NFKC of tokenizer.json
               libcpp-httplib-dev   # loom serve's HTTP server (cpp-httplib 0.11)
               libgloo-dev   # headers only: the pip wheel links Gloo in but ships no gloo/*.h
-              clang libclang-rt-14-dev)  # libFuzzer and the sanitizers for tools/fuzz
+              clang libclang-rt-14-dev  # libFuzzer and the sanitizers for tools/fuzz
+              libprotobuf-dev protobuf-compiler  # TensorBoard event files (csrc/runlog: Event/Summary protobufs)
+              iproute2)  # ip netns: the two-host test (tests/python/test_two_hosts.py)
 
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
