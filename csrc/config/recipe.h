@@ -219,6 +219,11 @@ struct ModelConfig {
   int64_t tensor_model_parallel_size = 1;     ///< [default 1] t
   int64_t pipeline_model_parallel_size = 1;   ///< [default 1] p
   std::optional<int64_t> virtual_pipeline_model_parallel_size;  ///< [default null] v (interleaving)
+  /// [default null: an even share] Megatron-Core's uneven pipeline split: transformer layers of
+  /// the first / last pipeline stage; the other layers split evenly over the middle stages
+  /// (rules::stage_layer_counts, docs/design/parallel_layout.md "Uneven stages").
+  std::optional<int64_t> num_layers_in_first_pipeline_stage;
+  std::optional<int64_t> num_layers_in_last_pipeline_stage;  ///< [default null: an even share]
   bool sequence_parallel = false;             ///< [default false]; forced off (warning) when t == 1
   int64_t encoder_seq_length = 0;             ///< [required] s, tokens per sample
   int64_t max_position_embeddings = 0;        ///< [derived: encoder_seq_length]

@@ -30,6 +30,8 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   v("model.tensor_model_parallel_size", m.tensor_model_parallel_size, Need::kDefault);
   v("model.pipeline_model_parallel_size", m.pipeline_model_parallel_size, Need::kDefault);
   v("model.virtual_pipeline_model_parallel_size", m.virtual_pipeline_model_parallel_size, Need::kDefault);
+  v("model.num_layers_in_first_pipeline_stage", m.num_layers_in_first_pipeline_stage, Need::kDefault);
+  v("model.num_layers_in_last_pipeline_stage", m.num_layers_in_last_pipeline_stage, Need::kDefault);
   v("model.sequence_parallel", m.sequence_parallel, Need::kDefault);
   if (pretraining) {
     v("model.encoder_seq_length", m.encoder_seq_length, Need::kRequired);

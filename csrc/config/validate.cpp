@@ -130,6 +130,13 @@ void Checker::field_ranges() {
   if (m.virtual_pipeline_model_parallel_size) {
     size_in_range("model.virtual_pipeline_model_parallel_size", *m.virtual_pipeline_model_parallel_size, 1);
   }
+  // Only the upper bound here: the layout rules say what a set size below 1 means.
+  for (const auto& [path, layers] : {std::pair{"model.num_layers_in_first_pipeline_stage",
+                                               m.num_layers_in_first_pipeline_stage},
+                                     std::pair{"model.num_layers_in_last_pipeline_stage",
+                                               m.num_layers_in_last_pipeline_stage}})
+    if (layers && *layers > kMaxSize && ok({path}))
+      error(path, fmt::format("expected null or an integer in [1, {}], found {}", kMaxSize, *layers));
   // A GPT sample predicts each token from the ones before it: one token gives nothing to learn.
   size_in_range("model.encoder_seq_length", m.encoder_seq_length, 2);
   size_in_range("model.max_position_embeddings", m.max_position_embeddings, 1);
@@ -176,6 +183,8 @@ void Checker::parallel_layout() {
   q.micro_batch = m.micro_batch_size;
   q.global_batch = m.global_batch_size;
   q.sequence_parallel = m.sequence_parallel;
+  q.first_stage_layers = m.num_layers_in_first_pipeline_stage;
+  q.last_stage_layers = m.num_layers_in_last_pipeline_stage;
   q.model = {m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.encoder_seq_length,
              m.max_position_embeddings};
   q.recompute = {m.activations_checkpoint_granularity, m.activations_checkpoint_method,

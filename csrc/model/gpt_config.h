@@ -3,6 +3,7 @@
 // Torch-free: the config helper maps a YAML recipe into it.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "rules/layout_terms.h"
@@ -34,6 +35,11 @@ struct GptConfig {
   double label_smoothing = 0.0;
   uint64_t seed = 1234;              ///< initialisation seed (dropout seeds come per call)
   Precision params_dtype = Precision::kFp32;  ///< parameter and activation dtype (trainer.precision)
+  /// Megatron-Core's uneven pipeline split (model.num_layers_in_first/last_pipeline_stage):
+  /// transformer layers of the first / last pipeline stage; null: an even share. Read by
+  /// pipeline_stage_layouts through rules::stage_layer_counts.
+  std::optional<int> num_layers_in_first_pipeline_stage;
+  std::optional<int> num_layers_in_last_pipeline_stage;
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }

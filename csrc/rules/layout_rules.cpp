@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <stdexcept>
 #include <utility>
@@ -14,6 +15,8 @@ constexpr const char* kTensor = "model.tensor_model_parallel_size";
 constexpr const char* kPipeline = "model.pipeline_model_parallel_size";
 constexpr const char* kVirtual = "model.virtual_pipeline_model_parallel_size";
 constexpr const char* kLayers = "model.num_layers";
+constexpr const char* kFirstStage = "model.num_layers_in_first_pipeline_stage";
+constexpr const char* kLastStage = "model.num_layers_in_last_pipeline_stage";
 constexpr const char* kHeads = "model.num_attention_heads";
 constexpr const char* kHidden = "model.hidden_size";
 constexpr const char* kFfn = "model.ffn_hidden_size";
@@ -79,12 +82,95 @@ std::vector<Violation> tensor_parallel_violations(const ModelDims& m, int64_t t,
   return out;
 }
 
+namespace {
+
+/// Megatron-Core's uneven split (transformer_config.py __post_init__, "Uneven PP"): the end
+/// stages' set sizes, then the even share of the stages left.
+void uneven_violations(const PipelineSplit& s, std::vector<Violation>& out) {
+  const int64_t p = s.pipeline, v = s.virtual_stages;
+  struct End { const char* field; const char* name; std::optional<int64_t> layers; };
+  const End ends[] = {{kFirstStage, "num_layers_in_first_pipeline_stage", s.first_stage_layers},
+                      {kLastStage, "num_layers_in_last_pipeline_stage", s.last_stage_layers}};
+  bool sizes_ok = true;
+  for (const auto& e : ends) {
+    if (!e.layers) continue;
+    if (p == 1) {
+      out.push_back(violation(e.field, fmt::format("expected null when pipeline_model_parallel_size is 1 (one "
+                                                   "stage holds all num_layers), found {}", *e.layers), {kPipeline}));
+      sizes_ok = false;
+    } else if (*e.layers < 1) {
+      out.push_back(violation(e.field, fmt::format("expected null or an integer >= 1, found {}", *e.layers), {}));
+      sizes_ok = false;
+    } else if (*e.layers % v != 0) {
+      out.push_back(violation(e.field, fmt::format("expected a multiple of virtual_pipeline_model_parallel_size "
+                                                   "({}: the stage's model chunks are equal), found {}", v,
+                                                   *e.layers), {kVirtual}));
+      sizes_ok = false;
+    }
+  }
+  if (!sizes_ok) return;
+  // The stages without a set size ("the other stages") share what the set ones leave.
+  int64_t left = s.num_layers, others = p;
+  std::string names, values;
+  for (const auto& e : ends) {
+    if (!e.layers) continue;
+    left -= *e.layers;
+    --others;
+    names += (names.empty() ? "" : " + ") + std::string(e.name);
+    values += (values.empty() ? "" : " + ") + std::to_string(*e.layers);
+  }
+  const std::string set_sum =
+      names.find('+') == std::string::npos ? fmt::format("{} = {}", names, values)
+                                           : fmt::format("{} = {} = {}", names, values, s.num_layers - left);
+  const std::vector<std::string> reads = {kFirstStage, kLastStage, kPipeline, kVirtual};
+  if (others == 0) {
+    if (left != 0)
+      out.push_back(violation(kLayers, fmt::format("expected {} (pipeline_model_parallel_size {} leaves no other "
+                                                   "stage), found {}", set_sum, p, s.num_layers), reads));
+    return;
+  }
+  if (left < 1) {
+    out.push_back(violation(kLayers, fmt::format("expected more than {} (the {} other pipeline stage{} must hold "
+                                                 "layers too), found {}", set_sum, others, others == 1 ? "" : "s",
+                                                 s.num_layers), reads));
+    return;
+  }
+  if (left % others != 0) {
+    out.push_back(violation(kLayers, fmt::format("expected the layers left by {}, {} - {} = {}, to be a multiple of "
+                                                 "the other pipeline stages ({}), found remainder {}", set_sum,
+                                                 s.num_layers, s.num_layers - left, left, others, left % others),
+                            reads));
+    return;
+  }
+  if ((left / others) % v != 0)
+    out.push_back(violation(kLayers, fmt::format("expected each other pipeline stage's layers, ({} - {})/{} = {}, "
+                                                 "to be a multiple of virtual_pipeline_model_parallel_size ({}), "
+                                                 "found remainder {}", s.num_layers, s.num_layers - left, others,
+                                                 left / others, v, (left / others) % v),
+                            reads));
+}
+
+}  // namespace
+
 std::vector<Violation> pipeline_violations(int64_t num_layers, int64_t p, int64_t v) {
+  PipelineSplit split;
+  split.num_layers = num_layers;
+  split.pipeline = p;
+  split.virtual_stages = v;
+  return pipeline_violations(split);
+}
+
+std::vector<Violation> pipeline_violations(const PipelineSplit& split) {
   std::vector<Violation> out;
+  const int64_t num_layers = split.num_layers, p = split.pipeline, v = split.virtual_stages;
   if (!sizes_positive(out, {{kPipeline, p}, {kVirtual, v}})) return out;
   if (v > 1 && p == 1)
     out.push_back(violation(kVirtual, fmt::format("expected null or 1 when pipeline_model_parallel_size is 1 "
                                                   "(interleaving needs a pipeline), found {}", v), {kPipeline}));
+  if (split.uneven()) {
+    uneven_violations(split, out);
+    return out;
+  }
   if (num_layers % (p * v) != 0)
     out.push_back(violation(
         kLayers,
@@ -93,6 +179,36 @@ std::vector<Violation> pipeline_violations(int64_t num_layers, int64_t p, int64_
               : fmt::format("expected a multiple of pipeline_model_parallel_size ({}), found {}", p, num_layers),
         {kPipeline, kVirtual}));
   return out;
+}
+
+std::vector<int64_t> stage_layer_counts(const PipelineSplit& split) {
+  throw_if_any(pipeline_violations(split), "pipeline split:");
+  const int64_t p = split.pipeline;
+  int64_t left = split.num_layers, others = p;
+  for (const auto& set : {split.first_stage_layers, split.last_stage_layers})
+    if (set) left -= *set, --others;
+  std::vector<int64_t> counts(static_cast<size_t>(p), others > 0 ? left / others : 0);
+  if (split.first_stage_layers) counts.front() = *split.first_stage_layers;
+  if (split.last_stage_layers) counts.back() = *split.last_stage_layers;
+  return counts;
+}
+
+std::vector<LayerRange> virtual_stage_layer_ranges(const PipelineSplit& split) {
+  const auto counts = stage_layer_counts(split);
+  std::vector<LayerRange> out;
+  int64_t next = 0;
+  for (int64_t k = 0; k < split.virtual_stages; ++k)
+    for (const int64_t n : counts) {
+      out.push_back({next, next + n / split.virtual_stages});
+      next = out.back().last;
+    }
+  return out;
+}
+
+int64_t largest_chunk_layers(const PipelineSplit& split) {
+  int64_t most = 0;
+  for (const int64_t n : stage_layer_counts(split)) most = std::max(most, n / split.virtual_stages);
+  return most;
 }
 
 std::optional<Violation> interleaving_violation(int64_t num_microbatches, int64_t p, int64_t v,
@@ -134,7 +250,7 @@ std::vector<Violation> batch_violations(const LayoutQuery& q) {
   return out;
 }
 
-std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t layers_per_chunk) {
+std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t layers_per_chunk, bool uneven) {
   std::vector<Violation> out;
   const std::string method = recipe_name(r.method);
   const std::string layers = r.num_layers ? std::to_string(*r.num_layers) : "null";
@@ -162,10 +278,12 @@ std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t 
   }
   const int64_t lo = r.method == RecomputeMethod::kUniform ? 1 : 0;
   if (!r.num_layers || *r.num_layers < lo || *r.num_layers > layers_per_chunk)
-    out.push_back(violation(kRecomputeLayers, fmt::format("expected an integer in [{}, {}] (layers per pipeline "
-                                                          "chunk) for method {}, found {}", lo, layers_per_chunk,
+    out.push_back(violation(kRecomputeLayers, fmt::format("expected an integer in [{}, {}] ({}) for method {}, "
+                                                          "found {}", lo, layers_per_chunk,
+                                                          uneven ? "layers of the largest pipeline chunk"
+                                                                 : "layers per pipeline chunk",
                                                           method, layers),
-                            {kGranularity, kMethod, kLayers, kPipeline, kVirtual}));
+                            {kGranularity, kMethod, kLayers, kPipeline, kVirtual, kFirstStage, kLastStage}));
   return out;
 }
 
@@ -173,11 +291,10 @@ std::vector<Violation> layout_violations(const LayoutQuery& q) {
   std::vector<Violation> out;
   append(out, batch_violations(q));
   append(out, tensor_parallel_violations(q.model, q.tensor, q.sequence_parallel));
-  auto pipeline = pipeline_violations(q.model.num_layers, q.pipeline, q.virtual_stages);
+  auto pipeline = pipeline_violations(q.split());
   const bool split_ok = pipeline.empty();
   append(out, std::move(pipeline));
-  if (split_ok)
-    append(out, recompute_violations(q.recompute, q.model.num_layers / (q.pipeline * q.virtual_stages)));
+  if (split_ok) append(out, recompute_violations(q.recompute, largest_chunk_layers(q.split()), q.split().uneven()));
   return out;
 }
 

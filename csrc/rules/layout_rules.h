@@ -41,6 +41,27 @@ struct RecomputeSettings {
   std::optional<int64_t> num_layers;
 };
 
+/// How the transformer layers are cut into pipeline stages: p stages of v model chunks each,
+/// evenly, or with Megatron-Core's uneven first and/or last stage
+/// (model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage; null: that
+/// stage takes an even share of what the set ones leave). docs/design/parallel_layout.md,
+/// "Uneven stages"; Megatron-Core transformer_config.py / transformer_block.py.
+struct PipelineSplit {
+  int64_t num_layers = 1;                      ///< L
+  int64_t pipeline = 1;                        ///< p
+  int64_t virtual_stages = 1;                  ///< v (1 = no interleaving)
+  std::optional<int64_t> first_stage_layers;   ///< num_layers_in_first_pipeline_stage
+  std::optional<int64_t> last_stage_layers;    ///< num_layers_in_last_pipeline_stage
+  bool uneven() const { return first_stage_layers.has_value() || last_stage_layers.has_value(); }
+};
+
+/// Layers [first, last) of the global stack (0-based, last exclusive).
+struct LayerRange {
+  int64_t first = 0, last = 0;
+  int64_t size() const { return last - first; }
+  bool operator==(const LayerRange& o) const { return first == o.first && last == o.last; }
+};
+
 /// A whole training layout: world = trainer.num_nodes × trainer.devices, d = world / (t·p).
 struct LayoutQuery {
   int64_t num_nodes = 1, devices = 1;    ///< world = num_nodes × devices
@@ -49,16 +70,39 @@ struct LayoutQuery {
   int64_t virtual_stages = 1;            ///< v, virtual_pipeline_model_parallel_size (1 = none)
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false;
+  std::optional<int64_t> first_stage_layers;  ///< model.num_layers_in_first_pipeline_stage
+  std::optional<int64_t> last_stage_layers;   ///< model.num_layers_in_last_pipeline_stage
   ModelDims model;
   RecomputeSettings recompute;
+  PipelineSplit split() const {
+    return {model.num_layers, pipeline, virtual_stages, first_stage_layers, last_stage_layers};
+  }
 };
 
 /// Tensor parallelism and sequence lengths: heads % t, hidden % heads, ffn % t, s % t under
 /// sequence parallelism (t > 1 only: with t = 1 it is a no-op), s <= max_position_embeddings.
 std::vector<Violation> tensor_parallel_violations(const ModelDims& m, int64_t t, bool sequence_parallel);
 
-/// Pipeline split: v > 1 needs p > 1; num_layers % (p·v) == 0 (equal model chunks).
+/// Pipeline split: v > 1 needs p > 1. Even (neither end stage set): num_layers % (p·v) == 0.
+/// Uneven (Megatron-Core's rules): p > 1; each set size >= 1 and a multiple of v; the S stages
+/// without a set size share M = num_layers − the set sizes: S = 0 needs M = 0, S > 0 needs
+/// M >= 1, M % S == 0 and (M/S) % v == 0.
+std::vector<Violation> pipeline_violations(const PipelineSplit& split);
+/// The even split's rule (no uneven end stages).
 std::vector<Violation> pipeline_violations(int64_t num_layers, int64_t p, int64_t v);
+
+/// Transformer layers of each pipeline stage (p entries summing to num_layers). Throws
+/// std::invalid_argument with the violations' text when the split is illegal.
+std::vector<int64_t> stage_layer_counts(const PipelineSplit& split);
+
+/// The layers of each virtual stage i = k·p + r (chunk k of pipeline stage r), p·v entries in
+/// that order, contiguous and covering [0, num_layers): chunk k of stage r holds
+/// stage_layer_counts[r] / v layers (Megatron-Core's get_transformer_layer_offset). Even split:
+/// [i·L/(p·v), (i+1)·L/(p·v)). Throws like stage_layer_counts.
+std::vector<LayerRange> virtual_stage_layer_ranges(const PipelineSplit& split);
+
+/// The largest model chunk's layer count (L/(p·v) for an even split). Throws like stage_layer_counts.
+int64_t largest_chunk_layers(const PipelineSplit& split);
 
 /// The interleaved schedule (v > 1) needs num_microbatches % p == 0 (Narayanan et al. 2021, §2.2;
 /// docs/design/parallel_layout.md, "Pipeline schedules"). `derivation` says where the count came
@@ -69,11 +113,14 @@ std::optional<Violation> interleaving_violation(int64_t num_microbatches, int64_
 /// World and batch: world % (t·p) == 0; global_batch % (micro_batch·d) == 0; then interleaving.
 std::vector<Violation> batch_violations(const LayoutQuery& q);
 
-/// Recompute settings for a model chunk of `layers_per_chunk` layers: selective takes no method
-/// (NeMo's `block` with 0 layers is accepted as "none") and no layer count; full takes uniform
-/// with 1..layers_per_chunk layers per checkpointed group, or block with 0..layers_per_chunk
-/// recomputed layers (0: nothing recomputed, as Megatron-Core's block method allows).
-std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t layers_per_chunk);
+/// Recompute settings for model chunks of at most `layers_per_chunk` layers: selective takes no
+/// method (NeMo's `block` with 0 layers is accepted as "none") and no layer count; full takes
+/// uniform with 1..layers_per_chunk layers per checkpointed group, or block with
+/// 0..layers_per_chunk recomputed layers (0: nothing recomputed, as Megatron-Core's block method
+/// allows). With uneven stages `layers_per_chunk` is the largest chunk's (a smaller chunk takes
+/// the count as "all its layers"); `uneven` only changes the message's wording.
+std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t layers_per_chunk,
+                                            bool uneven = false);
 
 /// Every rule above, in a fixed order: batch (world first), tensor, pipeline, recompute (the
 /// last only when the pipeline split is legal, since it needs the chunk size).

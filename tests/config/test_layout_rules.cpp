@@ -52,6 +52,18 @@ const Row kTable[] = {
        q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 0}; }, {}},
     {"full block with the whole chunk", [](LayoutQuery& q) {
        q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 4}; }, {}},
+    {"uneven first stage, p=2 (3 + 5)", [](LayoutQuery& q) { q.first_stage_layers = 3; }, {}},
+    {"uneven last stage, p=2 (6 + 2)", [](LayoutQuery& q) { q.last_stage_layers = 2; }, {}},
+    {"both end stages set at p=2, summing to num_layers", [](LayoutQuery& q) {
+       q.first_stage_layers = 3; q.last_stage_layers = 5; }, {}},
+    {"p=4 with 1 + 3 + 3 + 1 layers", [](LayoutQuery& q) {
+       q.pipeline = 4; q.first_stage_layers = 1; q.last_stage_layers = 1; }, {}},
+    {"44 layers on p=8 as 5 + 6x6 + 3", [](LayoutQuery& q) {
+       q.tensor = 1; q.pipeline = 8; q.model.num_layers = 44; q.first_stage_layers = 5; q.last_stage_layers = 3; }, {}},
+    {"interleaved uneven: v=2, stages of 2 and 6 layers", [](LayoutQuery& q) {
+       q.virtual_stages = 2; q.first_stage_layers = 2; }, {}},
+    {"uneven with full recompute over the largest chunk (5 layers)", [](LayoutQuery& q) {
+       q.first_stage_layers = 3; q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 5}; }, {}},
     {"world not a multiple of t*p", [](LayoutQuery& q) { q.devices = 6; },
      {"trainer.devices: expected the world size num_nodes*devices = 1*6 = 6 to be a multiple of "
       "tensor_model_parallel_size*pipeline_model_parallel_size = 2*2 = 4, found remainder 2"}},
@@ -103,6 +115,34 @@ const Row kTable[] = {
        q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, std::nullopt}; },
      {"model.activations_checkpoint_num_layers: expected an integer in [1, 4] (layers per pipeline chunk) for method "
       "uniform, found null"}},
+    {"an uneven stage without a pipeline", [](LayoutQuery& q) { q.pipeline = 1; q.first_stage_layers = 8; },
+     {"model.num_layers_in_first_pipeline_stage: expected null when pipeline_model_parallel_size is 1 (one stage "
+      "holds all num_layers), found 8"}},
+    {"an empty first stage", [](LayoutQuery& q) { q.first_stage_layers = 0; },
+     {"model.num_layers_in_first_pipeline_stage: expected null or an integer >= 1, found 0"}},
+    {"an uneven stage not a multiple of v", [](LayoutQuery& q) { q.virtual_stages = 2; q.last_stage_layers = 3; },
+     {"model.num_layers_in_last_pipeline_stage: expected a multiple of virtual_pipeline_model_parallel_size (2: the "
+      "stage's model chunks are equal), found 3"}},
+    {"both end stages at p=2 not summing to num_layers", [](LayoutQuery& q) {
+       q.first_stage_layers = 3; q.last_stage_layers = 4; },
+     {"model.num_layers: expected num_layers_in_first_pipeline_stage + num_layers_in_last_pipeline_stage = 3 + 4 = 7 "
+      "(pipeline_model_parallel_size 2 leaves no other stage), found 8"}},
+    {"a first stage leaving nothing for the others", [](LayoutQuery& q) { q.first_stage_layers = 8; },
+     {"model.num_layers: expected more than num_layers_in_first_pipeline_stage = 8 (the 1 other pipeline stage must "
+      "hold layers too), found 8"}},
+    {"the layers left not a multiple of the other stages", [](LayoutQuery& q) {
+       q.pipeline = 4; q.first_stage_layers = 1; },
+     {"model.num_layers: expected the layers left by num_layers_in_first_pipeline_stage = 1, 8 - 1 = 7, to be a "
+      "multiple of the other pipeline stages (3), found remainder 1"}},
+    {"the other stages' layers not a multiple of v", [](LayoutQuery& q) {
+       q.tensor = 1; q.devices = 4; q.pipeline = 4; q.virtual_stages = 2; q.model.num_layers = 11;
+       q.first_stage_layers = 2; },
+     {"model.num_layers: expected each other pipeline stage's layers, (11 - 2)/3 = 3, to be a multiple of "
+      "virtual_pipeline_model_parallel_size (2), found remainder 1"}},
+    {"uneven, full recompute beyond the largest chunk", [](LayoutQuery& q) {
+       q.first_stage_layers = 3; q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 6}; },
+     {"model.activations_checkpoint_num_layers: expected an integer in [1, 5] (layers of the largest pipeline chunk) "
+      "for method uniform, found 6"}},
     {"a zero tensor size", [](LayoutQuery& q) { q.tensor = 0; },
      {"model.tensor_model_parallel_size: expected an integer >= 1, found 0"}},
 };
@@ -151,4 +191,36 @@ TEST_CASE("throw_if_any lists every violation under its context", "[config][rule
           "found 10\nmodel.num_layers: expected a multiple of pipeline_model_parallel_size (2), found 7");
   }
   CHECK_NOTHROW(throw_if_any(layout_violations(base()), "x"));
+}
+
+TEST_CASE("stage layer counts and virtual stage ranges follow Megatron-Core's offsets", "[config][rules]") {
+  PipelineSplit even{8, 2, 2, std::nullopt, std::nullopt};
+  CHECK(stage_layer_counts(even) == std::vector<int64_t>{4, 4});
+  CHECK(virtual_stage_layer_ranges(even) == std::vector<LayerRange>{{0, 2}, {2, 4}, {4, 6}, {6, 8}});
+  CHECK(largest_chunk_layers(even) == 2);
+
+  PipelineSplit p8{44, 8, 1, 5, 3};  // the planner's 44 layers on p=8
+  CHECK(stage_layer_counts(p8) == std::vector<int64_t>{5, 6, 6, 6, 6, 6, 6, 3});
+  const auto r8 = virtual_stage_layer_ranges(p8);
+  CHECK(r8.front() == LayerRange{0, 5});
+  CHECK(r8[1] == LayerRange{5, 11});
+  CHECK(r8.back() == LayerRange{41, 44});
+
+  // Interleaved, p=4 v=2, first 2 and last 4 of 18 layers: each round of virtual stages holds
+  // 1 + 3 + 3 + 2 layers (Megatron-Core's get_transformer_layer_offset: chunk k of stage r starts
+  // at k*9 + the earlier stages' chunks).
+  PipelineSplit vp{18, 4, 2, 2, 4};
+  CHECK(stage_layer_counts(vp) == std::vector<int64_t>{2, 6, 6, 4});
+  CHECK(virtual_stage_layer_ranges(vp) == std::vector<LayerRange>{{0, 1}, {1, 4}, {4, 7}, {7, 9},
+                                                                  {9, 10}, {10, 13}, {13, 16}, {16, 18}});
+  CHECK(largest_chunk_layers(vp) == 3);
+
+  PipelineSplit last_only{10, 3, 1, std::nullopt, 2};
+  CHECK(stage_layer_counts(last_only) == std::vector<int64_t>{4, 4, 2});
+
+  PipelineSplit bad{8, 2, 1, 3, 4};
+  CHECK_THROWS_WITH(stage_layer_counts(bad),
+                    "pipeline split:\nmodel.num_layers: expected num_layers_in_first_pipeline_stage + "
+                    "num_layers_in_last_pipeline_stage = 3 + 4 = 7 (pipeline_model_parallel_size 2 leaves no other "
+                    "stage), found 8");
 }
