@@ -62,6 +62,10 @@ class Gpt2Tokenizer : public Tokenizer {
   size_t vocab_size() const override;
   /// Id of `<|endoftext|>` (50256 for GPT-2), or -1 when the vocabulary has none.
   int32_t eod_id() const override { return eod_id_; }
+  /// GPT-2's bos is its eos (`<|endoftext|>`), as in Hugging Face's GPT2Tokenizer.
+  int32_t bos_id() const override { return eod_id_; }
+  /// `<|endoftext|>` (GPT-2 has no pad token; NeMo and Megatron pad with eod), else 0.
+  int32_t pad_id() const override { return eod_id_ >= 0 ? eod_id_ : 0; }
   /// Number of merges loaded (50000 for GPT-2).
   size_t num_merges() const;
 

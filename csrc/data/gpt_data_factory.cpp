@@ -1,6 +1,9 @@
 #include "data/gpt_data_factory.h"
 
+#include <array>
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 #include "data/blended_dataset.h"
 #include "data/data_error.h"
@@ -43,97 +46,130 @@ std::pair<std::vector<std::string>, std::vector<double>> parse_data_prefix(const
   return {prefixes, weights};
 }
 
-GptDatasets build_gpt_datasets(const GptDataConfig& c) {
-  auto [prefixes, weights] = parse_data_prefix(c.data_prefix);
-  const SplitMatrix matrix = parse_split(c.splits_string);
-  if (!weights.empty()) {
+namespace {
+
+// Megatron's BlendedMegatronDatasetBuilder, one split at a time: the low-level datasets (one
+// per prefix), their mid-level GPT datasets over the split's document range, and the blend.
+class GptDatasetBuilder {
+ public:
+  explicit GptDatasetBuilder(const GptDataConfig& c) : c_(c), matrix_(parse_split(c.splits_string)) {
+    std::tie(prefixes_, weights_) = parse_data_prefix(c.data_prefix);
+    normalize_weights();
+    base_.seq_length = c.seq_length;
+    base_.seed = c.seed;
+    base_.eod_mask_loss = c.eod_mask_loss;
+    base_.eod_id = c.eod_id;
+    base_.cache_dir = c.index_cache_dir;
+    base_.drop_last_partial_validation_sequence = c.drop_last_partial_validation_sequence;
+    for (const auto& p : prefixes_) {
+      auto ds = std::make_shared<const IndexedDataset>(p);
+      if (c.vocab_size > 0) ds->check_token_range(c.vocab_size);
+      low_.push_back(std::move(ds));
+    }
+  }
+
+  GptDatasets build() {
+    std::array<std::shared_ptr<const SampleDataset>, 3> res;
+    for (int i = 0; i < 3; ++i) {
+      if (!matrix_[i]) continue;
+      const auto split = static_cast<Split>(i);
+      if (prefixes_.size() == 1 && weights_.empty()) res[i] = mid_level(0, split, c_.num_samples[i]);
+      else if (!weights_.empty()) res[i] = blend_by_weights(split, c_.num_samples[i]);
+      else res[i] = blend_by_sizes(split, c_.num_samples[i]);
+    }
+    out_.train = res[0];
+    out_.valid = res[1];
+    out_.test = res[2];
+    return std::move(out_);
+  }
+
+ private:
+  void normalize_weights() {
+    if (weights_.empty()) return;
     double sum = 0;
-    for (double w : weights) sum += w;
+    for (double w : weights_) sum += w;
     if (!(sum > 0)) throw DataError("data_prefix: the weights sum to 0");
-    for (double& w : weights) w /= sum;
+    for (double& w : weights_) w /= sum;
   }
 
-  GptDatasetOptions base;
-  base.seq_length = c.seq_length;
-  base.seed = c.seed;
-  base.eod_mask_loss = c.eod_mask_loss;
-  base.eod_id = c.eod_id;
-  base.cache_dir = c.index_cache_dir;
-  base.drop_last_partial_validation_sequence = c.drop_last_partial_validation_sequence;
-
-  std::vector<std::shared_ptr<const IndexedDataset>> low;
-  for (const auto& p : prefixes) {
-    auto ds = std::make_shared<const IndexedDataset>(p);
-    if (c.vocab_size > 0) ds->check_token_range(c.vocab_size);
-    low.push_back(std::move(ds));
-  }
-
-  GptDatasets out;
-  auto mid = [&](size_t d, int split, std::optional<int64_t> n) -> std::shared_ptr<const GptDataset> {
-    GptDatasetOptions o = base;
+  // The GPT dataset of prefix d over `split`'s documents, `n` samples (nullopt: one epoch).
+  std::shared_ptr<const GptDataset> mid_level(size_t d, Split split, std::optional<int64_t> n) {
+    GptDatasetOptions o = base_;
     o.num_samples = n;
-    const auto s = static_cast<Split>(split);
-    const auto range = split_range(matrix, s, low[d]->num_sequences());
-    const int64_t tokens = tokens_per_epoch(low[d]->sequence_lengths(), range.first, range.second);
+    const auto range = split_range(matrix_, split, low_[d]->num_sequences());
+    const int64_t tokens = tokens_per_epoch(low_[d]->sequence_lengths(), range.first, range.second);
     if (tokens < 2)
-      throw DataError("splits_string \"" + c.splits_string + "\" gives the " + split_name(s) + " split of '" +
-                      low[d]->prefix() + "' sequences [" + std::to_string(range.first) + ", " +
-                      std::to_string(range.second) + ") of " + std::to_string(low[d]->num_sequences()) + ", " +
-                      std::to_string(tokens) + " tokens; a split needs at least 2 (give the " + split_name(s) +
+      throw DataError("splits_string \"" + c_.splits_string + "\" gives the " + split_name(split) + " split of '" +
+                      low_[d]->prefix() + "' sequences [" + std::to_string(range.first) + ", " +
+                      std::to_string(range.second) + ") of " + std::to_string(low_[d]->num_sequences()) + ", " +
+                      std::to_string(tokens) + " tokens; a split needs at least 2 (give the " + split_name(split) +
                       " split a larger share, or 0 for none)");
-    auto g = std::make_shared<const GptDataset>(low[d], s, range, o);
-    if (!g->cache_warning().empty()) out.warnings.push_back(g->cache_warning());
+    auto g = std::make_shared<const GptDataset>(low_[d], split, range, o);
+    if (!g->cache_warning().empty()) out_.warnings.push_back(g->cache_warning());
     return g;
+  }
+
+  // Weighted blend: each prefix gets ceil(n * w) samples, built with the surplus on top
+  // (Megatron's _get_size_per_split_per_dataset).
+  std::shared_ptr<const SampleDataset> blend_by_weights(Split split, std::optional<int64_t> size) {
+    if (!size)
+      throw DataError(std::string("data_prefix has weights, so the ") + split_name(split) + " split needs a sample count");
+    Components parts;
+    int64_t blended_size = 0;
+    for (size_t d = 0; d < prefixes_.size(); ++d) {
+      const double target = std::ceil(static_cast<double>(*size) * weights_[d]);
+      const auto buffered = static_cast<int64_t>(std::ceil(target * (1.0 + c_.mid_level_dataset_surplus)));
+      blended_size += static_cast<int64_t>(target);
+      parts.add(mid_level(d, split, buffered));
+    }
+    parts.weights = weights_;
+    return blend(std::move(parts), blended_size);
+  }
+
+  // Unweighted blend of several prefixes: each one epoch, weighted by its size.
+  std::shared_ptr<const SampleDataset> blend_by_sizes(Split split, std::optional<int64_t> size) {
+    if (!size)
+      throw DataError(std::string("blending several data_prefix paths without weights needs a sample count for the ") +
+                      split_name(split) + " split");
+    Components parts;
+    int64_t total = 0;
+    for (size_t d = 0; d < prefixes_.size(); ++d) {
+      auto g = mid_level(d, split, std::nullopt);
+      parts.weights.push_back(static_cast<double>(g->size()));
+      total += g->size();
+      parts.add(std::move(g));
+    }
+    return blend(std::move(parts), std::min(*size, total));
+  }
+
+  struct Components {
+    std::vector<std::shared_ptr<const SampleDataset>> datasets;
+    std::vector<double> weights;
+    std::string description;
+    void add(std::shared_ptr<const GptDataset> g) {
+      description += (datasets.empty() ? "" : ", ") + g->description();
+      datasets.push_back(std::move(g));
+    }
   };
 
-  std::array<std::shared_ptr<const SampleDataset>, 3> res;
-  for (int i = 0; i < 3; ++i) {
-    if (!matrix[i]) continue;
-    const auto size = c.num_samples[i];
-    if (prefixes.size() == 1 && weights.empty()) {
-      res[i] = mid(0, i, size);
-      continue;
-    }
-    std::vector<std::shared_ptr<const SampleDataset>> comps;
-    std::vector<double> wi;
-    std::string desc;
-    int64_t blended_size = 0;
-    if (!weights.empty()) {
-      if (!size)
-        throw DataError(std::string("data_prefix has weights, so the ") + split_name(static_cast<Split>(i)) +
-                        " split needs a sample count");
-      for (size_t d = 0; d < prefixes.size(); ++d) {
-        // _get_size_per_split_per_dataset: target ceil(n * w), built with the surplus on top.
-        const double target = std::ceil(static_cast<double>(*size) * weights[d]);
-        const auto buffered = static_cast<int64_t>(std::ceil(target * (1.0 + c.mid_level_dataset_surplus)));
-        blended_size += static_cast<int64_t>(target);
-        auto g = mid(d, i, buffered);
-        desc += (d ? ", " : "") + g->description();
-        comps.push_back(std::move(g));
-      }
-      wi = weights;
-    } else {
-      if (!size)
-        throw DataError(std::string("blending several data_prefix paths without weights needs a sample count for the ") +
-                        split_name(static_cast<Split>(i)) + " split");
-      int64_t total = 0;
-      for (size_t d = 0; d < prefixes.size(); ++d) {
-        auto g = mid(d, i, std::nullopt);
-        desc += (d ? ", " : "") + g->description();
-        wi.push_back(static_cast<double>(g->size()));
-        total += g->size();
-        comps.push_back(std::move(g));
-      }
-      blended_size = std::min(*size, total);
-    }
-    auto blend = std::make_shared<const BlendedDataset>(std::move(comps), wi, blended_size, desc, c.index_cache_dir);
-    if (!blend->cache_warning().empty()) out.warnings.push_back(blend->cache_warning());
-    res[i] = std::move(blend);
+  std::shared_ptr<const SampleDataset> blend(Components parts, int64_t size) {
+    auto b = std::make_shared<const BlendedDataset>(std::move(parts.datasets), parts.weights, size, parts.description,
+                                                    c_.index_cache_dir);
+    if (!b->cache_warning().empty()) out_.warnings.push_back(b->cache_warning());
+    return b;
   }
-  out.train = res[0];
-  out.valid = res[1];
-  out.test = res[2];
-  return out;
-}
+
+  const GptDataConfig& c_;
+  SplitMatrix matrix_;
+  std::vector<std::string> prefixes_;
+  std::vector<double> weights_;
+  GptDatasetOptions base_;
+  std::vector<std::shared_ptr<const IndexedDataset>> low_;
+  GptDatasets out_;
+};
+
+}  // namespace
+
+GptDatasets build_gpt_datasets(const GptDataConfig& c) { return GptDatasetBuilder(c).build(); }
 
 }  // namespace loom::data

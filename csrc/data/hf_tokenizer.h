@@ -13,9 +13,13 @@
 //   before normalization; each is its own id;
 // - post_processor: not applied (preprocessing appends the EOD id itself, as Megatron does);
 // - decoder: ByteLevel (or none).
-// The end-of-document id is the added token `<|endoftext|>`, `<|end_of_text|>`, `</s>` or `<eos>`
-// (first found), else -1.
+// Special ids, from the added tokens (tokenizer.json has no field naming them; the first found):
+// end of document `<|endoftext|>`, `<|end_of_text|>`, `</s>`, `<eos>` (else -1); beginning of
+// sequence `<|begin_of_text|>`, `<s>`, `<bos>`, `<|startoftext|>` (else the end-of-document id,
+// as GPT-2-style vocabularies use one token for both); padding `<pad>`, `<|padding|>`,
+// `<|pad|>`, `[PAD]` (else the end-of-document id, else 0).
 #pragma once
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +39,8 @@ class HfTokenizer : public Tokenizer {
 
   size_t vocab_size() const override { return vocab_size_; }
   int32_t eod_id() const override { return eod_id_; }
+  int32_t bos_id() const override { return bos_id_; }
+  int32_t pad_id() const override { return pad_id_; }
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   using Tokenizer::encode;
   std::string decode(const std::vector<int32_t>& ids) const override;
@@ -42,6 +48,7 @@ class HfTokenizer : public Tokenizer {
 
  private:
   void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
+  int32_t added_id(std::initializer_list<const char*> names) const;  // the first present, else -1
 
   std::string path_;
   std::unique_ptr<Gpt2Tokenizer> bpe_;
@@ -54,7 +61,7 @@ class HfTokenizer : public Tokenizer {
   std::vector<Added> added_;
   std::vector<std::string> added_text_;  // id -> content for added ids (empty if none)
   size_t vocab_size_ = 0;
-  int32_t eod_id_ = -1;
+  int32_t eod_id_ = -1, bos_id_ = -1, pad_id_ = 0;
 };
 
 }  // namespace loom::data

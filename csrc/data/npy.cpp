@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,15 +21,10 @@ size_t descr_size(const std::string& d) {
   return 0;
 }
 
-}  // namespace
+using Bad = std::function<DataError(const std::string&)>;
 
-NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open .npy file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
-  auto bad = [&](const std::string& what) { return DataError(".npy file '" + path + "': " + what); };
+// The header dict's text and where the data starts (format versions 1, 2 and 3).
+std::pair<std::string, size_t> npy_header(const std::string& bytes, const Bad& bad) {
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) throw bad("bad magic, not a NumPy .npy file");
   const int major = static_cast<uint8_t>(bytes[6]);
   size_t header_len, header_start;
@@ -45,8 +41,11 @@ NpyArray read_npy(const std::string& path) {
     throw bad("unsupported format version " + std::to_string(major));
   }
   if (bytes.size() < header_start + header_len) throw bad("truncated header");
-  const std::string header = bytes.substr(header_start, header_len);
-  NpyArray arr;
+  return {bytes.substr(header_start, header_len), header_start + header_len};
+}
+
+// Fills arr.descr and arr.shape from the header dict; returns the element count.
+size_t parse_header(const std::string& header, NpyArray& arr, const Bad& bad) {
   // Position just after "'key':" in the header dict.
   auto field = [&](const std::string& key) {
     const auto k = header.find("'" + key + "'");
@@ -59,8 +58,7 @@ NpyArray read_npy(const std::string& path) {
   if (descr_close == std::string::npos) throw bad("header's 'descr' is not a quoted string");
   arr.descr = header.substr(descr_open + 1, descr_close - descr_open - 1);
   if (arr.descr == "|i1" || arr.descr == "|u1") throw bad("1-byte dtypes are not supported");
-  const size_t es = descr_size(arr.descr);
-  if (es == 0) throw bad("unsupported dtype '" + arr.descr + "', expected a little-endian integer type");
+  if (descr_size(arr.descr) == 0) throw bad("unsupported dtype '" + arr.descr + "', expected a little-endian integer type");
   if (header.find("True", field("fortran_order")) == header.find_first_not_of(' ', field("fortran_order")))
     throw bad("Fortran order is not supported");
   const size_t shape_open = header.find('(', field("shape"));
@@ -81,7 +79,38 @@ NpyArray read_npy(const std::string& path) {
     if (__builtin_mul_overflow(count, arr.shape.back(), &count)) throw bad("shape (" + shape + ") overflows");
   }
   if (arr.shape.empty() || arr.shape.size() > 2) throw bad("expected a 1-D or 2-D array, shape (" + shape + ")");
-  const size_t data_start = header_start + header_len;
+  return count;
+}
+
+// The `count` little-endian integers of `descr` at `src`, widened to int64.
+std::vector<int64_t> decode_values(const char* src, size_t count, const std::string& descr) {
+  const size_t es = descr_size(descr);
+  const bool is_unsigned = descr[1] == 'u';
+  std::vector<int64_t> out(count);
+  for (size_t i = 0; i < count; ++i) {
+    const char* s = src + i * es;
+    int64_t v = 0;
+    if (es == 2) { if (is_unsigned) { uint16_t x; std::memcpy(&x, s, 2); v = x; } else { int16_t x; std::memcpy(&x, s, 2); v = x; } }
+    else if (es == 4) { if (is_unsigned) { uint32_t x; std::memcpy(&x, s, 4); v = x; } else { int32_t x; std::memcpy(&x, s, 4); v = x; } }
+    else { std::memcpy(&v, s, 8); }
+    out[i] = v;
+  }
+  return out;
+}
+
+}  // namespace
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open .npy file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  const Bad bad = [&](const std::string& what) { return DataError(".npy file '" + path + "': " + what); };
+  const auto [header, data_start] = npy_header(bytes, bad);
+  NpyArray arr;
+  const size_t count = parse_header(header, arr, bad);
+  const size_t es = descr_size(arr.descr);
   size_t data_bytes = 0;
   if (__builtin_mul_overflow(count, es, &data_bytes) || bytes.size() - data_start < data_bytes)
     throw bad("truncated: " + std::to_string(count) + " elements of " + arr.descr + " need " +
@@ -90,17 +119,7 @@ NpyArray read_npy(const std::string& path) {
   if (bytes.size() - data_start != data_bytes)
     throw bad(std::to_string(bytes.size() - data_start - data_bytes) + " bytes after the " + std::to_string(count) +
               " elements of " + arr.descr + ": the header's dtype or shape disagree with the file size");
-  arr.data.resize(count);
-  const char* src = bytes.data() + data_start;
-  const bool is_unsigned = arr.descr[1] == 'u';
-  for (size_t i = 0; i < count; ++i) {
-    const char* s = src + i * es;
-    int64_t v = 0;
-    if (es == 2) { if (is_unsigned) { uint16_t x; std::memcpy(&x, s, 2); v = x; } else { int16_t x; std::memcpy(&x, s, 2); v = x; } }
-    else if (es == 4) { if (is_unsigned) { uint32_t x; std::memcpy(&x, s, 4); v = x; } else { int32_t x; std::memcpy(&x, s, 4); v = x; } }
-    else { std::memcpy(&v, s, 8); }
-    arr.data[i] = v;
-  }
+  arr.data = decode_values(bytes.data() + data_start, count, arr.descr);
   return arr;
 }
 

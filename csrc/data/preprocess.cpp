@@ -204,15 +204,12 @@ class Outputs {
   bool committed_ = false;
 };
 
-}  // namespace
-
-PreprocessResult preprocess(const PreprocessOptions& o) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
+// The inputs, after checking the options that do not need the tokenizer.
+std::vector<std::string> checked_inputs(const PreprocessOptions& o) {
   if (o.json_keys.empty()) throw DataError("preprocess: no JSON key given");
   if (o.workers < 1) throw DataError("preprocess: workers must be at least 1, got " + std::to_string(o.workers));
   if (o.skip_bad_lines < 0) throw DataError("preprocess: --skip-bad-lines must be >= 0, got " + std::to_string(o.skip_bad_lines));
-  const std::vector<std::string> files = expand_inputs(o.inputs);
+  std::vector<std::string> files = expand_inputs(o.inputs);
   for (const auto& f : files)
     if (!input_kind(f).json && o.json_keys.size() != 1)
       throw DataError("preprocess: plain-text input '" + f + "' has one document stream; give one key, not " +
@@ -221,19 +218,94 @@ PreprocessResult preprocess(const PreprocessOptions& o) {
   const std::string out_dir = parent_directory(o.output_prefix);
   if (::stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw DataError("preprocess: --output-prefix '" + o.output_prefix + "': directory '" + out_dir + "' does not exist");
+  return files;
+}
 
+int64_t file_bytes(const std::vector<std::string>& files) {
+  int64_t total = 0;
+  struct stat st{};
+  for (const auto& f : files)
+    if (::stat(f.c_str(), &st) == 0) total += static_cast<int64_t>(st.st_size);
+  return total;
+}
+
+// Tokenizes `items` into `encoded` on o.workers threads while `reader` reads (and
+// decompresses) the next chunk into `next`. A worker's failure is rethrown here; the reader's
+// is returned, to be rethrown once this chunk is written.
+struct NextChunk {
+  bool have = false;
+  std::exception_ptr failure;
+};
+NextChunk encode_while_reading(const std::vector<Item>& items, std::vector<Encoded>& encoded, CorpusReader& reader,
+                               std::vector<Item>& next, size_t budget, const std::vector<std::string>& files,
+                               const PreprocessOptions& o, const Tokenizer& tok) {
+  encoded.assign(items.size(), {});
+  const size_t nw = std::min<size_t>(static_cast<size_t>(o.workers), items.size());
+  std::vector<std::exception_ptr> failures(nw);
+  auto work = [&](size_t w) {
+    try {
+      for (size_t i = w; i < items.size(); i += nw)
+        encode_item(items[i], input_kind(files[items[i].file]).json, o, tok, encoded[i]);
+    } catch (...) {
+      failures[w] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < nw; ++w) threads.emplace_back(work, w);
+  NextChunk out;
+  try {
+    out.have = reader.read(next, budget);
+  } catch (...) {
+    out.failure = std::current_exception();
+  }
+  for (auto& t : threads) t.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
+  return out;
+}
+
+// Appends the encoded documents in input order; a malformed line is skipped and reported while
+// o.skip_bad_lines allows, else DataError names it.
+void write_chunk(const std::vector<Item>& items, const std::vector<Encoded>& encoded,
+                 const std::vector<std::string>& files, const PreprocessOptions& o, Outputs& outputs,
+                 PreprocessResult& r) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& e = encoded[i];
+    if (!e.error.empty()) {
+      PreprocessOptions::BadLine bad{files[items[i].file], items[i].line, e.error};
+      const std::string where = "'" + bad.file + "' line " + std::to_string(bad.line) + ": " + bad.reason;
+      if (static_cast<int64_t>(r.bad_lines.size()) >= o.skip_bad_lines)
+        throw DataError(o.skip_bad_lines == 0
+                            ? where + " (--skip-bad-lines N skips and reports up to N such lines)"
+                            : where + " (more than --skip-bad-lines " + std::to_string(o.skip_bad_lines) +
+                                  " malformed lines; the earlier ones were reported)");
+      if (o.on_bad_line) o.on_bad_line(bad);
+      r.bad_lines.push_back(std::move(bad));
+      continue;
+    }
+    for (size_t k = 0; k < o.json_keys.size(); ++k) {
+      outputs[k].add_document(e.tokens[k], e.lengths[k]);
+      r.tokens += static_cast<int64_t>(e.tokens[k].size());
+    }
+    ++r.documents;
+  }
+}
+
+}  // namespace
+
+PreprocessResult preprocess(const PreprocessOptions& o) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  const std::vector<std::string> files = checked_inputs(o);
   const auto tok = make_tokenizer(o.tokenizer);
   if (o.append_eod && tok->eod_id() < 0)
     throw DataError("preprocess: --append-eod but the tokenizer " + tok->description() + " has no end-of-document token");
-  const DType dtype = token_dtype_for_vocab(tok->vocab_size());
   const PartitionShare share = partition_share(files, o.partition, &decompressed_bytes);
-  int64_t total_bytes = 0;
-  for (const auto& f : share.files)
-    if (::stat(f.c_str(), &st) == 0) total_bytes += static_cast<int64_t>(st.st_size);
+  const int64_t total_bytes = file_bytes(share.files);
 
   PreprocessResult r;
   for (const auto& key : o.json_keys) r.output_prefixes.push_back(o.output_prefix + "_" + key + "_document");
-  Outputs outputs(r.output_prefixes, dtype);
+  Outputs outputs(r.output_prefixes, token_dtype_for_vocab(tok->vocab_size()));
 
   CorpusReader reader(share);
   std::vector<Item> items, next;
@@ -241,58 +313,16 @@ PreprocessResult preprocess(const PreprocessOptions& o) {
   const size_t budget = o.chunk_bytes * static_cast<size_t>(o.workers);
   bool have = reader.read(items, budget);
   while (have) {
-    encoded.assign(items.size(), {});
-    const size_t nw = std::min<size_t>(static_cast<size_t>(o.workers), items.size());
-    std::vector<std::exception_ptr> failures(nw);
-    auto work = [&](size_t w) {
-      try {
-        for (size_t i = w; i < items.size(); i += nw)
-          encode_item(items[i], input_kind(share.files[items[i].file]).json, o, *tok, encoded[i]);
-      } catch (...) {
-        failures[w] = std::current_exception();
-      }
-    };
     const auto e0 = clock::now();
-    // The next chunk is read (and decompressed) while the workers tokenize this one.
-    std::vector<std::thread> threads;
-    for (size_t w = 0; w < nw; ++w) threads.emplace_back(work, w);
-    std::exception_ptr read_failure;
-    bool have_next = false;
-    try {
-      have_next = reader.read(next, budget);
-    } catch (...) {
-      read_failure = std::current_exception();
-    }
-    for (auto& t : threads) t.join();
+    const NextChunk after = encode_while_reading(items, encoded, reader, next, budget, share.files, o, *tok);
     r.encode_seconds += std::chrono::duration<double>(clock::now() - e0).count();
-    for (auto& f : failures)
-      if (f) std::rethrow_exception(f);
-    for (size_t i = 0; i < items.size(); ++i) {
-      auto& e = encoded[i];
-      if (!e.error.empty()) {
-        PreprocessOptions::BadLine bad{share.files[items[i].file], items[i].line, e.error};
-        const std::string where = "'" + bad.file + "' line " + std::to_string(bad.line) + ": " + bad.reason;
-        if (static_cast<int64_t>(r.bad_lines.size()) >= o.skip_bad_lines)
-          throw DataError(o.skip_bad_lines == 0
-                              ? where + " (--skip-bad-lines N skips and reports up to N such lines)"
-                              : where + " (more than --skip-bad-lines " + std::to_string(o.skip_bad_lines) +
-                                    " malformed lines; the earlier ones were reported)");
-        if (o.on_bad_line) o.on_bad_line(bad);
-        r.bad_lines.push_back(std::move(bad));
-        continue;
-      }
-      for (size_t k = 0; k < o.json_keys.size(); ++k) {
-        outputs[k].add_document(e.tokens[k], e.lengths[k]);
-        r.tokens += static_cast<int64_t>(e.tokens[k].size());
-      }
-      ++r.documents;
-    }
-    if (read_failure) std::rethrow_exception(read_failure);
+    write_chunk(items, encoded, share.files, o, outputs, r);
+    if (after.failure) std::rethrow_exception(after.failure);
     if (o.on_progress)
       o.on_progress({reader.bytes_in(), total_bytes, r.documents, r.tokens,
                      std::chrono::duration<double>(clock::now() - t0).count()});
     items.swap(next);
-    have = have_next;
+    have = after.have;
   }
   outputs.commit();
   r.bytes = reader.bytes();

@@ -16,6 +16,17 @@ TokenizerSpec tokenizer_spec(const config::TokenizerConfig& t) {
   return s;
 }
 
+config::TokenizerConfig tokenizer_config(const TokenizerSpec& s) {
+  config::TokenizerConfig t;
+  if (s.library == "sentencepiece") t.library = config::TokenizerLibrary::kSentencePiece;
+  if (s.library == "huggingface") t.library = config::TokenizerLibrary::kHuggingFace;
+  t.type = s.type.empty() ? std::nullopt : std::optional<std::string>(s.type);
+  t.model = s.model.empty() ? std::nullopt : std::optional<std::string>(s.model);
+  t.vocab_file = s.vocab_file;
+  t.merge_file = s.merge_file;
+  return t;
+}
+
 std::unique_ptr<Tokenizer> recipe_tokenizer(const config::TokenizerConfig& t) { return make_tokenizer(tokenizer_spec(t)); }
 
 int64_t recipe_vocab_size(const config::TokenizerConfig& t) {

@@ -22,6 +22,13 @@ size_t SentencePieceTokenizer::vocab_size() const { return static_cast<size_t>(s
 
 int32_t SentencePieceTokenizer::eod_id() const { return sp_->eos_id(); }
 
+int32_t SentencePieceTokenizer::bos_id() const { return sp_->bos_id() >= 0 ? sp_->bos_id() : sp_->eos_id(); }
+
+int32_t SentencePieceTokenizer::pad_id() const {
+  if (sp_->pad_id() >= 0) return sp_->pad_id();
+  return sp_->eos_id() >= 0 ? sp_->eos_id() : 0;
+}
+
 void SentencePieceTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   std::string repaired;
   if (utf8_valid_prefix(text) != text.size()) {
@@ -43,6 +50,14 @@ std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) cons
   std::string text;
   const auto status = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
   if (!status.ok()) throw std::runtime_error("SentencePiece '" + path_ + "': decode failed: " + status.ToString());
+  return text;
+}
+
+std::string SentencePieceTokenizer::decode_continuation(const std::vector<int32_t>& ids) const {
+  std::string text = decode(ids);
+  static const std::string kWordStart = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+  if (!ids.empty() && sp_->IdToPiece(ids.front()).rfind(kWordStart, 0) == 0 && (text.empty() || text[0] != ' '))
+    text.insert(text.begin(), ' ');
   return text;
 }
 

@@ -22,9 +22,14 @@ class SentencePieceTokenizer : public Tokenizer {
 
   size_t vocab_size() const override;
   int32_t eod_id() const override;
+  int32_t bos_id() const override;  ///< the model's bos, else its eos (-1: neither)
+  int32_t pad_id() const override;  ///< the model's pad, else its eos, else 0
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   using Tokenizer::encode;
   std::string decode(const std::vector<int32_t>& ids) const override;
+  /// decode(ids) with the leading space back when the first piece starts a word ("▁..."),
+  /// which SentencePiece removes at the start of a text (its dummy prefix).
+  std::string decode_continuation(const std::vector<int32_t>& ids) const override;
   std::string description() const override { return "SentencePiece ('" + path_ + "')"; }
 
  private:

@@ -23,6 +23,14 @@ class Tokenizer {
   /// GPT-2 `<|endoftext|>`, the SentencePiece model's eos, the tokenizer.json's `<|endoftext|>`
   /// or `</s>` added token; -1 when there is none.
   virtual int32_t eod_id() const = 0;
+  /// The beginning-of-sequence id: what NeMo's add_BOS (serving) and add_bos (prompt
+  /// learning data) prepend. GPT-2: `<|endoftext|>` (one token for both ends); SentencePiece:
+  /// the model's bos, else its eos; tokenizer.json: hf_tokenizer.h. -1 when there is none.
+  virtual int32_t bos_id() const = 0;
+  /// The id padding positions hold (they are masked out of every loss and never attended to by
+  /// a real token): the tokenizer's own pad token when it has one (SentencePiece's pad,
+  /// tokenizer.json's hf_tokenizer.h), else eod_id(), else 0. GPT-2: `<|endoftext|>`.
+  virtual int32_t pad_id() const = 0;
   /// Appends the ids of `text` to `out`. Ill-formed UTF-8 is repaired first (one U+FFFD per
   /// maximal ill-formed subpart, utf8.h), as the references see Python's errors="replace".
   virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
@@ -34,9 +42,21 @@ class Tokenizer {
   /// Text of the ids (bytes, for byte-level tokenizers: may end inside a UTF-8 character).
   /// Throws std::out_of_range naming an id outside the vocabulary.
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  /// The text `ids` add after earlier text (generated tokens after a prompt): decode(ids) for
+  /// byte-level tokenizers; SentencePiece keeps the word-initial space that decoding drops at
+  /// the start of a text.
+  virtual std::string decode_continuation(const std::vector<int32_t>& ids) const { return decode(ids); }
   /// e.g. "GPT-2 BPE (data/gpt2-vocab.json)", for messages.
   virtual std::string description() const = 0;
 };
+
+/// The token a new document's text follows in Loom's (and Megatron's) preprocessed data: the
+/// end of the previous document, eod_id(), else bos_id() (-1: neither). Generation from an
+/// empty prompt and lm-evaluation-harness's prefix token (empty contexts, rolling windows) use
+/// it; for GPT-2 it is `<|endoftext|>`, the harness's own choice.
+inline int32_t document_start_id(const Tokenizer& tokenizer) {
+  return tokenizer.eod_id() >= 0 ? tokenizer.eod_id() : tokenizer.bos_id();
+}
 
 /// Which tokenizer, as the recipe's model.tokenizer section spells it (NeMo's keys):
 /// library "megatron" + type "GPT2BPETokenizer" + vocab_file + merge_file; library
