@@ -113,9 +113,22 @@ c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store
                                             std::chrono::milliseconds timeout, const std::string& master_addr) {
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   // Ranks that meet on loopback talk over loopback (Gloo's pairs then listen there only);
-  // other hosts need the address of this host's name.
-  opts->devices.push_back(is_loopback(master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                                   : c10d::ProcessGroupGloo::createDefaultDevice());
+  // other hosts use the interfaces GLOO_SOCKET_IFNAME names (comma-separated, as torch's
+  // Python front end reads it: LibTorch leaves that variable to its callers), else the address
+  // of this host's name.
+  const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME");
+  if (is_loopback(master_addr)) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else if (ifnames && *ifnames) {
+    std::string list = ifnames;
+    for (size_t start = 0; start <= list.size();) {
+      const size_t comma = std::min(list.find(',', start), list.size());
+      if (comma > start) opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(list.substr(start, comma - start)));
+      start = comma + 1;
+    }
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
   opts->threads = 2;
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, opts);
 }

@@ -4,8 +4,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "runlog/event_file.h"
+#include "runlog/progress_line.h"
+#include "runlog/record_scalars.h"
 
 namespace loom::train {
 
@@ -14,6 +19,8 @@ MetricsLog::MetricsLog(const std::string& jsonl_path, bool human_output)
   if (!jsonl_path.empty()) {
     file_ = std::fopen(jsonl_path.c_str(), "a");
     if (!file_) throw std::runtime_error("cannot open metrics file " + jsonl_path + " for appending");
+    const std::string dir = std::filesystem::path(jsonl_path).parent_path().string();
+    events_ = std::make_unique<runlog::EventFileWriter>(dir.empty() ? "." : dir);
   }
 }
 
@@ -28,7 +35,50 @@ void MetricsLog::write(const nlohmann::json& record, bool print) {
     std::fwrite(line.data(), 1, line.size(), file_);
     std::fflush(file_);
   }
+  if (events_ && record.contains("step") && record["step"].is_number_integer())
+    events_->add_scalars(record["step"].get<int64_t>(), runlog::record_scalars(record));
+  tally(record);
   if (print && human_) message(format_metrics_line(record));
+}
+
+void MetricsLog::start_session(int64_t step) {
+  if (events_) events_->session_start(step);
+}
+
+void MetricsLog::tally(const nlohmann::json& r) {
+  const std::string kind = r.value("kind", "train");
+  const int64_t step = r.value("step", int64_t{-1});
+  if (kind == "train") {
+    if (first_step_ < 0) first_step_ = step;
+    last_step_ = step;
+    max_steps_ = r.value("max_steps", max_steps_);
+    ++train_records_;
+    const double seconds = r.value("step_time_s", 0.0);
+    tokens_ += r.value("tokens_per_s", 0.0) * seconds;
+    step_seconds_ += seconds;
+    elapsed_s_ = r.value("elapsed_s", elapsed_s_);
+  } else if (kind == "validation" && r.contains("val_loss") && r["val_loss"].is_number()) {
+    const double loss = r["val_loss"].get<double>();
+    if (best_val_step_ < 0 || loss < best_val_loss_) {
+      best_val_loss_ = loss;
+      best_val_step_ = step;
+    }
+  }
+}
+
+void MetricsLog::print_summary() {
+  std::string line = "[loom] done: ";
+  if (train_records_ > 0) {
+    line += fmt::format("steps {}-{} of {} ({} in this run), {:.0f} tokens in {} (mean {:.0f} tokens/s)", first_step_,
+                        last_step_, max_steps_, train_records_, tokens_, runlog::format_duration(elapsed_s_),
+                        step_seconds_ > 0 ? tokens_ / step_seconds_ : 0.0);
+  } else {
+    line += "no step trained in this run";
+  }
+  line += best_val_step_ >= 0 ? fmt::format(" | best validation loss {:.4f} (step {})", best_val_loss_, best_val_step_)
+                              : std::string(" | no validation");
+  line += " | checkpoint " + (checkpoint_.empty() ? std::string("none saved") : checkpoint_);
+  message(line);
 }
 
 void MetricsLog::progress(const std::string& text) {
@@ -81,6 +131,9 @@ std::string format_metrics_line(const nlohmann::json& r) {
     line += fmt::format(" | device mem {:.0f} MiB", num("peak_device_memory_mib"));
   if (r.contains("max_rss_mib")) line += fmt::format(" | host mem {:.0f} MiB", num("max_rss_mib"));
   if (r.value("skipped", false)) line += " | step skipped (inf/NaN)";
+  if (r.contains("elapsed_s")) line += " | elapsed " + runlog::format_duration(num("elapsed_s"));
+  if (r.contains("eta_s")) line += " | ETA " + runlog::format_duration(num("eta_s"));
+  if (r.contains("max_time_left_s")) line += " (max_time in " + runlog::format_duration(num("max_time_left_s")) + ")";
   return line;
 }
 

@@ -142,6 +142,7 @@ void RunDirectory::save(int64_t iteration, const CheckpointLayout& layout,
                               commit.superseded_as));
   log_->message(fmt::format("[loom] saved checkpoint {}/{} in {:.1f} s", checkpoint_dir_, iteration_dir_name(iteration),
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+  log_->note_checkpoint(iteration_path(iteration));
 }
 
 void RunDirectory::write_resolved_recipe(const config::Recipe& recipe) {

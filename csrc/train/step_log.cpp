@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "runlog/progress_line.h"
 #include "runtime/run_device.h"
 
 namespace loom::train {
@@ -42,18 +43,19 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
                   double seconds, int64_t consumed_samples) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed});
   seconds_timed_ += seconds;
   ++steps_timed_;
+  // The ETA counts training steps only (validation and saves excluded), at their mean time.
+  const double eta = seconds_timed_ / double(steps_timed_) * double(std::max<int64_t>(0, config_.max_steps - step));
+  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta});
   if (printed_step(step, config_.print_every)) {
     flush();
   } else if (log_) {
-    const double eta = seconds_timed_ / double(steps_timed_) * double(config_.max_steps - step);
     const std::string loss_text =
         std::isnan(last_loss_) ? "" : fmt::format(" | loss {:.4f} (step {})", last_loss_,
                                                   step - int64_t(pending_.size()));
-    log_->progress(fmt::format("step {}/{}{} | ETA {:.0f}:{:02.0f}", step, config_.max_steps,
-                               loss_text, std::floor(eta / 60), std::fmod(eta, 60.0)));
+    log_->progress(fmt::format("step {}/{}{} | elapsed {} | ETA {}", step, config_.max_steps, loss_text,
+                               runlog::format_duration(elapsed), runlog::format_duration(eta)));
   }
 }
 
@@ -77,18 +79,21 @@ void StepLog::flush(bool collective) {
                             {"loss", loss},
                             {"lr", p.lr},
                             {"grad_norm", p.result.grad_norm},
+                            {"grad_sync_s", p.result.grad_sync_s},
                             {"loss_scale", p.result.loss_scale},
                             {"skipped", p.result.skipped},
                             {"step_time_s", p.seconds},
                             // wall clock since training began: throughput over many steps
                             // includes what a step leaves queued on the device
                             {"elapsed_s", p.elapsed},
+                            {"eta_s", p.eta},
                             {"tokens_per_s", double(config_.tokens_per_step) / p.seconds},
                             {"model_tflops_per_device", tflops},
                             {"consumed_samples", p.consumed_samples},
                             {"max_rss_mib", rss}};
       if (peak_device >= 0) rec["peak_device_memory_mib"] = peak_device;
       if (config_.peak_tflops) rec["mfu"] = tflops / *config_.peak_tflops;
+      if (config_.max_time_s) rec["max_time_left_s"] = std::max(0.0, *config_.max_time_s - p.elapsed);
       log_->write(rec, printed_step(p.step, config_.print_every));
     }
     if (!std::isfinite(loss))

@@ -27,6 +27,9 @@ struct StepLogConfig {
   double model_flops_per_step = 0;  ///< train/flops.h
   int world_size = 1;
   std::optional<double> peak_tflops;  ///< the device's, for MFU; none on CPUs
+  /// trainer.max_time in seconds: records then carry max_time_left_s (measured from when the
+  /// log was made, so slightly less than the step loop's own clock allows).
+  std::optional<double> max_time_s;
 };
 
 class StepLog {
@@ -56,6 +59,7 @@ class StepLog {
     double lr, seconds;
     int64_t consumed_samples;
     double elapsed;  ///< seconds since the log was made, when the step was added
+    double eta;      ///< seconds to max_steps at the mean step time so far
   };
   StepLogConfig config_;
   runtime::ProcessGroups& groups_;

@@ -26,6 +26,9 @@ StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int6
   const auto out_of_time = [&] {
     return max_time && std::chrono::steady_clock::now() - start >= std::chrono::seconds(*max_time);
   };
+  // TensorBoard: this process's steps replace what an earlier one logged from here on (a fresh
+  // run redoes step 0's validation; a resumed one starts after its checkpoint's step).
+  log.start_session(first_step == 0 ? 0 : first_step + 1);
   if (first_step == 0 && every_val > 0) hooks.validate(0);
   for (int64_t step = first_step; step < max_steps; ++step) {
     hooks.train_step(step);
