@@ -20,7 +20,7 @@ tools/setup.sh
 tools/build.sh
 echo "[test] C++ tests" >&2
 (cd build && ctest --output-on-failure --timeout 900 -j "${LOOM_TEST_JOBS:-1}")
-echo "[test] fuzzing the recipe, .idx, .npy and checkpoint readers" >&2
+echo "[test] fuzzing the recipe, .idx, .npy, checkpoint, corpus stream, JSON-lines and tokenizer.json readers" >&2
 tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
 if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1 LOOM_SERVE_SOAK_FULL=1 LOOM_EVAL_FULL=1; fi

@@ -7,6 +7,12 @@
 //   checkpoint  text as a tracker, as metadata.json, and as the commit journal that
 //               recover_checkpoint_dir acts on; afterwards the tracker must name a complete
 //               iteration
+//   stream      a corpus file (first byte: which of .jsonl, .jsonl.zst, .jsonl.gz, .txt.xz; the
+//               rest: its bytes) read line by line through LineStream (decompression)
+//   jsonl       a .jsonl corpus through preprocess with --skip-bad-lines 2 and a byte-level
+//               tokenizer: it succeeds with at most 2 lines skipped, or fails leaving no output
+//   hftokenizer a tokenizer.json through HfTokenizer; one that loads must encode a fixed
+//               multilingual text to ids inside its vocabulary and decode them
 // Each reader may refuse its input only with its documented error (RecipeError, DataError,
 // CheckpointError); anything else - a crash, a sanitizer report, another exception - is a bug.
 #include <sys/stat.h>
@@ -17,20 +23,27 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "config/recipe.h"
+#include <nlohmann/json.hpp>
+
+#include "data/byte_unicode.h"
 #include "data/data_error.h"
+#include "data/hf_tokenizer.h"
 #include "data/indexed_dataset.h"
+#include "data/input_stream.h"
 #include "data/npy.h"
+#include "data/preprocess.h"
 #include "launch/file_util.h"
 #include "train/checkpoint_files.h"
 
 namespace {
 
-enum class Target { kRecipe, kIdx, kNpy, kCheckpoint };
+enum class Target { kRecipe, kIdx, kNpy, kCheckpoint, kStream, kJsonl, kHfTokenizer };
 Target g_target = Target::kRecipe;
 std::string g_dir;  // this process's scratch directory
 
@@ -159,6 +172,85 @@ void fuzz_checkpoint(const std::string& text) {
   newest_complete_iteration(dir);
 }
 
+void fuzz_stream(const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  static const char* const kNames[] = {"c.jsonl", "c.jsonl.zst", "c.jsonl.gz", "c.txt.xz"};
+  const std::string path = g_dir + "/" + kNames[data[0] % 4];
+  write_file(path, data + 1, size - 1);
+  try {
+    loom::data::LineStream in(path);
+    std::string line;
+    int64_t bytes = 0;
+    // A small compressed input may stand for a huge one: 1 MiB of lines is enough.
+    while (bytes < (int64_t{1} << 20) && in.next_line(line)) bytes += static_cast<int64_t>(line.size()) + 1;
+    if (in.bytes_out() < bytes - 1) bug("LineStream counted fewer bytes than it returned");
+  } catch (const loom::data::DataError&) {
+  }
+  ::unlink(path.c_str());
+}
+
+// A byte-level BPE tokenizer.json with one token per byte and no merges (it loads in
+// microseconds), plus <|endoftext|>.
+std::string byte_tokenizer_json() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string entry;
+    loom::data::append_utf8(entry, loom::data::byte_to_codepoint()[b]);
+    vocab[entry] = b;
+  }
+  return nlohmann::json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+                        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                        {"added_tokens", {{{"id", 256}, {"content", "<|endoftext|>"}}}}}
+      .dump();
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void fuzz_jsonl(const uint8_t* data, size_t size) {
+  loom::data::PreprocessOptions o;
+  o.inputs = {g_dir + "/corpus.jsonl"};
+  write_file(o.inputs[0], data, size);
+  o.output_prefix = g_dir + "/out";
+  o.json_keys = {"text", "title"};
+  o.tokenizer.library = "huggingface";
+  o.tokenizer.model = g_dir + "/tokenizer.json";
+  o.append_eod = true;
+  o.skip_bad_lines = 2;
+  const std::vector<std::string> outputs = {g_dir + "/out_text_document.bin", g_dir + "/out_text_document.idx",
+                                            g_dir + "/out_title_document.bin", g_dir + "/out_title_document.idx"};
+  try {
+    const auto result = loom::data::preprocess(o);
+    if (result.bad_lines.size() > 2) bug("preprocess skipped more lines than --skip-bad-lines 2");
+    for (const auto& f : outputs)
+      if (!exists(f)) bug("preprocess succeeded without writing " + f);
+  } catch (const loom::data::DataError&) {
+    for (const auto& f : outputs)
+      if (exists(f)) bug("a failed preprocess left " + f);
+  }
+  for (const auto& f : outputs) ::unlink(f.c_str());
+}
+
+void fuzz_hf_tokenizer(const uint8_t* data, size_t size) {
+  const std::string path = g_dir + "/fuzzed.json";
+  write_file(path, data, size);
+  std::unique_ptr<loom::data::HfTokenizer> tok;
+  try {
+    tok = std::make_unique<loom::data::HfTokenizer>(path);
+  } catch (const loom::data::DataError&) {
+    return;
+  }
+  static const std::string kText = "Hello, world! Grüße 我能吞下玻璃 <|endoftext|> ﬁ ＡＢＣ  \n\t 123 e\u0301";
+  const std::vector<int32_t> ids = tok->encode(kText);
+  for (int32_t id : ids)
+    if (id < 0 || static_cast<size_t>(id) >= tok->vocab_size())
+      bug("HfTokenizer encoded id " + std::to_string(id) + " outside its vocabulary of " +
+          std::to_string(tok->vocab_size()));
+  (void)tok->decode(ids);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -168,7 +260,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   else if (t == "idx") g_target = Target::kIdx;
   else if (t == "npy") g_target = Target::kNpy;
   else if (t == "checkpoint") g_target = Target::kCheckpoint;
-  else bug("LOOM_FUZZ_TARGET must be recipe, idx, npy or checkpoint, found '" + t + "'");
+  else if (t == "stream") g_target = Target::kStream;
+  else if (t == "jsonl") g_target = Target::kJsonl;
+  else if (t == "hftokenizer") g_target = Target::kHfTokenizer;
+  else bug("LOOM_FUZZ_TARGET must be recipe, idx, npy, checkpoint, stream, jsonl or hftokenizer, found '" + t + "'");
   // In memory when possible: the checkpoint target fsyncs what it renames.
   struct stat shm {};
   std::string tmpl = ::stat("/dev/shm", &shm) == 0 && S_ISDIR(shm.st_mode) ? "/dev/shm/loom_fuzz_XXXXXX"
@@ -179,6 +274,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::string bin(4096, '\0');
   for (size_t i = 0; i < bin.size(); ++i) bin[i] = static_cast<char>((i * 7919) >> 3);
   write_file(g_dir + "/d.bin", bin.data(), bin.size());
+  const std::string tokenizer = byte_tokenizer_json();
+  write_file(g_dir + "/tokenizer.json", tokenizer.data(), tokenizer.size());
   std::atexit([] { loom::launch::remove_tree(g_dir); });
   return 0;
 }
@@ -189,6 +286,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case Target::kIdx: fuzz_idx(data, size); break;
     case Target::kNpy: fuzz_npy(data, size); break;
     case Target::kCheckpoint: fuzz_checkpoint(std::string(reinterpret_cast<const char*>(data), size)); break;
+    case Target::kStream: fuzz_stream(data, size); break;
+    case Target::kJsonl: fuzz_jsonl(data, size); break;
+    case Target::kHfTokenizer: fuzz_hf_tokenizer(data, size); break;
   }
   return 0;
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the fuzz target of Loom's readers of untrusted files and runs each reader for a bounded
 # time (tools/fuzz/README.md). CI runs `tools/fuzz/run.sh --seconds 60` (tools/test.sh).
-#   tools/fuzz/run.sh [--seconds TOTAL] [--targets recipe,idx,npy,checkpoint] [--engine auto|libfuzzer|mutation]
+#   tools/fuzz/run.sh [--seconds TOTAL] [--targets recipe,idx,npy,checkpoint,stream,jsonl,hftokenizer]
+#                     [--engine auto|libfuzzer|mutation]
 # Exit 0: no crash; 1: a reader crashed, hung or failed a check (the input is kept under
 # <build>/crashes/); 2: bad usage. The build goes to $LOOM_FUZZ_BUILD_DIR (default build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=60
-targets=recipe,idx,npy,checkpoint
+targets=recipe,idx,npy,checkpoint,stream,jsonl,hftokenizer
 engine=auto
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,7 +50,11 @@ for target in "${list[@]}"; do
     idx) seeds=("$root/tools/fuzz/seeds/idx") ;;
     npy) seeds=("$root/tools/fuzz/seeds/npy") ;;
     checkpoint) seeds=("$root/tools/fuzz/seeds/checkpoint") ;;
-    *) echo "tools/fuzz/run.sh: unknown target '$target' (recipe, idx, npy, checkpoint)" >&2; exit 2 ;;
+    stream) seeds=("$root/tools/fuzz/seeds/stream") ;;
+    jsonl) seeds=("$root/tools/fuzz/seeds/jsonl") ;;
+    hftokenizer) seeds=("$root/tools/fuzz/seeds/hftokenizer") ;;
+    *) echo "tools/fuzz/run.sh: unknown target '$target' (recipe, idx, npy, checkpoint, stream, jsonl, hftokenizer)" >&2
+       exit 2 ;;
   esac
   corpus="$build/corpus/$target"  # grows across runs; the seeds stay as they are
   mkdir -p "$corpus"
