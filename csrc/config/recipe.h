@@ -234,6 +234,11 @@ struct ModelConfig {
   double init_method_std = 0.02;              ///< [default 0.02]
   double hidden_dropout = 0.1;                ///< [default 0.1]
   double attention_dropout = 0.1;             ///< [default 0.1]
+  /// [default false] NeMo's name: the attention core through ATen's fused
+  /// scaled_dot_product_attention (flash / memory-efficient / cuDNN kernels; no s×s
+  /// activations). Needs attention_dropout 0 and no selective recompute
+  /// (rules::fused_attention_violations; docs/design/sp_sar.md, "Fused attention").
+  bool use_flash_attention = false;
   double ffn_dropout = 0.0;                   ///< [default 0.0]
   double layernorm_epsilon = 1e-5;            ///< [default 1e-5]
   int64_t make_vocab_size_divisible_by = 128;  ///< [default 128]

@@ -43,6 +43,7 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.init_method_std", m.init_method_std, Need::kDefault);
     v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
     v("model.attention_dropout", m.attention_dropout, Need::kDefault);
+    v("model.use_flash_attention", m.use_flash_attention, Need::kDefault);
     v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
     v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
     v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);

@@ -222,6 +222,10 @@ void Checker::recompute() {
     warn(method, std::string("activations_checkpoint_method ") + enum_name(m.activations_checkpoint_method) +
                      " has no effect without activations_checkpoint_granularity; ignored");
   }
+  for (const auto& v : rules::fused_attention_violations(m.use_flash_attention, m.attention_dropout,
+                                                         m.activations_checkpoint_granularity))
+    if (std::none_of(v.reads.begin(), v.reads.end(), [&](const std::string& f) { return !ok({f.c_str()}); }))
+      error(v.field, v.message);
 }
 
 void Checker::optimizer() {

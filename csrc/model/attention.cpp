@@ -46,7 +46,13 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x
   auto spec = dropout.attention(config_.attention_dropout, layer_, b, config_.num_attention_heads,
                                 tp_->rank() * heads_local, s);
   at::Tensor context;
-  if (config_.activations_checkpoint_granularity == RecomputeGranularity::kSelective) {
+  if (config_.use_flash_attention) {
+    // ATen's fused kernel (flash / memory-efficient / cuDNN on CUDA, the flash kernel on CPU):
+    // the same softmax(QKᵀ·scale + causal mask)·V without the [b, a/t, s, s] scores. GptConfig
+    // rejects attention dropout here (rules::fused_attention_violations), so nothing is drawn.
+    context = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
+                                               /*is_causal=*/true, scale);
+  } else if (config_.activations_checkpoint_granularity == RecomputeGranularity::kSelective) {
     context = ops::core_attention(q, k, v, std::nullopt, scale, /*causal=*/true, spec);
   } else {
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [b, a/t, s, s]

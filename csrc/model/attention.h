@@ -2,7 +2,9 @@
 // whose rows are grouped per head [q|k|v] (so a contiguous 1/t split gives each rank whole
 // heads), causal core attention on this rank's heads, row-parallel output projection.
 // With selective recomputation the core (QKᵀ·scale, causal mask, softmax, dropout, ×V) is
-// loom::ops::core_attention, which saves only Q, K, V (docs/design/sp_sar.md).
+// loom::ops::core_attention, which saves only Q, K, V (docs/design/sp_sar.md). With
+// use_flash_attention the core is at::scaled_dot_product_attention (causal, the same 1/sqrt(d)
+// scale), which stores no s×s activations at all (docs/design/sp_sar.md, "Fused attention").
 #pragma once
 #include <ATen/core/Tensor.h>
 

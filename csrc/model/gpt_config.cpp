@@ -50,6 +50,9 @@ void GptConfig::validate(int t) const {
                                                      activations_checkpoint_num_layers},
                                                     num_layers),
                         "GptConfig:");
+  rules::throw_if_any(rules::fused_attention_violations(use_flash_attention, attention_dropout,
+                                                       activations_checkpoint_granularity),
+                      "GptConfig:");
   if (label_smoothing > 0.0 && vocab_size < 2)
     fail("label_smoothing", "needs a vocabulary of at least 2 tokens");
 }

@@ -27,6 +27,9 @@ struct GptConfig {
   double init_method_std = 0.02;
   double hidden_dropout = 0.1;       ///< embedding and hidden (after attention / MLP) dropout
   double attention_dropout = 0.1;    ///< attention-probability dropout
+  /// model.use_flash_attention: the core through at::scaled_dot_product_attention (attention.h);
+  /// needs attention_dropout 0 and no selective recompute (rules::fused_attention_violations).
+  bool use_flash_attention = false;
   double layernorm_epsilon = 1e-5;
   bool sequence_parallel = false;
   RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;

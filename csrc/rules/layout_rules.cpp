@@ -298,6 +298,24 @@ std::vector<Violation> layout_violations(const LayoutQuery& q) {
   return out;
 }
 
+std::vector<Violation> fused_attention_violations(bool use_flash_attention, double attention_dropout,
+                                                  RecomputeGranularity granularity) {
+  std::vector<Violation> out;
+  if (!use_flash_attention) return out;
+  constexpr const char* kFlash = "model.use_flash_attention";
+  if (attention_dropout != 0.0)
+    out.push_back(violation("model.attention_dropout",
+                            fmt::format("expected 0.0 with use_flash_attention true (the fused kernel draws its own "
+                                        "dropout mask, not Loom's position-keyed one, so layouts would no longer "
+                                        "reproduce each other), found {}", attention_dropout),
+                            {kFlash}));
+  if (granularity == RecomputeGranularity::kSelective)
+    out.push_back(violation(kGranularity, "expected null or full with use_flash_attention true (the fused attention "
+                                          "core stores no s x s activations, so selective recomputation has "
+                                          "nothing to save), found selective", {kFlash}));
+  return out;
+}
+
 void throw_if_any(const std::vector<Violation>& violations, const std::string& context) {
   if (violations.empty()) return;
   std::string text = context;

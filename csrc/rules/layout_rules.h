@@ -126,6 +126,14 @@ std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t 
 /// last only when the pipeline split is legal, since it needs the chunk size).
 std::vector<Violation> layout_violations(const LayoutQuery& q);
 
+/// The fused attention core (model.use_flash_attention, docs/design/sp_sar.md "Fused attention"):
+/// with it attention_dropout must be 0 (the fused kernel would draw its own mask, not Loom's
+/// position-keyed one, so layouts and recompute settings would no longer reproduce each other)
+/// and granularity must not be selective (the fused core stores no s×s activations: selective
+/// recomputation would save nothing and repeat the attention forward). Without it: no violation.
+std::vector<Violation> fused_attention_violations(bool use_flash_attention, double attention_dropout,
+                                                  RecomputeGranularity granularity);
+
 /// Throws std::invalid_argument with every violation's text ("field: message", one per line)
 /// prefixed by `context` when `violations` is not empty.
 void throw_if_any(const std::vector<Violation>& violations, const std::string& context);

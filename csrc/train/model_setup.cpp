@@ -18,6 +18,7 @@ model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vo
   c.init_method_std = m.init_method_std;
   c.hidden_dropout = m.hidden_dropout;
   c.attention_dropout = m.attention_dropout;
+  c.use_flash_attention = m.use_flash_attention;
   c.layernorm_epsilon = m.layernorm_epsilon;
   c.sequence_parallel = m.sequence_parallel;
   c.activations_checkpoint_granularity = m.activations_checkpoint_granularity;
