@@ -139,6 +139,10 @@ void add_model_and_search_flags(CLI::App& app, PlanArgs& a) {
       ->capture_default_str();
   app.add_option("--fragmentation", a.setup.fragmentation_fraction, "Fraction of memory kept for fragmentation")
       ->capture_default_str();
+  app.add_flag("--flash-attention", a.setup.fused_attention,
+               "Model the fused attention core (model.use_flash_attention; a recipe's field sets it too)");
+  app.add_flag("--overlap-tp-comm", a.setup.overlap_tp_comm,
+               "Model TP collectives overlapped with their GEMMs under SP (Megatron-Core's --tp-comm-overlap)");
   app.add_flag("--overlap-dp-comm", a.setup.overlap_dp_comm,
                "Model DP gradient reduction overlapped with the last backward");
   app.add_option("--tp", a.tp, "Allowed tensor-parallel sizes (list)")->delimiter(',');
@@ -245,6 +249,7 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
   if (a.vocab_size_given) shape.vocab_size = a.model.shape.vocab_size;
   if (!a.global_batch_given) a.setup.global_batch = in.setup.global_batch;
   if (!a.precision_given) a.setup.precision = in.setup.precision;
+  a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
   if (!a.nodes_given) a.hw.nodes = in.num_nodes;
   if (!a.gpus_per_node_given) a.hw.gpus_per_node = in.devices;
   if (a.measure > 0 && (a.hw.nodes != 1 || a.hw.gpus_per_node != in.devices))
@@ -418,7 +423,7 @@ int plan(PlanArgs& a) {
   const GpuSpec gpu = a.hw.resolve_gpu(!base.input.cpu, &profile_text);
   const int profile_ranks = profile_text.empty() ? 0 : measured_ranks(profile_text);
   if (a.validate) {
-    auto checks = check_published(gpu, true);
+    auto checks = check_published(true, {gpu});
     std::fprintf(stderr, "%s", format_checks(checks).c_str());
     return 0;
   }

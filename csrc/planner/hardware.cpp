@@ -45,7 +45,9 @@ Efficiency parse_efficiency(const json& obj, const std::string& where) {
                 {"inter_node_comm_fraction", &e.inter_node_comm_fraction},
                 {"collective_latency_us", &e.collective_latency_us},
                 {"kernel_launch_us", &e.kernel_launch_us},
-                {"comm_overlap_fraction", &e.comm_overlap_fraction}};
+                {"comm_overlap_fraction", &e.comm_overlap_fraction},
+                {"fused_attention_fwd_fraction", &e.fused_attention_fwd_fraction},
+                {"fused_attention_bwd_fraction", &e.fused_attention_bwd_fraction}};
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     bool known = false;
     for (auto& f : fields) {
@@ -60,7 +62,8 @@ Efficiency parse_efficiency(const json& obj, const std::string& where) {
       throw std::invalid_argument(fmt::format("{}: unknown efficiency field '{}'", where, it.key()));
   }
   if (e.gemm_max_fraction > 1 || e.memory_fraction > 1 || e.intra_node_comm_fraction > 1 ||
-      e.inter_node_comm_fraction > 1 || e.comm_overlap_fraction > 1)
+      e.inter_node_comm_fraction > 1 || e.comm_overlap_fraction > 1 || e.fused_attention_fwd_fraction > 1 ||
+      e.fused_attention_bwd_fraction > 1)
     throw std::invalid_argument(fmt::format("{}: efficiency fractions must be <= 1", where));
   return e;
 }
@@ -198,6 +201,21 @@ GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const 
                          number_field(arr[i], "k", w), number_field(arr[i], "tflops", w)});
     }
     gpu = fit_gemm_curve(gpu, samples);
+  }
+  if (doc.contains("fused_attention")) {
+    const auto& arr = doc["fused_attention"];
+    if (!arr.is_array() || arr.empty())
+      throw std::invalid_argument(fmt::format("{}: 'fused_attention' must be a non-empty array", source));
+    double fwd = 0, bwd = 0;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const std::string w = fmt::format("{}: fused_attention[{}]", source, i);
+      const double seq = number_field(arr[i], "seq", w);
+      const double fill = seq / (seq + gpu.efficiency.gemm_half_dim);
+      fwd += number_field(arr[i], "fwd_tflops", w) / (gpu.peak_tflops * fill);
+      bwd += number_field(arr[i], "bwd_tflops", w) / (gpu.peak_tflops * fill);
+    }
+    gpu.efficiency.fused_attention_fwd_fraction = std::min(1.0, fwd / arr.size());
+    gpu.efficiency.fused_attention_bwd_fraction = std::min(1.0, bwd / arr.size());
   }
   if (doc.contains("memory_bandwidth_gbs"))
     gpu.efficiency.memory_fraction =

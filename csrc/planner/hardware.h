@@ -21,6 +21,11 @@ struct Efficiency {
   /// Share of a collective that hides behind the GEMM it is overlapped with (backward TP
   /// collectives, DP reduction when overlapped); the rest is exposed (SM and HBM contention).
   double comm_overlap_fraction = 0.5;
+  /// Fused (flash) attention kernel throughput / peak at head dimension 128, for the FLOPs it
+  /// executes (causal: half the s² products), forward and backward; short sequences under-fill
+  /// it by s/(s + gemm_half_dim). Defaults: FlashAttention-2 on A100 (docs/planner.md).
+  double fused_attention_fwd_fraction = 0.70;
+  double fused_attention_bwd_fraction = 0.55;
 };
 
 /// One GPU model. Bandwidths are per GPU and per direction, in GB/s (1e9 bytes/s).
@@ -65,10 +70,12 @@ GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples);
 /// Applies a measured profile JSON (written by `loom plan calibrate`) to a GPU:
 /// {"device": {GPU-table entry}, "gemm": [{"m","n","k","tflops"}...], "memory_bandwidth_gbs":
 /// achieved, "allreduce_busbw_gbs": {"intra_node": x, "inter_node": y}, "collective_latency_us",
-/// "kernel_launch_us"} (all keys optional). A "device" entry replaces `gpu` as the base (CPU
-/// ranks, or a GPU not in the table); measured bandwidths set the matching *_fraction as
-/// measured/peak; the latencies replace the efficiency's. Throws std::invalid_argument naming
-/// `source` and the key.
+/// "kernel_launch_us", "fused_attention": [{"seq", "fwd_tflops", "bwd_tflops"}...]} (all keys
+/// optional). A "device" entry replaces `gpu` as the base (CPU ranks, or a GPU not in the
+/// table); measured bandwidths set the matching *_fraction as measured/peak; the latencies
+/// replace the efficiency's; fused-attention samples set fused_attention_{fwd,bwd}_fraction to
+/// their mean of tflops / (peak · seq/(seq + gemm_half_dim)). Throws std::invalid_argument
+/// naming `source` and the key.
 GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const std::string& source);
 
 /// The cluster: nodes × GPUs per node of one GPU type.

@@ -5,14 +5,16 @@
 
 namespace loom::planner {
 
-double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, RecomputeGranularity r) {
+double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, RecomputeGranularity r, bool fused) {
   const double s = m.seq_length, h = m.hidden_size, a = m.num_attention_heads;
   const double sbh = s * b * h;
   const double shard = sp ? t : 1;
   if (r == RecomputeGranularity::kFull) return 2 * sbh / shard;
   const double replicated = 10.0 / shard;
   const double split = (8.0 + 4.0 * m.ffn() / h) / t;
-  const double attention = r == RecomputeGranularity::kSelective ? 0.0 : 5.0 * a * s / (h * t);
+  // The fused core keeps only its fp32 log-sum-exp per query row and head (4·a·s·b/t bytes).
+  const double attention = fused ? 4.0 * a / (h * t)
+                           : r == RecomputeGranularity::kSelective ? 0.0 : 5.0 * a * s / (h * t);
   return sbh * (replicated + split + attention);
 }
 
@@ -70,13 +72,14 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   const int chunks = in_flight_chunks(p, v, m_micro, stage);
   const int layers_per_chunk = m.num_layers / (p * v);
   const double full_layer =
-      layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kNone);
+      layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kNone, setup.fused_attention);
   const double input = layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kFull);
   double per_chunk = 0;
   switch (L.recompute) {
     case RecomputeGranularity::kNone:
     case RecomputeGranularity::kSelective:
-      per_chunk = layers_per_chunk * layer_activation_bytes(m, b, t, L.sequence_parallel, L.recompute);
+      per_chunk = layers_per_chunk *
+                  layer_activation_bytes(m, b, t, L.sequence_parallel, L.recompute, setup.fused_attention);
       break;
     case RecomputeGranularity::kFull:
       if (L.method == RecomputeMethod::kUniform) {

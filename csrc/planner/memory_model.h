@@ -15,8 +15,11 @@ namespace loom::planner {
 ///   sbh·(r + (8 + 4·ffn/h)/t + 5as/(ht)),  r = 10 (t = 1 or no SP: replicated part) or 10/t (SP)
 /// which is sbh(34 + 5as/h) unparallelised, sbh(10 + 24/t + 5as/(ht)) under TP and
 /// sbh(34/t + 5as/(ht)) under TP+SP. Selective recompute drops the 5as/(ht) term; full recompute
-/// keeps only the layer input 2sbh (2sbh/t under SP).
-double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool sp, RecomputeGranularity r);
+/// keeps only the layer input 2sbh (2sbh/t under SP). With the fused attention core
+/// (`fused_attention`, model.use_flash_attention) the 5as/(ht) term becomes 4a/(ht): the
+/// kernel stores its fp32 log-sum-exp per row and head instead of the s×s scores.
+double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool sp, RecomputeGranularity r,
+                              bool fused_attention = false);
 
 /// Micro-batch chunks whose activations stage `stage` holds at peak: 1F1B holds min(m, p − r)
 /// micro-batches; the interleaved schedule with v chunks holds min(m·v, 2(p − r − 1) + (v − 1)p + 1)

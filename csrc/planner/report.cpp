@@ -108,6 +108,8 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   s += fmt::format("  encoder_seq_length: {}\n  max_position_embeddings: {}\n", m.seq_length, m.seq_length);
   s += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n  num_attention_heads: {}\n",
                    m.num_layers, m.hidden_size, m.ffn(), m.num_attention_heads);
+  if (ctx.setup.fused_attention)  // the fused core needs attention dropout 0 (rules::fused_attention_violations)
+    s += "  use_flash_attention: true\n  attention_dropout: 0.0\n";
   s += fmt::format("  activations_checkpoint_granularity: {}\n",
                    recipe_name(L.recompute));
   s += fmt::format("  activations_checkpoint_method: {}\n", full ? recipe_name(L.method) : "null");

@@ -70,7 +70,8 @@ std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSe
   const bool full = L.recompute == RecomputeGranularity::kFull;
   q.recompute = {L.recompute, full ? L.method : RecomputeMethod::kNone,
                  full ? std::optional<int64_t>(L.recompute_layers) : std::nullopt};
-  const auto violations = rules::layout_violations(q);
+  auto violations = rules::layout_violations(q);
+  for (auto& v : rules::fused_attention_violations(setup.fused_attention, 0.0, L.recompute)) violations.push_back(v);
   if (!violations.empty()) return violations.front().text();
   // Legal, but the same run as another candidate: the search space leaves these out.
   if (L.sequence_parallel && L.tp == 1) return "sequence parallelism with t = 1 is the same layout without it";
@@ -125,7 +126,7 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
           if (!allowed(space.micro_batch, b)) continue;
           const int micro_batches = setup.global_batch / (d * b);
           const double eb = element_bytes(setup.precision);
-          const LayerCost layer = layer_cost(m, c, t, sp, b, eb);
+          const LayerCost layer = layer_cost(m, c, t, sp, b, eb, setup.fused_attention, setup.overlap_tp_comm);
           const EndCost ends = end_cost(m, c, t, sp, b, eb);
           for (int v : divisors(m.num_layers / p)) {
             if (!allowed(space.vp, v)) continue;

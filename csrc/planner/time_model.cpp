@@ -44,6 +44,10 @@ double gemm_tflops(const GpuSpec& g, double m, double n, double k) {
   return 2 * m * n * k / gemm_seconds(g, m, n, k) / 1e12;
 }
 
+double fused_attention_fwd_flops(double count, double s, double dh) {
+  return 4 * count * s * s * dh * (s + 128) / (2 * s);
+}
+
 double memory_seconds(const GpuSpec& g, double bytes, int kernels) {
   return bytes / (g.memory_bandwidth_gbs * 1e9 * g.efficiency.memory_fraction) +
          kernels * g.efficiency.kernel_launch_us * 1e-6;
@@ -67,7 +71,8 @@ double collective_seconds(const Cluster& c, Collective kind, double bytes, int n
   return steps / n * bytes / bw + steps * alpha;
 }
 
-LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b, double eb) {
+LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b, double eb, bool fused,
+                     bool overlap_tp) {
   const GpuSpec& g = c.gpu;
   const double s = md.seq_length, h = md.hidden_size, f = md.ffn(), a = md.num_attention_heads;
   const double n = double(b) * s, dh = h / a;
@@ -86,15 +91,31 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
 
   // Attention scores QKᵀ [s,s] over d_h and context P·V [s,d_h] over s, per head and sample.
   const double batches = double(b) * a / t;
-  out.fwd.attention = batched_gemm_seconds(g, batches, s, s, dh) + batched_gemm_seconds(g, batches, s, dh, s);
-  out.bwd.attention = 2 * batched_gemm_seconds(g, batches, s, dh, s) +   // dQ, dK
-                      batched_gemm_seconds(g, batches, s, s, dh) +       // dP
-                      batched_gemm_seconds(g, batches, dh, s, s);        // dV
+  if (fused) {
+    // One fused kernel each way (FlashAttention's tiling): causal tiles only, i.e. half the s²
+    // products plus the 128-wide diagonal tiles computed whole; backward recomputes the scores
+    // and runs four products, 2.5× the forward FLOPs (Dao 2023, §3.1). Achieved fraction of peak
+    // from the published kernel figures, under-filled for short sequences like a GEMM side.
+    const Efficiency& e = g.efficiency;
+    const double fwd_flops = fused_attention_fwd_flops(batches, s, dh);
+    const double fill = shape_factor(e, s);
+    out.fwd.attention = fwd_flops / (g.peak_tflops * 1e12 * e.fused_attention_fwd_fraction * fill) +
+                        e.kernel_launch_us * 1e-6;
+    out.bwd.attention = 2.5 * fwd_flops / (g.peak_tflops * 1e12 * e.fused_attention_bwd_fraction * fill) +
+                        2 * e.kernel_launch_us * 1e-6;  // with its rowsum(dO∘O) pre-pass
+  } else {
+    out.fwd.attention = batched_gemm_seconds(g, batches, s, s, dh) + batched_gemm_seconds(g, batches, s, dh, s);
+    out.bwd.attention = 2 * batched_gemm_seconds(g, batches, s, dh, s) +   // dQ, dK
+                        batched_gemm_seconds(g, batches, s, s, dh) +       // dP
+                        batched_gemm_seconds(g, batches, dh, s, s);        // dV
+  }
 
   // Memory-bound kernels, bytes moved (activations 2 B, masks 1 B).
   const double e_sp = n * h / (sp ? t : 1);  // elements in the sequence-parallel regions
   const double e_ffn = n * f / t, e_tp = n * h / t;
-  const double scores = batches * s * s;
+  // Unfused: the [b, a/t, s, s] scores pass through HBM (fused scale-mask-softmax, dropout);
+  // the fused kernel keeps them on chip (its backward pre-pass reads O and dO: 4·e_tp bytes).
+  const double scores = fused ? 0.0 : batches * s * s;
   const double core_fwd_bytes = 4 * scores + 5 * scores;  // fused scale-mask-softmax; dropout
   const double fwd_bytes = 2 * 4 * e_sp      // two LayerNorms: read x, write y
                            + 2 * 7 * e_sp    // two bias-dropout-adds: read 2, write 1, mask
@@ -106,6 +127,7 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
                            + 2 * 6 * e_sp    // residual gradient accumulation
                            + 6 * e_ffn       // GeLU backward
                            + 6 * scores + 5 * scores  // softmax and dropout backward
+                           + (fused ? 4 * e_tp : 0.0)
                            + 4 * e_tp;
   // The byte counts above are for 2-byte activations (masks 1 B); fp32 doubles them.
   const double scale = eb / 2;
@@ -125,13 +147,21 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
       out.fwd.comm = 2 * ar;  // after the projection and fc2 (row-parallel)
       // Input-gradient all-reduce of QKV and fc1 runs during their weight-gradient GEMMs.
       out.bwd.comm = exposed(g.efficiency, ar, wgrad[0]) + exposed(g.efficiency, ar, wgrad[2]);
-    } else {
+    } else if (!overlap_tp) {
       out.fwd.comm = 2 * ag + 2 * rs;
       // Backward of the reduce-scatters: all-gathers on the critical path. At QKV and fc1 the
       // LayerNorm output is re-gathered during dgrad and the input gradient reduce-scattered
       // during wgrad.
       out.bwd.comm = 2 * ag + exposed(g.efficiency, ag, dgrad[0]) + exposed(g.efficiency, rs, wgrad[0]) +
                      exposed(g.efficiency, ag, dgrad[2]) + exposed(g.efficiency, rs, wgrad[2]);
+    } else {
+      // --tp-comm-overlap: each all-gather is split and pipelined with the GEMM that consumes it,
+      // each reduce-scatter with the GEMM that produces it, forward and backward.
+      const Efficiency& e = g.efficiency;
+      out.fwd.comm = exposed(e, ag, gemm_seconds(g, n, 3 * h / t, h)) + exposed(e, rs, gemm_seconds(g, n, h, h / t)) +
+                     exposed(e, ag, gemm_seconds(g, n, f / t, h)) + exposed(e, rs, gemm_seconds(g, n, h, f / t));
+      out.bwd.comm = exposed(e, ag, dgrad[1]) + exposed(e, ag, dgrad[3]) + exposed(e, ag, dgrad[0]) +
+                     exposed(e, rs, wgrad[0]) + exposed(e, ag, dgrad[2]) + exposed(e, rs, wgrad[2]);
     }
   }
   return out;
@@ -286,7 +316,7 @@ TimeBreakdown step_time(const ModelShape& m, const Cluster& c, const TrainingSet
                         const Layout& layout) {
   return step_time(m, c, setup, layout,
                    layer_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch,
-                              element_bytes(setup.precision)),
+                              element_bytes(setup.precision), setup.fused_attention, setup.overlap_tp_comm),
                    end_cost(m, c, layout.tp, layout.sequence_parallel, layout.micro_batch,
                             element_bytes(setup.precision)));
 }

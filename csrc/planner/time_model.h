@@ -59,6 +59,10 @@ double gemm_seconds(const GpuSpec& gpu, double m, double n, double k);
 double batched_gemm_seconds(const GpuSpec& gpu, double count, double m, double n, double k);
 /// Achieved TFLOP/s of the GEMM model at a shape.
 double gemm_tflops(const GpuSpec& gpu, double m, double n, double k);
+/// FLOPs a fused causal attention kernel executes forward over `count` heads × samples of
+/// sequence length s and head dimension d: 4·count·s²·d·(s + 128)/(2s) (the causal tiles, the
+/// 128-wide diagonal ones whole); its backward executes 2.5× that (Dao 2023, §3.1).
+double fused_attention_fwd_flops(double count, double s, double head_dim);
 /// Seconds of a memory-bound kernel moving `bytes`.
 double memory_seconds(const GpuSpec& gpu, double bytes, int kernels);
 
@@ -69,13 +73,16 @@ double group_bus_gbs(const Cluster& c, int size, int stride);
 double collective_seconds(const Cluster& c, Collective kind, double bytes, int size, int stride);
 
 /// Costs of one transformer layer for one micro-batch (b samples) under TP t (stride 1), with
-/// activations of `element_bytes` bytes (2: bf16/fp16, 4: fp32).
+/// activations of `element_bytes` bytes (2: bf16/fp16, 4: fp32). `fused_attention`: the core is
+/// one fused kernel each way (FLOPs of the causal tiles at fused_attention_{fwd,bwd}_fraction of
+/// peak, no s² memory-bound passes); `overlap_tp_comm`: under SP every TP collective overlaps
+/// its neighbouring GEMM (TrainingSetup::overlap_tp_comm).
 struct LayerCost {
   PassCost fwd, bwd;
   PassCost attention_core;  ///< the forward part selective recompute repeats
 };
 LayerCost layer_cost(const ModelShape& m, const Cluster& c, int tp, bool sp, int micro_batch,
-                     double element_bytes = 2);
+                     double element_bytes = 2, bool fused_attention = false, bool overlap_tp_comm = false);
 
 /// Costs of the embedding (first stage) and final LayerNorm + logits + cross entropy (last).
 struct EndCost {

@@ -14,6 +14,14 @@ struct TrainingSetup {
   /// DP gradient reduction overlapped with the last micro-batch's backward (Megatron-Core's
   /// overlap_grad_reduce). Off: reduced after the backward, as docs/design/parallel_layout.md prescribes.
   bool overlap_dp_comm = false;
+  /// The attention core runs as one fused kernel (model.use_flash_attention): no s×s scores in
+  /// memory or HBM traffic, its time from the fused-attention efficiencies (time_model.h);
+  /// selective recompute is then illegal (rules::fused_attention_violations).
+  bool fused_attention = false;
+  /// Tensor-parallel collectives overlapped with the GEMMs next to them in forward as well as
+  /// backward (Megatron-Core's --tp-comm-overlap, Transformer Engine's userbuffers): every
+  /// all-gather / reduce-scatter hides comm_overlap_fraction behind its GEMM.
+  bool overlap_tp_comm = false;
 };
 
 }  // namespace loom::planner

@@ -2,31 +2,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
 namespace loom::planner {
 namespace {
 
-ModelShape gpt(int layers, int hidden, int heads) {
+ModelShape gpt(int layers, int hidden, int heads, int seq = 2048, int vocab = 51200) {
   ModelShape m;
   m.num_layers = layers;
   m.hidden_size = hidden;
   m.num_attention_heads = heads;
-  m.seq_length = 2048;
-  m.vocab_size = 51200;
+  m.seq_length = seq;
+  m.vocab_size = vocab;
   return m;
 }
 
-// Hardware FLOPs per step that Narayanan et al. count: full recompute of every layer.
-double narayanan_tflops_per_gpu(const ModelShape& m, int global_batch, int gpus, double step) {
-  return m.full_recompute_flops_per_sample() * global_batch / step / gpus / 1e12;
-}
+constexpr const char* kFitted = "fitted";
+constexpr const char* kHeldH100 = "held-out H100";
+constexpr const char* kHeld5B = "held-out 5B";
 
-}  // namespace
-
-std::vector<PublishedRow> published_rows() {
-  std::vector<PublishedRow> rows;
+void add_fitted(std::vector<PublishedRow>& rows) {
   using M = PublishedRow::Metric;
   struct K { const char* name; int L, h, a, gpus, t, p, v, gbs, b; double full, sel; };
   const K kor[] = {{"22B", 48, 6144, 64, 8, 8, 1, 1, 4, 4, 1.42, 1.10},
@@ -36,6 +33,7 @@ std::vector<PublishedRow> published_rows() {
   for (const auto& k : kor) {
     for (int sel = 0; sel < 2; ++sel) {
       PublishedRow r;
+      r.group = kFitted;
       r.source = "Korthikanti 2022";
       r.label = fmt::format("{} {}", k.name, sel ? "SP+selective" : "full recompute");
       r.shape = gpt(k.L, k.h, k.a);
@@ -60,6 +58,7 @@ std::vector<PublishedRow> published_rows() {
                    {"1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163}};
   for (const auto& n : nar) {
     PublishedRow r;
+    r.group = kFitted;
     r.source = "Narayanan 2021";
     r.label = fmt::format("{} full recompute", n.name);
     r.shape = gpt(n.L, n.h, n.a);
@@ -69,18 +68,128 @@ std::vector<PublishedRow> published_rows() {
     r.published = n.tflops;
     rows.push_back(r);
   }
+}
+
+// Megatron-LM README, "Training Speed and Scalability" / "Performance Benchmarking",
+// images/model_table.png (commit f2e5db402c, 2024-07-15; unchanged since): Megatron-Core
+// r0.8.0 on H100 with DP 48, s = 4096, V = 131072, BF16, the README's overlap flags.
+void add_h100(std::vector<PublishedRow>& rows) {
+  struct H { const char* name; int a, h, L, t, p, gpus, gbs; double tflops; };
+  const H table[] = {{"1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8},
+                     {"7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9},
+                     {"16B", 48, 6144, 32, 4, 1, 192, 192, 489.1},
+                     {"32B", 56, 7168, 48, 8, 1, 384, 192, 459.6},
+                     {"70B", 64, 8192, 84, 8, 2, 768, 384, 419.7},
+                     {"119B", 80, 10240, 92, 8, 4, 1536, 768, 420.5},
+                     {"177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8},
+                     {"314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4},
+                     {"462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9}};
+  for (const auto& x : table) {
+    PublishedRow r;
+    r.group = kHeldH100;
+    r.source = "Megatron-LM README";
+    r.label = fmt::format("{} t{} p{} d48", x.name, x.t, x.p);
+    r.gpu = "H100";
+    r.shape = gpt(x.L, x.h, x.a, 4096, 131072);
+    r.gpus = x.gpus; r.tp = x.t; r.pp = x.p; r.global_batch = x.gbs;
+    // Assumed (published_assumptions): the planner's fastest micro-batch and interleaving, as
+    // for Narayanan's rows; no recompute (Megatron's default).
+    r.micro_batch = 0;
+    r.vp = 0;
+    r.recompute = RecomputeGranularity::kNone;
+    r.sequence_parallel = x.t > 1;    // --tp-comm-overlap needs --sequence-parallel
+    r.distributed_optimizer = true;   // --overlap-param-gather needs --use-distributed-optimizer
+    r.fused_attention = true;         // Transformer Engine's fused attention
+    r.overlap_tp_comm = x.t > 1;
+    r.overlap_dp_comm = true;
+    r.metric = PublishedRow::Metric::model_tflops_per_gpu;
+    r.published = x.tflops;
+    rows.push_back(r);
+  }
+}
+
+// NeMo-Megatron-Launcher README at its 2022-07 revision (e.g. commit 2e51f5f7, 2022-07-25),
+// "Training Performance Results", 5B row; the run is conf/training/gpt3/5b.yaml of that
+// revision: 24L h4096 a32, s = 2048, TP 2, PP 1, micro-batch 2, global batch 1440, bf16, no
+// sequence parallelism, no recompute (full/block with 0 layers), fused_adam (no distributed
+// optimizer), GPT-2 vocabulary padded to 128·t (50432); A100-80GB DGX nodes.
+void add_5b(std::vector<PublishedRow>& rows) {
+  const std::pair<int, double> table[] = {{1, 39543},   {2, 79128},   {5, 195047}, {9, 344523},
+                                          {10, 383500}, {18, 670254}, {20, 731791}};
+  for (const auto& [nodes, tokens] : table) {
+    PublishedRow r;
+    r.group = kHeld5B;
+    r.source = "NeMo launcher README";
+    r.label = fmt::format("5B {} node{} ({} GPUs)", nodes, nodes > 1 ? "s" : "", 8 * nodes);
+    r.shape = gpt(24, 4096, 32, 2048, 50432);
+    r.gpus = 8 * nodes; r.tp = 2; r.pp = 1; r.vp = 1; r.micro_batch = 2; r.global_batch = 1440;
+    r.recompute = RecomputeGranularity::kNone;
+    r.metric = PublishedRow::Metric::tokens_per_second;
+    r.published = tokens;
+    rows.push_back(r);
+  }
+}
+
+double metric_of(const PublishedRow& row, double step) {
+  using M = PublishedRow::Metric;
+  switch (row.metric) {
+    case M::iteration_seconds: return step;
+    case M::tflops_per_gpu: return row.shape.full_recompute_flops_per_sample() * row.global_batch / step / row.gpus / 1e12;
+    case M::model_tflops_per_gpu: return row.shape.model_flops_per_sample() * row.global_batch / step / row.gpus / 1e12;
+    case M::tokens_per_second: return double(row.global_batch) * row.shape.seq_length / step;
+  }
+  return step;
+}
+
+const char* metric_unit(PublishedRow::Metric m) {
+  using M = PublishedRow::Metric;
+  switch (m) {
+    case M::iteration_seconds: return "s";
+    case M::tflops_per_gpu: return "T";
+    case M::model_tflops_per_gpu: return "M";
+    case M::tokens_per_second: return "t";
+  }
+  return "";
+}
+
+std::vector<std::pair<const char*, double>> terms_of(const TimeBreakdown& t) {
+  return {{"gemm", t.gemm},       {"attention", t.attention}, {"memory_bound", t.memory_bound},
+          {"tp_comm", t.tp_comm}, {"pp_comm", t.pp_comm},     {"bubble", t.bubble},
+          {"dp_comm", t.dp_comm}, {"recompute", t.recompute}, {"optimizer", t.optimizer}};
+}
+
+}  // namespace
+
+std::vector<PublishedRow> published_rows() {
+  std::vector<PublishedRow> rows;
+  add_fitted(rows);
+  add_h100(rows);
+  add_5b(rows);
   return rows;
 }
 
-std::vector<RowCheck> check_published(const GpuSpec& gpu, bool search_best) {
+std::vector<std::string> published_assumptions() {
+  return {"Megatron-LM README (H100): micro-batch, interleaving and recompute are not published; assumed no "
+          "recompute (Megatron's default) and the planner's fastest fitting micro-batch and interleaving (as for "
+          "Narayanan's rows); sequence parallelism and the distributed optimizer because the README's "
+          "--tp-comm-overlap and --overlap-param-gather require them; TP, DP and PP communication overlapped as "
+          "the README says; Transformer Engine's fused attention.",
+          "NeMo launcher README (5B, 2022-07): every knob from that revision's conf/training/gpt3/5b.yaml "
+          "(micro-batch 2, TP 2, no SP, no recompute, fused_adam); Megatron's unfused softmax attention of 2022."};
+}
+
+std::vector<RowCheck> check_published(bool search_best, const std::vector<GpuSpec>& gpus) {
   std::vector<RowCheck> out;
   for (const auto& row : published_rows()) {
     Cluster cluster;
-    cluster.gpu = gpu;
+    cluster.gpu = find_gpu(row.gpu, gpus);
     cluster.gpus_per_node = 8;
     cluster.num_nodes = row.gpus / 8;
     TrainingSetup setup;
     setup.global_batch = row.global_batch;
+    setup.fused_attention = row.fused_attention;
+    setup.overlap_tp_comm = row.overlap_tp_comm;
+    setup.overlap_dp_comm = row.overlap_dp_comm;
 
     SearchSpace fixed;
     fixed.tp = {row.tp};
@@ -93,7 +202,7 @@ std::vector<RowCheck> check_published(const GpuSpec& gpu, bool search_best) {
       fixed.method = {RecomputeMethod::kUniform};
       fixed.recompute_layers = {1};
     }
-    fixed.distributed_optimizer = {0};
+    fixed.distributed_optimizer = {row.distributed_optimizer ? 1 : 0};
     // Unpublished knobs: the fastest choice, fitting or not (the published run did fit).
     SearchResult r = search(row.shape, cluster, setup, fixed, 1);
     RowCheck check;
@@ -104,10 +213,7 @@ std::vector<RowCheck> check_published(const GpuSpec& gpu, bool search_best) {
     } else if (!r.best_unfit.empty()) {
       check.published_layout = r.best_unfit.front();
     }
-    const double step = check.published_layout.step_seconds();
-    check.predicted = row.metric == PublishedRow::Metric::iteration_seconds
-                          ? step
-                          : narayanan_tflops_per_gpu(row.shape, row.global_batch, row.gpus, step);
+    check.predicted = metric_of(row, check.published_layout.step_seconds());
     check.relative_error = (check.predicted - row.published) / row.published;
     if (search_best) {
       SearchResult all = search(row.shape, cluster, setup, SearchSpace{}, 1);
@@ -118,25 +224,88 @@ std::vector<RowCheck> check_published(const GpuSpec& gpu, bool search_best) {
   return out;
 }
 
-std::string format_checks(const std::vector<RowCheck>& checks) {
-  std::string s = fmt::format("{:<17} {:<26} {:<34} {:>9} {:>9} {:>7}  {}\n", "source", "row",
-                              "layout", "published", "predicted", "error", "planner best");
-  double sum = 0, worst = 0;
+std::vector<GroupError> group_errors(const std::vector<RowCheck>& checks) {
+  std::vector<GroupError> out;
   for (const auto& c : checks) {
-    const bool secs = c.row.metric == PublishedRow::Metric::iteration_seconds;
-    std::string best = c.planner_best.step_seconds() > 0
-                           ? fmt::format("{} {:.2f}s vs {:.2f}s", c.planner_best.layout.describe(),
-                                         c.planner_best.step_seconds(), c.published_layout.step_seconds())
-                           : "";
-    s += fmt::format("{:<17} {:<26} {:<34} {:>8.2f}{} {:>8.2f}{} {:>+6.1f}%  {}{}\n", c.row.source,
-                     c.row.label, c.published_layout.layout.describe(), c.row.published,
-                     secs ? "s" : "T", c.predicted, secs ? "s" : "T", 100 * c.relative_error, best,
-                     c.published_fits ? "" : "  [published layout predicted not to fit]");
-    sum += std::abs(c.relative_error);
-    worst = std::max(worst, std::abs(c.relative_error));
+    auto it = std::find_if(out.begin(), out.end(), [&](const GroupError& g) { return g.group == c.row.group; });
+    if (it == out.end()) it = out.insert(out.end(), GroupError{c.row.group});
+    it->rows++;
+    it->mean += std::abs(c.relative_error);
+    it->worst = std::max(it->worst, std::abs(c.relative_error));
   }
-  s += fmt::format("mean |error| {:.2f}%, worst {:.2f}% over {} rows (T = TFLOP/s per GPU)\n",
-                   100 * sum / checks.size(), 100 * worst, checks.size());
+  for (auto& g : out) g.mean /= std::max(1, g.rows);
+  return out;
+}
+
+std::vector<TermAttribution> attribute_error(const std::vector<RowCheck>& group) {
+  std::vector<TermAttribution> out;
+  if (group.empty()) return out;
+  const auto names = terms_of(TimeBreakdown{});
+  for (size_t i = 0; i < names.size(); ++i) {
+    TermAttribution best{names[i].first, 1.0, 1e300};
+    bool present = false;
+    for (const auto& c : group) present = present || terms_of(c.published_layout.time)[i].second > 0;
+    if (!present) continue;
+    for (double lk = std::log(0.2); lk <= std::log(5.0) + 1e-9; lk += 0.005) {
+      const double k = std::exp(lk);
+      double sum = 0;
+      for (const auto& c : group) {
+        const double step = c.published_layout.step_seconds();
+        const double term = terms_of(c.published_layout.time)[i].second;
+        sum += std::abs(metric_of(c.row, step + (k - 1) * term) / c.row.published - 1);
+      }
+      if (sum / group.size() < best.mean_after) best = {names[i].first, k, sum / group.size()};
+    }
+    out.push_back(best);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.mean_after < b.mean_after; });
+  return out;
+}
+
+std::string format_checks(const std::vector<RowCheck>& checks) {
+  std::string s;
+  for (const auto& g : group_errors(checks)) {
+    s += fmt::format("== {} ({} rows)\n", g.group, g.rows);
+    s += fmt::format("{:<20} {:<28} {:<34} {:>10} {:>10} {:>7}  {}\n", "source", "row", "layout", "published",
+                     "predicted", "error", "planner best");
+    std::vector<RowCheck> members;
+    for (const auto& c : checks) {
+      if (c.row.group != g.group) continue;
+      members.push_back(c);
+      const char* unit = metric_unit(c.row.metric);
+      const bool big = c.row.metric == PublishedRow::Metric::tokens_per_second;
+      std::string best = c.planner_best.step_seconds() > 0
+                             ? fmt::format("{} {:.2f}s vs {:.2f}s", c.planner_best.layout.describe(),
+                                           c.planner_best.step_seconds(), c.published_layout.step_seconds())
+                             : "";
+      s += fmt::format("{:<20} {:<28} {:<34} {:>9.{}f}{} {:>9.{}f}{} {:>+6.1f}%  {}{}\n", c.row.source, c.row.label,
+                       c.published_layout.layout.describe(), c.row.published, big ? 0 : 2, unit, c.predicted,
+                       big ? 0 : 2, unit, 100 * c.relative_error, best,
+                       c.published_fits ? "" : "  [published layout predicted not to fit]");
+      if (std::abs(c.relative_error) > 0.05) {
+        std::string shares;
+        for (const auto& [name, value] : terms_of(c.published_layout.time))
+          if (value > 0.005 * c.published_layout.step_seconds())
+            shares += fmt::format(" {} {:.0f}%", name, 100 * value / c.published_layout.step_seconds());
+        s += fmt::format("{:<20}   off by {:+.1f}%; predicted step {:.3f}s:{}\n", "", 100 * c.relative_error,
+                         c.published_layout.step_seconds(), shares);
+      }
+    }
+    s += fmt::format("{}: mean |error| {:.2f}%, worst {:.2f}% over {} rows\n", g.group, 100 * g.mean, 100 * g.worst,
+                     g.rows);
+    if (g.mean > 0.02) {
+      const auto terms = attribute_error(members);
+      std::string line;
+      for (size_t i = 0; i < terms.size() && i < 3; ++i)
+        line += fmt::format("{}{} x{:.2f} -> mean {:.1f}%", i ? "; " : "", terms[i].term, terms[i].scale,
+                            100 * terms[i].mean_after);
+      s += fmt::format("  term most consistent with the error (one factor for the whole group): {}\n", line);
+    }
+    s += "\n";
+  }
+  s += "units: s = seconds per step, T = TFLOP/s per GPU counting recompute (Narayanan), M = model TFLOP/s per GPU "
+       "(Megatron's count), t = tokens per second\n";
+  for (const auto& a : published_assumptions()) s += "assumed: " + a + "\n";
   return s;
 }
 
