@@ -8,10 +8,12 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "command_registry.h"
 #include "data/data_error.h"
 #include "data/preprocess.h"
+#include "runlog/progress_line.h"
 
 namespace {
 
@@ -59,37 +61,27 @@ void choose_tokenizer(PreprocessArgs& a) {
   t.type = a.library == "megatron" ? (a.tokenizer_type.empty() ? "GPT2BPETokenizer" : a.tokenizer_type) : a.tokenizer_type;
 }
 
-// Progress on stderr: one line rewritten on a terminal, a line every 5 s otherwise; skipped
-// lines reported on lines of their own.
+// Progress on stderr (runlog/progress_line.h): one line rewritten on a terminal, a plain line
+// every 5 s otherwise; skipped lines reported on lines of their own.
 class ProgressDisplay {
  public:
-  explicit ProgressDisplay(loom::data::PreprocessOptions& o, bool quiet) : tty_(::isatty(STDERR_FILENO)) {
-    if (!quiet) o.on_progress = [this](const loom::data::PreprocessOptions::Progress& p) { show(p); };
+  explicit ProgressDisplay(loom::data::PreprocessOptions& o, bool quiet)
+      : line_({"[preprocess]", "MB", /*decimals=*/1, /*plain_every_s=*/5}) {
+    if (!quiet)
+      o.on_progress = [this](const loom::data::PreprocessOptions::Progress& p) {
+        line_.update(p.bytes_read / 1e6, p.bytes_total / 1e6,
+                     fmt::format("{} docs, {} tokens", p.documents, p.tokens));
+      };
     o.on_bad_line = [this](const loom::data::PreprocessOptions::BadLine& b) {
       end_line();
       std::fprintf(stderr, "[preprocess] skipped '%s' line %lld: %s\n", b.file.c_str(), static_cast<long long>(b.line),
                    b.reason.c_str());
     };
   }
-  void end_line() {
-    if (shown_ && tty_) std::fprintf(stderr, "\n");
-    shown_ = false;
-  }
+  void end_line() { line_.end_line(); }
 
  private:
-  void show(const loom::data::PreprocessOptions::Progress& p) {
-    if (!tty_ && p.seconds - last_report_ < 5.0 && p.bytes_read < p.bytes_total) return;
-    last_report_ = p.seconds;
-    shown_ = true;
-    const double mb = p.bytes_read / 1e6, total = p.bytes_total / 1e6;
-    std::fprintf(stderr, "%s[preprocess] %.1f/%.1f MB (%.0f%%), %lld docs, %lld tokens, %.2f MB/s%s", tty_ ? "\r" : "",
-                 mb, total, total > 0 ? 100.0 * mb / total : 100.0, static_cast<long long>(p.documents),
-                 static_cast<long long>(p.tokens), p.seconds > 0 ? mb / p.seconds : 0.0, tty_ ? "" : "\n");
-    std::fflush(stderr);
-  }
-  bool tty_;
-  bool shown_ = false;
-  double last_report_ = -1;
+  loom::runlog::ProgressLine line_;
 };
 
 void report(const loom::data::PreprocessResult& r, const PreprocessArgs& a) {
