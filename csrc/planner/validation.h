@@ -59,6 +59,10 @@ struct RowCheck {
 /// the entry of that name in `gpus` (a --gpu-table entry or a --profile-applied GPU), which wins.
 /// With `search_best`, also runs the full layout search for each row's model, GPUs and batch.
 std::vector<RowCheck> check_published(bool search_best, const std::vector<GpuSpec>& gpus = {});
+/// The same with one GPU entry that replaces the rows' entry of its name.
+inline std::vector<RowCheck> check_published(const GpuSpec& gpu, bool search_best) {
+  return check_published(search_best, std::vector<GpuSpec>{gpu});
+}
 
 /// Mean and worst |relative error| of the rows of one group.
 struct GroupError {
