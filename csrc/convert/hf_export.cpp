@@ -37,6 +37,8 @@ HfExportResult export_hf(const HfExportRequest& request) {
   shape.max_position_embeddings = field("max_position_embeddings");
   shape.layernorm_epsilon = recipe.model.layernorm_epsilon;
 
+  // GPT-2-format specific: a GPT2LMHeadModel folder carries vocab.json + merges.txt, so the export
+  // reads the run's tokenizer as GPT-2 BPE (gpt2_tokenizer_files refuses other libraries).
   const data::Gpt2Tokenizer tokenizer(vocab_file, merge_file);
   if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
     throw ConvertInputError(fmt::format("the run's tokenizer {} has {} entries, the checkpoint's model a vocabulary of {}",

@@ -127,6 +127,7 @@ HfImportResult import_hf(const HfImportRequest& request) {
     if (!fs::is_regular_file(hf / file))
       throw ConvertInputError((hf / file).string() + " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
                               "merges.txt) beside config.json");
+  // GPT-2-format specific: a GPT2LMHeadModel folder's tokenizer is vocab.json + merges.txt.
   const data::Gpt2Tokenizer tokenizer((hf / "vocab.json").string(), (hf / "merges.txt").string());
   if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
     throw ConvertInputError(fmt::format("{}: vocab_size {} differs from the {} entries of {}", config_file, shape.vocab_size,

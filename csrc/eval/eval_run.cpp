@@ -69,14 +69,12 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
                                             layout.tensor_parallel(), layout.pipeline_parallel(), layout.data_parallel(),
                                             request.tensor_parallel, request.pipeline_parallel, request.data_parallel));
   const model::GptConfig config = generate::inference_config(plan.model.info.layout.model_shape, plan.model.model_options);
-  data::Gpt2Tokenizer tokenizer(plan.model.vocab_file, plan.model.merge_file);
-  if (static_cast<int64_t>(tokenizer.vocab_size()) != config.vocab_size)
-    throw EvalInputError(fmt::format("the tokenizer {} has {} tokens, the checkpoint's model a vocabulary of {}",
-                                     plan.model.vocab_file, tokenizer.vocab_size(), config.vocab_size));
-  if (tokenizer.eod_id() < 0)
-    throw EvalInputError("the vocabulary " + plan.model.vocab_file +
-                         " has no <|endoftext|>, the prefix token of empty contexts and rolling windows");
-  const int64_t prefix = tokenizer.eod_id();
+  const std::unique_ptr<data::Tokenizer> tokenizer = generate::load_tokenizer(plan.model);
+  const int64_t prefix = data::document_start_id(*tokenizer);
+  if (prefix < 0)
+    throw EvalInputError("the tokenizer " + tokenizer->description() +
+                         " has no end-of-document (or beginning-of-sequence) token, the prefix token of empty "
+                         "contexts and rolling windows");
 
   // The harness's token requests of every document of every task, in one list.
   std::vector<TokenRequest> requests;
@@ -87,14 +85,14 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
     for (const EvalDoc& doc : task.docs) {
       DocRequests dr;
       if (rolling) {
-        auto windows = rolling_requests(doc.target, tokenizer, prefix, plan.max_length);
+        auto windows = rolling_requests(doc.target, *tokenizer, prefix, plan.max_length);
         dr.ranges.emplace_back(static_cast<int64_t>(requests.size()), static_cast<int64_t>(windows.size()));
         for (auto& w : windows) requests.push_back(std::move(w));
       } else {
         const std::string at = fmt::format("{}:{}", task.spec.path, doc.line);
         for (const auto& r : doc.requests) {
           dr.ranges.emplace_back(static_cast<int64_t>(requests.size()), 1);
-          requests.push_back(continuation_request(r.context, r.continuation, tokenizer, prefix, plan.max_length, at));
+          requests.push_back(continuation_request(r.context, r.continuation, *tokenizer, prefix, plan.max_length, at));
         }
       }
       where[t].push_back(std::move(dr));

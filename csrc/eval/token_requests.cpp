@@ -11,7 +11,7 @@ namespace loom::eval {
 
 namespace {
 
-std::vector<int64_t> encode(const data::Gpt2Tokenizer& tokenizer, const std::string& text) {
+std::vector<int64_t> encode(const data::Tokenizer& tokenizer, const std::string& text) {
   const std::vector<int32_t> ids = tokenizer.encode(text);
   return {ids.begin(), ids.end()};
 }
@@ -29,7 +29,7 @@ TokenRequest from_pair(std::vector<int64_t> context, const std::vector<int64_t>&
 }  // namespace
 
 TokenRequest continuation_request(const std::string& context, const std::string& continuation,
-                                  const data::Gpt2Tokenizer& tokenizer, int64_t prefix_token, int64_t max_length,
+                                  const data::Tokenizer& tokenizer, int64_t prefix_token, int64_t max_length,
                                   const std::string& where) {
   std::vector<int64_t> context_ids, continuation_ids;
   if (context.empty()) {
@@ -60,7 +60,7 @@ TokenRequest continuation_request(const std::string& context, const std::string&
   return from_pair(std::move(context_ids), continuation_ids, max_length);
 }
 
-std::vector<TokenRequest> rolling_requests(const std::string& text, const data::Gpt2Tokenizer& tokenizer,
+std::vector<TokenRequest> rolling_requests(const std::string& text, const data::Tokenizer& tokenizer,
                                            int64_t prefix_token, int64_t max_length) {
   const std::vector<int64_t> t = encode(tokenizer, text);
   const int64_t n = static_cast<int64_t>(t.size());

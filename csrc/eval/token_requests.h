@@ -4,7 +4,7 @@
 // docs/design/evaluation.md, "Requests"):
 // - (context, continuation): trailing whitespace of the context moves to the continuation;
 //   context + continuation is encoded whole and the continuation's tokens are those past the
-//   context's own encoding; an empty context is replaced by the prefix token <|endoftext|>;
+//   context's own encoding; an empty context is replaced by the prefix token (data::document_start_id: GPT-2 <|endoftext|>);
 //   the sequence is left-truncated to max_length + 1 tokens.
 // - rolling: the document's tokens in disjoint windows of max_length predictions, the first
 //   conditioned on the prefix token, each later one on the max_length − n tokens before its n.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace loom::eval {
 
@@ -28,12 +28,12 @@ struct TokenRequest {
 /// max_length + 1. Throws EvalInputError (the message starting with `where`) when the
 /// continuation encodes to no tokens or to more than max_length.
 TokenRequest continuation_request(const std::string& context, const std::string& continuation,
-                                  const data::Gpt2Tokenizer& tokenizer, int64_t prefix_token, int64_t max_length,
+                                  const data::Tokenizer& tokenizer, int64_t prefix_token, int64_t max_length,
                                   const std::string& where);
 
 /// The rolling windows of `text` (none for an empty text). Their scored tokens together are
 /// every token of the text, each once.
-std::vector<TokenRequest> rolling_requests(const std::string& text, const data::Gpt2Tokenizer& tokenizer,
+std::vector<TokenRequest> rolling_requests(const std::string& text, const data::Tokenizer& tokenizer,
                                            int64_t prefix_token, int64_t max_length);
 
 }  // namespace loom::eval

@@ -5,7 +5,8 @@
 #include <filesystem>
 
 #include "config/recipe.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/data_error.h"
+#include "data/recipe_tokenizer.h"
 
 namespace fs = std::filesystem;
 
@@ -33,9 +34,7 @@ void require_file(const std::string& path, const std::string& flag) {
     throw GenerateInputError(flag + " " + path + " does not exist or is not a file");
 }
 
-}  // namespace
-
-GeneratePlan plan_generation(const GenerateRequest& request) {
+void check_request(const GenerateRequest& request) {
   if (request.max_new_tokens < 0)
     throw GenerateInputError("--max-new-tokens must be >= 0, found " +
                              std::to_string(request.max_new_tokens));
@@ -53,10 +52,47 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
   } catch (const std::invalid_argument& e) {
     throw GenerateInputError(e.what());
   }
-
   if (!request.accelerator.empty() && request.accelerator != "cpu" && request.accelerator != "gpu")
     throw GenerateInputError("--accelerator: expected cpu or gpu, found '" + request.accelerator + "'");
+}
 
+// The recipe's tokenizer with its files found (resolve_recipe_path).
+data::TokenizerSpec recipe_tokenizer_files(const config::TokenizerConfig& recipe_tokenizer, const fs::path& run_dir,
+                                           const fs::path& recipe_file) {
+  data::TokenizerSpec spec = data::tokenizer_spec(recipe_tokenizer);
+  if (spec.library == "megatron") {
+    spec.vocab_file = resolve_recipe_path(spec.vocab_file, run_dir, "model.tokenizer.vocab_file", recipe_file);
+    spec.merge_file = resolve_recipe_path(spec.merge_file, run_dir, "model.tokenizer.merge_file", recipe_file);
+  } else {
+    const std::string& file = spec.model.empty() ? spec.vocab_file : spec.model;
+    spec.model = resolve_recipe_path(file, run_dir, "model.tokenizer.model", recipe_file);
+  }
+  return spec;
+}
+
+// The tokenizer: the recipe's (if any), its GPT-2 files replaced by the flags given.
+data::TokenizerSpec plan_tokenizer(const GenerateRequest& request, const std::optional<data::TokenizerSpec>& recipe) {
+  const bool vocab = !request.vocab_file.empty(), merges = !request.merge_file.empty();
+  if (vocab) require_file(request.vocab_file, "--vocab-file");
+  if (merges) require_file(request.merge_file, "--merge-file");
+  if (!recipe && !(vocab && merges))
+    throw GenerateInputError(std::string(vocab ? "--merge-file" : "--vocab-file") + " is needed: " + request.checkpoint +
+                             " is not inside a run directory with a config.yaml naming the tokenizer");
+  if (!vocab && !merges) return *recipe;
+  data::TokenizerSpec spec;  // a GPT-2 tokenizer
+  if (recipe && recipe->library == "megatron") spec = *recipe;
+  else if (!(vocab && merges))
+    throw GenerateInputError("--vocab-file and --merge-file name a GPT-2 tokenizer together; the run's tokenizer is " +
+                             recipe->library + " ('" + recipe->model + "')");
+  if (vocab) spec.vocab_file = request.vocab_file;
+  if (merges) spec.merge_file = request.merge_file;
+  return spec;
+}
+
+}  // namespace
+
+GeneratePlan plan_generation(const GenerateRequest& request) {
+  check_request(request);
   GeneratePlan plan;
   plan.accelerator = request.accelerator == "gpu";
   plan.location = locate_checkpoint(request.checkpoint);
@@ -64,13 +100,11 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
   plan.tensor_parallel =
       request.tensor_parallel > 0 ? request.tensor_parallel : plan.info.layout.tensor_parallel;
 
-  // The run's recipe: model fields metadata.json does not hold, and the tokenizer files.
-  std::string recipe_vocab, recipe_merges;
-  const fs::path recipe_file = plan.location.run_dir.empty()
-                                   ? fs::path()
-                                   : fs::path(plan.location.run_dir) / "config.yaml";
-  const bool have_recipe = !recipe_file.empty() && fs::exists(recipe_file);
-  if (have_recipe) {
+  // The run's recipe: model fields metadata.json does not hold, and the tokenizer.
+  std::optional<data::TokenizerSpec> recipe_tokenizer;
+  const fs::path run_dir(plan.location.run_dir);
+  const fs::path recipe_file = run_dir.empty() ? fs::path() : run_dir / "config.yaml";
+  if (!recipe_file.empty() && fs::exists(recipe_file)) {
     config::Recipe recipe;
     try {
       recipe = config::load_recipe(recipe_file.string());
@@ -82,27 +116,14 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
     plan.model_options.make_vocab_size_divisible_by = recipe.model.make_vocab_size_divisible_by;
     if (request.accelerator.empty())
       plan.accelerator = recipe.trainer.accelerator == config::Accelerator::kGpu;
-    recipe_vocab = recipe.model.tokenizer.vocab_file;
-    recipe_merges = recipe.model.tokenizer.merge_file;
+    // The flags replace a GPT-2 recipe's files, which then need not exist.
+    const bool flags = !request.vocab_file.empty() && !request.merge_file.empty();
+    if (!flags || recipe.model.tokenizer.library != config::TokenizerLibrary::kMegatron)
+      recipe_tokenizer = recipe_tokenizer_files(recipe.model.tokenizer, run_dir, recipe_file);
+    else
+      recipe_tokenizer = data::tokenizer_spec(recipe.model.tokenizer);
   }
-
-  const fs::path run_dir(plan.location.run_dir);
-  for (auto [flag, given, from_recipe, field, out] :
-       {std::tuple{"--vocab-file", &request.vocab_file, &recipe_vocab, "model.tokenizer.vocab_file",
-                   &plan.vocab_file},
-        std::tuple{"--merge-file", &request.merge_file, &recipe_merges,
-                   "model.tokenizer.merge_file", &plan.merge_file}}) {
-    if (!given->empty()) {
-      require_file(*given, flag);
-      *out = *given;
-    } else if (have_recipe) {
-      *out = resolve_recipe_path(*from_recipe, run_dir, field, recipe_file);
-    } else {
-      throw GenerateInputError(std::string(flag) + " is needed: " + request.checkpoint +
-                               " is not inside a run directory with a config.yaml naming the "
-                               "tokenizer");
-    }
-  }
+  plan.tokenizer = plan_tokenizer(request, recipe_tokenizer);
 
   model::GptConfig config = inference_config(plan.info.layout.model_shape, plan.model_options);
   try {
@@ -114,26 +135,40 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
   return plan;
 }
 
+std::unique_ptr<data::Tokenizer> load_tokenizer(const GeneratePlan& plan) {
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  try {
+    tokenizer = data::make_tokenizer(plan.tokenizer);
+  } catch (const data::DataError& e) {
+    throw GenerateInputError(e.what());
+  }
+  const int64_t model_vocab = inference_config(plan.info.layout.model_shape, plan.model_options).vocab_size;
+  if (static_cast<int64_t>(tokenizer->vocab_size()) != model_vocab)
+    throw GenerateInputError("the tokenizer " + tokenizer->description() + " has " +
+                             std::to_string(tokenizer->vocab_size()) +
+                             " tokens, the checkpoint's model a vocabulary of " + std::to_string(model_vocab));
+  return tokenizer;
+}
+
 GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& request,
                               const runtime::CommunicatorPtr& tp) {
   if (tp->size() != plan.tensor_parallel)
     throw std::invalid_argument("run_generation: the tensor-parallel group has " +
                                 std::to_string(tp->size()) + " ranks, the plan " +
                                 std::to_string(plan.tensor_parallel));
-  data::Gpt2Tokenizer tokenizer(plan.vocab_file, plan.merge_file);
+  const std::unique_ptr<data::Tokenizer> loaded = load_tokenizer(plan);
+  const data::Tokenizer& tokenizer = *loaded;
   const model::GptConfig config = inference_config(plan.info.layout.model_shape, plan.model_options);
-  if (static_cast<int64_t>(tokenizer.vocab_size()) != config.vocab_size)
-    throw GenerateInputError("the tokenizer " + plan.vocab_file + " has " +
-                             std::to_string(tokenizer.vocab_size()) +
-                             " tokens, the checkpoint's model a vocabulary of " +
-                             std::to_string(config.vocab_size));
 
   GenerateOutput out;
   for (int32_t id : tokenizer.encode(request.prompt)) out.prompt_ids.push_back(id);
   if (out.prompt_ids.empty()) {
-    if (tokenizer.eod_id() < 0)
-      throw GenerateInputError("--prompt is empty and the vocabulary has no <|endoftext|>");
-    out.prompt_ids.push_back(tokenizer.eod_id());
+    // An empty prompt starts a new document: in preprocessed data, what follows an end of document.
+    const int32_t start = document_start_id(tokenizer);
+    if (start < 0)
+      throw GenerateInputError("--prompt is empty and the tokenizer " + tokenizer.description() +
+                               " has no end-of-document (or beginning-of-sequence) token");
+    out.prompt_ids.push_back(start);
   }
   if (static_cast<int64_t>(out.prompt_ids.size()) > config.max_position_embeddings)
     throw GenerateInputError("--prompt is " + std::to_string(out.prompt_ids.size()) +
@@ -152,14 +187,14 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
 
 namespace {
 
-std::string decode(const std::vector<int64_t>& tokens, const data::Gpt2Tokenizer& tokenizer) {
+std::string decode(const std::vector<int64_t>& tokens, const data::Tokenizer& tokenizer) {
   const std::vector<int32_t> ids(tokens.begin(), tokens.end());
-  return tokenizer.decode(ids);
+  return tokenizer.decode_continuation(ids);  // the tokens follow the prompt
 }
 
 }  // namespace
 
-GenerationOptions generation_options(const GenerateRequest& request, const data::Gpt2Tokenizer& tokenizer) {
+GenerationOptions generation_options(const GenerateRequest& request, const data::Tokenizer& tokenizer) {
   GenerationOptions options;
   options.max_new_tokens = request.max_new_tokens;
   options.min_new_tokens = request.min_new_tokens;
@@ -177,7 +212,7 @@ GenerationOptions generation_options(const GenerateRequest& request, const data:
 }
 
 std::string continuation_text(const std::vector<int64_t>& tokens, const std::vector<std::string>& stop_strings,
-                              const data::Gpt2Tokenizer& tokenizer) {
+                              const data::Tokenizer& tokenizer) {
   std::string text = decode(tokens, tokenizer);
   size_t cut = std::string::npos;
   for (const auto& stop : stop_strings) cut = std::min(cut, text.find(stop));

@@ -4,12 +4,13 @@
 // KV cache and decode (run_generation).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 #include "generate/checkpoint_reader.h"
 #include "generate/model_loader.h"
 #include "generate/sampling.h"
@@ -32,7 +33,9 @@ struct GenerateRequest {
   int64_t max_new_tokens = 32;        ///< --max-new-tokens
   SamplingOptions sampling;           ///< --greedy --temperature --top-k --top-p --seed
   int tensor_parallel = 0;            ///< --tensor-parallel (0: the checkpoint's t)
-  std::string vocab_file, merge_file; ///< --vocab-file/--merge-file (empty: the run's recipe)
+  /// --vocab-file/--merge-file: a GPT-2 tokenizer instead of the run's recipe's (one of them
+  /// alone replaces that file of a GPT-2 recipe tokenizer).
+  std::string vocab_file, merge_file;
   std::string accelerator;            ///< --accelerator cpu|gpu (empty: the run's recipe, else cpu)
   int64_t min_new_tokens = 0;         ///< --min-new-tokens: no <|endoftext|> before this many
   std::vector<std::string> stop_strings;  ///< --stop: end (and cut) the text at the first one
@@ -41,26 +44,33 @@ struct GenerateRequest {
 /// Generation options of `request` for `tokenizer`: max/min new tokens, sampling, the
 /// <|endoftext|> stop token, and a stop check that decodes the new tokens and looks for any of
 /// the stop strings.
-GenerationOptions generation_options(const GenerateRequest& request, const data::Gpt2Tokenizer& tokenizer);
+GenerationOptions generation_options(const GenerateRequest& request, const data::Tokenizer& tokenizer);
 
 /// The text of `tokens`, cut before the first stop string it contains (if any).
 std::string continuation_text(const std::vector<int64_t>& tokens, const std::vector<std::string>& stop_strings,
-                              const data::Gpt2Tokenizer& tokenizer);
+                              const data::Tokenizer& tokenizer);
 
 struct GeneratePlan {
   CheckpointLocation location;
   CheckpointInfo info;
   int tensor_parallel = 1;
-  std::string vocab_file, merge_file;
+  /// The run's tokenizer (model.tokenizer of its config.yaml, or the flags), its files resolved.
+  data::TokenizerSpec tokenizer;
   InferenceModelOptions model_options;
   bool accelerator = false;  ///< run on the accelerator (GPU or a device plugin), else CPU ranks
 };
 
-/// Resolves and checks everything the ranks will need. Tokenizer files come from the flags,
-/// else from model.tokenizer of the run directory's config.yaml (a relative path is tried
-/// against the working directory, then the run directory). Throws GenerateInputError (or
-/// train::CheckpointError for the checkpoint itself) naming the file or flag.
+/// Resolves and checks everything the ranks will need. The tokenizer is model.tokenizer of the
+/// run directory's config.yaml (any library, docs/design/tokenizers.md; a relative path is
+/// tried against the working directory, then the run directory), unless --vocab-file /
+/// --merge-file name GPT-2 files. Throws GenerateInputError (or train::CheckpointError for the
+/// checkpoint itself) naming the file or flag.
 GeneratePlan plan_generation(const GenerateRequest& request);
+
+/// Loads the plan's tokenizer and checks it against the checkpoint's model: its vocab_size()
+/// must be the model's unpadded vocabulary. Throws GenerateInputError naming the tokenizer
+/// (a file that does not load, or the two sizes).
+std::unique_ptr<data::Tokenizer> load_tokenizer(const GeneratePlan& plan);
 
 struct GenerateOutput {
   std::vector<int64_t> prompt_ids;  ///< the context fed to the model

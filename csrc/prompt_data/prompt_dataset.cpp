@@ -34,7 +34,7 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 PromptDataset::PromptDataset(const std::vector<std::string>& files, std::vector<ParsedTemplate> templates,
-                             const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options,
+                             const data::Tokenizer& tokenizer, const ExampleOptions& options,
                              const std::string& default_task)
     : files_(files),
       templates_(std::move(templates)),
@@ -52,7 +52,7 @@ PromptDataset::PromptDataset(const std::vector<std::string>& files, std::vector<
   for (size_t f = 0; f < files_.size(); ++f) read_file(files_[f], static_cast<int32_t>(f), tokenizer);
 }
 
-void PromptDataset::read_file(const std::string& path, int32_t file_index, const data::Gpt2Tokenizer& tokenizer) {
+void PromptDataset::read_file(const std::string& path, int32_t file_index, const data::Tokenizer& tokenizer) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw data::DataError(fmt::format("{}: cannot open the JSONL file ({})", path, std::strerror(errno)));
   std::string line;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 #include "prompt_data/prompt_example.h"
 #include "prompt_data/task_template.h"
 
@@ -30,7 +30,7 @@ class PromptDataset {
   /// given (e.g. `loom generate --task NAME`; it must name a template), else it is an error.
   /// Throws data::DataError as described above, and when a file cannot be opened.
   PromptDataset(const std::vector<std::string>& files, std::vector<ParsedTemplate> templates,
-                const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options,
+                const data::Tokenizer& tokenizer, const ExampleOptions& options,
                 const std::string& default_task = "");
 
   int64_t size() const { return static_cast<int64_t>(examples_.size()); }
@@ -59,7 +59,7 @@ class PromptDataset {
   std::string summary() const;
 
  private:
-  void read_file(const std::string& path, int32_t file_index, const data::Gpt2Tokenizer& tokenizer);
+  void read_file(const std::string& path, int32_t file_index, const data::Tokenizer& tokenizer);
 
   std::vector<std::string> files_;
   std::vector<ParsedTemplate> templates_;

@@ -3,6 +3,15 @@
 #include <fmt/format.h>
 
 namespace loom::prompt_data {
+
+ExampleOptions example_options(const data::Tokenizer& tokenizer) {
+  ExampleOptions options;
+  options.bos_id = tokenizer.bos_id();
+  options.eod_id = tokenizer.eod_id();
+  options.pad_id = tokenizer.pad_id();
+  return options;
+}
+
 namespace {
 
 std::string fields_list(const ParsedTemplate& t) {
@@ -57,7 +66,7 @@ struct PieceIds {
 
 // Ids of every piece; virtual pieces only count. The answer piece is left out of an
 // inference example (its ids are kept for scoring).
-PieceIds encode_pieces(const PromptRecord& record, const ParsedTemplate& tmpl, const data::Gpt2Tokenizer& tokenizer,
+PieceIds encode_pieces(const PromptRecord& record, const ParsedTemplate& tmpl, const data::Tokenizer& tokenizer,
                        const ExampleOptions& options, bool inference) {
   const auto& pieces = tmpl.pieces;
   PieceIds out;
@@ -107,7 +116,7 @@ void lay_out_tokens(PromptExample& ex, const ParsedTemplate& tmpl, const PieceId
     ex.tokens.push_back(id);
     ex.is_virtual.push_back(virt ? 1 : 0);
   };
-  if (options.add_bos) push(options.eod_id, false);
+  if (options.add_bos) push(options.bos_id, false);
   for (size_t i = 0; i < pieces.size(); ++i) {
     const TemplatePiece& p = pieces[i];
     if (p.kind == TemplatePiece::Kind::kVirtual) {
@@ -126,7 +135,7 @@ void lay_out_tokens(PromptExample& ex, const ParsedTemplate& tmpl, const PieceId
 }  // namespace
 
 std::optional<PromptExample> make_prompt_example(const PromptRecord& record, int64_t task, const ParsedTemplate& tmpl,
-                                                 const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options) {
+                                                 const data::Tokenizer& tokenizer, const ExampleOptions& options) {
   if (options.max_seq_length < 1) {
     throw data::DataError(fmt::format("prompt examples: max_seq_length is {}; expected at least 1",
                                       options.max_seq_length));

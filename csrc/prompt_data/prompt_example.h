@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 #include "prompt_data/task_template.h"
 
 namespace loom::prompt_data {
@@ -42,13 +42,19 @@ namespace loom::prompt_data {
 using PromptRecord = std::map<std::string, std::string>;
 
 struct ExampleOptions {
-  bool add_bos = false;        ///< prepend eod_id (GPT-2 has no separate BOS)
+  bool add_bos = false;        ///< prepend bos_id
   bool add_eos = true;         ///< append eod_id after the answer (training examples only)
   int64_t max_seq_length = 0;  ///< most tokens of one example, BOS/EOS/virtual included; >= 1
-  int64_t eod_id = 50256;      ///< `<|endoftext|>`: BOS and EOS
+  /// The tokenizer's ids (data::Tokenizer's bos_id, eod_id, pad_id); GPT-2's `<|endoftext|>`
+  /// is all three.
+  int64_t bos_id = 50256;
+  int64_t eod_id = 50256;      ///< EOS
   int64_t pad_id = 50256;      ///< id at virtual positions (and of batch padding)
   bool for_inference = false;  ///< stop every example before its answer (see above)
 };
+
+/// Options with `tokenizer`'s bos, eod and pad ids, the other fields at their defaults.
+ExampleOptions example_options(const data::Tokenizer& tokenizer);
 
 struct PromptExample {
   int64_t task = -1;                ///< index of its template in the task list
@@ -83,6 +89,6 @@ std::optional<std::string> record_problem(const PromptRecord& record, const Pars
 /// is dropped (too long, see above). Throws data::DataError with record_problem's message
 /// (answer not required) or when options.max_seq_length < 1.
 std::optional<PromptExample> make_prompt_example(const PromptRecord& record, int64_t task, const ParsedTemplate& tmpl,
-                                                 const data::Gpt2Tokenizer& tokenizer, const ExampleOptions& options);
+                                                 const data::Tokenizer& tokenizer, const ExampleOptions& options);
 
 }  // namespace loom::prompt_data

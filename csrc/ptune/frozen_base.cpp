@@ -4,11 +4,15 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
+#include "data/recipe_tokenizer.h"
 #include "generate/model_loader.h"
 #include "train/checkpoint.h"
 #include "train/model_setup.h"
+
+namespace fs = std::filesystem;
 
 namespace loom::ptune {
 
@@ -16,8 +20,10 @@ FrozenBase find_frozen_base(const config::Recipe& recipe) {
   const std::string& path = recipe.model.prompt.language_model_path;
   generate::GenerateRequest request;
   request.checkpoint = path;
-  request.vocab_file = recipe.model.tokenizer.vocab_file;  // empty: the base run's
-  request.merge_file = recipe.model.tokenizer.merge_file;
+  if (recipe.model.tokenizer.library == config::TokenizerLibrary::kMegatron) {
+    request.vocab_file = recipe.model.tokenizer.vocab_file;  // empty: the base run's
+    request.merge_file = recipe.model.tokenizer.merge_file;
+  }
   FrozenBase base;
   base.path = path;
   try {
@@ -51,9 +57,54 @@ void adopt_base_shape(config::Recipe& recipe, const FrozenBase& base, int64_t se
   m.hidden_dropout = 0.0;
   m.attention_dropout = 0.0;
   m.ffn_dropout = 0.0;
-  // The base's tokenizer unless the recipe names one (the ids must be the base's).
-  if (m.tokenizer.vocab_file.empty()) m.tokenizer.vocab_file = base.plan.vocab_file;
-  if (m.tokenizer.merge_file.empty()) m.tokenizer.merge_file = base.plan.merge_file;
+  m.tokenizer = data::tokenizer_config(run_tokenizer(recipe, base));
+}
+
+data::TokenizerSpec run_tokenizer(const config::Recipe& recipe, const FrozenBase& base) {
+  const config::TokenizerConfig& own = recipe.model.tokenizer;
+  const data::TokenizerSpec& theirs = base.plan.tokenizer;
+  if (own.library != config::TokenizerLibrary::kMegatron) {
+    if (own.model) return data::tokenizer_spec(own);
+    return theirs;
+  }
+  if (own.vocab_file.empty() && own.merge_file.empty()) return theirs;
+  data::TokenizerSpec spec = data::tokenizer_spec(own);
+  if (theirs.library == "megatron") {
+    if (spec.vocab_file.empty()) spec.vocab_file = theirs.vocab_file;
+    if (spec.merge_file.empty()) spec.merge_file = theirs.merge_file;
+  }
+  return spec;
+}
+
+std::shared_ptr<data::Tokenizer> load_run_tokenizer(const config::Recipe& recipe, const FrozenBase& base) {
+  std::shared_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(run_tokenizer(recipe, base));
+  const int64_t base_vocab = generate::inference_config(base.plan.info.layout.model_shape).vocab_size;
+  if (static_cast<int64_t>(tokenizer->vocab_size()) != base_vocab)
+    throw std::invalid_argument(fmt::format("model.tokenizer: {} has {} tokens, the base model '{}' a vocabulary of {}",
+                                            tokenizer->description(), tokenizer->vocab_size(), base.path, base_vocab));
+  return tokenizer;
+}
+
+nlohmann::json tokenizer_record(const data::TokenizerSpec& t) {
+  auto absolute = [](const std::string& path) { return path.empty() ? path : fs::weakly_canonical(path).string(); };
+  return {{"library", t.library}, {"type", t.type}, {"model", absolute(t.model)},
+          {"vocab_file", absolute(t.vocab_file)}, {"merge_file", absolute(t.merge_file)}};
+}
+
+std::optional<data::TokenizerSpec> recorded_tokenizer(const nlohmann::json& tables_base) {
+  data::TokenizerSpec spec;
+  const nlohmann::json& t = tables_base.contains("tokenizer") ? tables_base["tokenizer"] : tables_base;
+  if (!t.is_object()) return std::nullopt;
+  spec.library = t.value("library", std::string("megatron"));
+  spec.type = t.value("type", spec.type);
+  spec.model = t.value("model", std::string());
+  spec.vocab_file = t.value("vocab_file", std::string());
+  spec.merge_file = t.value("merge_file", std::string());
+  const std::vector<std::string> files =
+      spec.library == "megatron" ? std::vector{spec.vocab_file, spec.merge_file} : std::vector{spec.model};
+  for (const auto& file : files)
+    if (file.empty() || !fs::exists(file)) return std::nullopt;
+  return spec;
 }
 
 std::vector<model::GptStage> build_frozen_chunks(const generate::FullCheckpoint& full, const model::GptConfig& config,

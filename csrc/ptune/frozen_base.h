@@ -5,6 +5,10 @@
 // dropout off (the base is a fixed function; NeMo's reported pitfall is the base's dropout
 // left on during tuning).
 #pragma once
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +21,7 @@
 namespace loom::ptune {
 
 /// Where the base is and what it is: its checkpoint (the tracker's latest iteration), model
-/// shape, the run recipe's LayerNorm epsilon and vocabulary padding, and tokenizer files.
+/// shape, the run recipe's LayerNorm epsilon and vocabulary padding, and tokenizer.
 struct FrozenBase {
   generate::GeneratePlan plan;
   std::string path;  ///< model.language_model_path as given
@@ -27,9 +31,24 @@ struct FrozenBase {
 /// missing (no checkpoint, no config.yaml naming the tokenizer, a damaged metadata.json).
 FrozenBase find_frozen_base(const config::Recipe& recipe);
 
+/// The run's tokenizer: the recipe's model.tokenizer when it names one (sentencepiece or
+/// huggingface: `model`; megatron: vocab_file and merge_file, a missing one taken from a GPT-2
+/// base), else the base run's. The token ids must be the base's.
+data::TokenizerSpec run_tokenizer(const config::Recipe& recipe, const FrozenBase& base);
+
+/// run_tokenizer loaded. Throws data::DataError naming the file when it does not load, and
+/// std::invalid_argument (model.tokenizer) when its size is not the base's vocabulary.
+std::shared_ptr<data::Tokenizer> load_run_tokenizer(const config::Recipe& recipe, const FrozenBase& base);
+
+/// The tokenizer as the inference tables record it (library, type, model, vocab_file,
+/// merge_file; absolute paths), and read back from the tables' "base" object: nullopt when not
+/// recorded or its files are gone (tables of older runs hold vocab_file/merge_file only).
+nlohmann::json tokenizer_record(const data::TokenizerSpec& tokenizer);
+std::optional<data::TokenizerSpec> recorded_tokenizer(const nlohmann::json& tables_base);
+
 /// Fills the recipe's model shape from the base (num_layers, hidden_size, ffn_hidden_size,
 /// num_attention_heads, max_position_embeddings, layernorm_epsilon,
-/// make_vocab_size_divisible_by), sets encoder_seq_length = data.seq_length = `seq_length` (the
+/// make_vocab_size_divisible_by) and its tokenizer (run_tokenizer), sets encoder_seq_length = data.seq_length = `seq_length` (the
 /// prompt run's sequence length) and the base's dropout to 0. The caller validates the recipe
 /// again (layout rules such as heads % t need the shape).
 void adopt_base_shape(config::Recipe& recipe, const FrozenBase& base, int64_t seq_length);

@@ -33,85 +33,101 @@ PromptEncoder::PromptEncoder(const PromptEncoderOptions& options, runtime::Commu
   if (o.tokens < 1 || o.hidden < 1)
     throw std::invalid_argument(fmt::format("prompt encoder of task '{}': expected tokens and hidden >= 1, found {} and {}",
                                             o.task, o.tokens, o.hidden));
-  const std::string base = "prompt." + o.task + ".";
-  const auto opts = at::TensorOptions().dtype(at::kFloat).device(o.device);
-  const int64_t n = o.tokens, h = o.hidden;
-  const bool tuning = o.style == config::VirtualPromptStyle::kPromptTuning;
-  encoder_hidden_ = pt.encoder_hidden.value_or(std::max<int64_t>(1, h / 2));
-  const int64_t H = encoder_hidden_;
-
-  if (tuning) {
-    at::Tensor init = o.initial_table;
-    if (init.defined()) {
-      if (init.dim() != 2 || init.size(0) != n || init.size(1) != h)
-        throw std::invalid_argument(fmt::format("prompt tuning of task '{}': the initial table must be [{}, {}]",
-                                                o.task, n, h));
-    } else {
-      init = model::full_normal(o.seed, base + "table", {n, h}, pt.init_std);
-    }
-    table_ = model::make_parameter(init.to(at::kFloat), opts);
+  encoder_hidden_ = pt.encoder_hidden.value_or(std::max<int64_t>(1, o.hidden / 2));
+  if (o.style == config::VirtualPromptStyle::kPromptTuning) {
+    init_prompt_tuning_table();
     return;
   }
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(o.device);
+  const int64_t n = o.tokens, h = o.hidden;
   if (pt.encoder_type == PromptEncoderType::kEmbedding) {
     // Xavier-normal: std = sqrt(2 / (fan_in + fan_out)).
-    table_ = model::make_parameter(model::full_normal(o.seed, base + "table", {n, h}, std::sqrt(2.0 / double(n + h))), opts);
+    table_ = model::make_parameter(model::full_normal(o.seed, name_prefix() + "table", {n, h}, std::sqrt(2.0 / double(n + h))),
+                                   opts);
     return;
   }
   // The encoders' input table starts as torch.nn.Embedding does: N(0, 1).
-  table_ = model::make_parameter(model::full_normal(o.seed, base + "input", {n, h}, 1.0), opts);
-
-  // PyTorch's default init of Linear and LSTM: U(-1/sqrt(fan), 1/sqrt(fan)).
-  auto linear = [&](const std::string& name, int64_t out, int64_t in) {
-    const double bound = 1.0 / std::sqrt(double(in));
-    mlp_w_.push_back(model::make_parameter(model::full_uniform(o.seed, name + ".weight", {out, in}, -bound, bound), opts));
-    mlp_b_.push_back(model::make_parameter(model::full_uniform(o.seed, name + ".bias", {out}, -bound, bound), opts));
-  };
+  table_ = model::make_parameter(model::full_normal(o.seed, name_prefix() + "input", {n, h}, 1.0), opts);
   switch (pt.encoder_type) {
-    case PromptEncoderType::kMlp: {
-      if (pt.num_layers < 2)
-        throw std::invalid_argument(fmt::format("model.p_tuning.num_layers: an mlp encoder needs at least 2 layers, found {}",
-                                                pt.num_layers));
-      for (int64_t i = 0; i < pt.num_layers; ++i) {
-        const int64_t in = i == 0 ? h : H, out = i + 1 == pt.num_layers ? h : H;
-        linear(fmt::format("{}mlp.{}", base, i), out, in);
-      }
-      break;
-    }
-    case PromptEncoderType::kLstm: {
-      if (pt.num_layers < 1)
-        throw std::invalid_argument(fmt::format("model.p_tuning.num_layers: an lstm encoder needs at least 1 layer, found {}",
-                                                pt.num_layers));
-      const double bound = 1.0 / std::sqrt(double(H));
-      for (int64_t layer = 0; layer < pt.num_layers; ++layer) {
-        const int64_t in = layer == 0 ? h : 2 * H;
-        for (const char* dir : {"forward", "reverse"}) {
-          const std::string name = fmt::format("{}lstm.{}.{}.", base, layer, dir);
-          for (auto [what, shape] : std::vector<std::pair<const char*, std::vector<int64_t>>>{
-                   {"w_ih", {4 * H, in}}, {"w_hh", {4 * H, H}}, {"b_ih", {4 * H}}, {"b_hh", {4 * H}}})
-            lstm_params_.push_back(model::make_parameter(model::full_uniform(o.seed, name + what, shape, -bound, bound), opts));
-        }
-      }
-      linear(base + "head.0", 2 * H, 2 * H);
-      linear(base + "head.1", h, 2 * H);
-      break;
-    }
-    case PromptEncoderType::kTpMlp: {
-      if (H % tp_->size() != 0)
-        throw std::invalid_argument(fmt::format("model.p_tuning.encoder_hidden: a tpmlp encoder needs H = {} divisible by "
-                                                "the tensor-parallel size {}", H, tp_->size()));
-      tp_in_ = std::make_unique<model::ColumnParallelLinear>(
-          base + "tpmlp.first", model::full_normal(o.seed, base + "tpmlp.first.weight", {H, h}, pt.init_std),
-          // host: full initial values; the layer slices them and places its shard on the device
-          at::zeros({H}), tp_, /*sequence_parallel=*/false, opts);
-      tp_out_ = std::make_unique<model::RowParallelLinear>(
-          base + "tpmlp.second", model::full_normal(o.seed, base + "tpmlp.second.weight", {h, H}, pt.init_std),
-          // host: full initial values, as above
-          at::zeros({h}), tp_, /*sequence_parallel=*/false, opts);
-      break;
-    }
-    case PromptEncoderType::kEmbedding:
-      break;
+    case PromptEncoderType::kMlp: init_mlp(); break;
+    case PromptEncoderType::kLstm: init_lstm(); break;
+    case PromptEncoderType::kTpMlp: init_tpmlp(); break;
+    case PromptEncoderType::kEmbedding: break;
   }
+}
+
+void PromptEncoder::init_prompt_tuning_table() {
+  const auto& o = options_;
+  const int64_t n = o.tokens, h = o.hidden;
+  at::Tensor init = o.initial_table;
+  if (init.defined()) {
+    if (init.dim() != 2 || init.size(0) != n || init.size(1) != h)
+      throw std::invalid_argument(fmt::format("prompt tuning of task '{}': the initial table must be [{}, {}]",
+                                              o.task, n, h));
+  } else {
+    init = model::full_normal(o.seed, name_prefix() + "table", {n, h}, o.p_tuning.init_std);
+  }
+  table_ = model::make_parameter(init.to(at::kFloat), at::TensorOptions().dtype(at::kFloat).device(o.device));
+}
+
+// PyTorch's default init of Linear and LSTM: U(-1/sqrt(fan), 1/sqrt(fan)).
+void PromptEncoder::add_linear(const std::string& name, int64_t out, int64_t in) {
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(options_.device);
+  const double bound = 1.0 / std::sqrt(double(in));
+  mlp_w_.push_back(model::make_parameter(model::full_uniform(options_.seed, name + ".weight", {out, in}, -bound, bound), opts));
+  mlp_b_.push_back(model::make_parameter(model::full_uniform(options_.seed, name + ".bias", {out}, -bound, bound), opts));
+}
+
+void PromptEncoder::init_mlp() {
+  const auto& pt = options_.p_tuning;
+  const int64_t h = options_.hidden, H = encoder_hidden_;
+  if (pt.num_layers < 2)
+    throw std::invalid_argument(fmt::format("model.p_tuning.num_layers: an mlp encoder needs at least 2 layers, found {}",
+                                            pt.num_layers));
+  for (int64_t i = 0; i < pt.num_layers; ++i) {
+    const int64_t in = i == 0 ? h : H, out = i + 1 == pt.num_layers ? h : H;
+    add_linear(fmt::format("{}mlp.{}", name_prefix(), i), out, in);
+  }
+}
+
+void PromptEncoder::init_lstm() {
+  const auto& pt = options_.p_tuning;
+  const int64_t h = options_.hidden, H = encoder_hidden_;
+  if (pt.num_layers < 1)
+    throw std::invalid_argument(fmt::format("model.p_tuning.num_layers: an lstm encoder needs at least 1 layer, found {}",
+                                            pt.num_layers));
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(options_.device);
+  const double bound = 1.0 / std::sqrt(double(H));
+  for (int64_t layer = 0; layer < pt.num_layers; ++layer) {
+    const int64_t in = layer == 0 ? h : 2 * H;
+    for (const char* dir : {"forward", "reverse"}) {
+      const std::string name = fmt::format("{}lstm.{}.{}.", name_prefix(), layer, dir);
+      for (auto [what, shape] : std::vector<std::pair<const char*, std::vector<int64_t>>>{
+               {"w_ih", {4 * H, in}}, {"w_hh", {4 * H, H}}, {"b_ih", {4 * H}}, {"b_hh", {4 * H}}})
+        lstm_params_.push_back(
+            model::make_parameter(model::full_uniform(options_.seed, name + what, shape, -bound, bound), opts));
+    }
+  }
+  add_linear(name_prefix() + "head.0", 2 * H, 2 * H);
+  add_linear(name_prefix() + "head.1", h, 2 * H);
+}
+
+void PromptEncoder::init_tpmlp() {
+  const auto& o = options_;
+  const int64_t h = o.hidden, H = encoder_hidden_;
+  if (H % tp_->size() != 0)
+    throw std::invalid_argument(fmt::format("model.p_tuning.encoder_hidden: a tpmlp encoder needs H = {} divisible by "
+                                            "the tensor-parallel size {}", H, tp_->size()));
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(o.device);
+  const std::string base = name_prefix();
+  tp_in_ = std::make_unique<model::ColumnParallelLinear>(
+      base + "tpmlp.first", model::full_normal(o.seed, base + "tpmlp.first.weight", {H, h}, o.p_tuning.init_std),
+      // host: full initial values; the layer slices them and places its shard on the device
+      at::zeros({H}), tp_, /*sequence_parallel=*/false, opts);
+  tp_out_ = std::make_unique<model::RowParallelLinear>(
+      base + "tpmlp.second", model::full_normal(o.seed, base + "tpmlp.second.weight", {h, H}, o.p_tuning.init_std),
+      // host: full initial values, as above
+      at::zeros({h}), tp_, /*sequence_parallel=*/false, opts);
 }
 
 PromptEncoder::~PromptEncoder() = default;

@@ -60,6 +60,13 @@ class PromptEncoder {
 
  private:
   at::Tensor encode(const at::Tensor& input) const;
+  // The constructor's parts: the prompt-tuning table, and each p-tuning encoder's parameters.
+  void init_prompt_tuning_table();
+  void add_linear(const std::string& name, int64_t out, int64_t in);
+  void init_mlp();
+  void init_lstm();
+  void init_tpmlp();
+  std::string name_prefix() const { return "prompt." + options_.task + "."; }
   PromptEncoderOptions options_;
   runtime::CommunicatorPtr tp_;
   int64_t encoder_hidden_ = 0;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "data/gpt2_tokenizer.h"
 #include "generate/model_loader.h"
 #include "prompt_data/prompt_dataset.h"
 #include "ptune/frozen_base.h"
@@ -45,11 +44,14 @@ PromptGeneratePlan plan_prompt_generation(const PromptGenerateRequest& request) 
     base.iteration = plan.tables.base.value("iteration", int64_t{0});
   }
   // The tuning run's tokenizer, unless the flags name one (or its files are gone).
-  for (auto [key, flag] : {std::pair{"vocab_file", &base.vocab_file}, std::pair{"merge_file", &base.merge_file}}) {
-    const std::string file = plan.tables.base.value(key, std::string());
-    if (flag->empty() && !file.empty() && fs::is_regular_file(file)) *flag = file;
+  const std::optional<data::TokenizerSpec> recorded = recorded_tokenizer(plan.tables.base);
+  const bool flags = !base.vocab_file.empty() || !base.merge_file.empty();
+  if (recorded && !flags && recorded->library == "megatron") {
+    base.vocab_file = recorded->vocab_file;
+    base.merge_file = recorded->merge_file;
   }
   plan.base = generate::plan_generation(base);
+  if (recorded && !flags) plan.base.tokenizer = *recorded;
   const int64_t hidden = generate::inference_config(plan.base.info.layout.model_shape).hidden_size;
   for (const auto& t : plan.tables.tasks)
     if (t.vectors.size(1) != hidden)
@@ -61,16 +63,15 @@ PromptGeneratePlan plan_prompt_generation(const PromptGenerateRequest& request) 
 std::vector<PromptPrediction> run_prompt_generation(const PromptGeneratePlan& plan, const PromptGenerateRequest& request,
                                                     const runtime::CommunicatorPtr& tp) {
   const auto& bp = plan.base;
-  data::Gpt2Tokenizer tokenizer(bp.vocab_file, bp.merge_file);
+  const std::unique_ptr<data::Tokenizer> loaded = generate::load_tokenizer(bp);  // the base run's (any library)
+  const data::Tokenizer& tokenizer = *loaded;
   const model::GptConfig config = generate::inference_config(bp.info.layout.model_shape, bp.model_options);
   std::vector<config::TaskTemplate> specs;
   for (const auto& t : plan.tables.tasks) specs.push_back(t.spec);
   const auto templates = prompt_data::parse_task_templates(specs, config.max_position_embeddings);
-  prompt_data::ExampleOptions options;
+  prompt_data::ExampleOptions options = prompt_data::example_options(tokenizer);
   options.add_bos = plan.tables.add_bos;
   options.max_seq_length = config.max_position_embeddings;
-  options.eod_id = tokenizer.eod_id();
-  options.pad_id = tokenizer.eod_id();
   options.for_inference = true;
   const prompt_data::PromptDataset dataset({request.input}, templates, tokenizer, options, request.task);
 

@@ -23,7 +23,7 @@ const T* entry_for(const std::vector<T>& list, size_t i) {
 }  // namespace
 
 at::Tensor text_initial_table(const std::string& text, int64_t n, const at::Tensor& word_embeddings,
-                              const data::Gpt2Tokenizer& tokenizer) {
+                              const data::Tokenizer& tokenizer) {
   const std::vector<int32_t> ids = tokenizer.encode(text);
   if (ids.empty())
     throw std::invalid_argument("model.prompt_tuning.new_prompt_init_text: '" + text + "' has no tokens");
@@ -34,7 +34,7 @@ at::Tensor text_initial_table(const std::string& text, int64_t n, const at::Tens
 }
 
 PromptModel::PromptModel(const config::Recipe& recipe, const std::vector<prompt_data::ParsedTemplate>& templates,
-                         const at::Tensor& word_embeddings, const data::Gpt2Tokenizer& tokenizer,
+                         const at::Tensor& word_embeddings, const data::Tokenizer& tokenizer,
                          const PromptTables* restored, runtime::CommunicatorPtr tp, at::Device device)
     : templates_(templates), encoder_of_(templates.size(), -1), device_(device) {
   const auto& p = recipe.model.prompt;

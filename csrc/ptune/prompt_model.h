@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "config/recipe.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 #include "model/parameter.h"
 #include "model/prompt_splice.h"
 #include "prompt_data/prompt_batch.h"
@@ -30,7 +30,7 @@ class PromptModel {
   /// std::invalid_argument naming the field: an existing task missing from `restored` or of
   /// another token count or hidden size, an init text that tokenises to nothing.
   PromptModel(const config::Recipe& recipe, const std::vector<prompt_data::ParsedTemplate>& templates,
-              const at::Tensor& word_embeddings, const data::Gpt2Tokenizer& tokenizer,
+              const at::Tensor& word_embeddings, const data::Tokenizer& tokenizer,
               const PromptTables* restored, runtime::CommunicatorPtr tp, at::Device device);
 
   /// The virtual positions of rows [first_row, first_row + rows) of `batch` and their vectors
@@ -62,6 +62,6 @@ class PromptModel {
 /// Prompt tuning's initial table for a task of n tokens: the frozen embeddings of `text`'s
 /// tokens, tiled (or cut) to n rows. Throws std::invalid_argument when `text` has no tokens.
 at::Tensor text_initial_table(const std::string& text, int64_t n, const at::Tensor& word_embeddings,
-                              const data::Gpt2Tokenizer& tokenizer);
+                              const data::Tokenizer& tokenizer);
 
 }  // namespace loom::ptune

@@ -11,6 +11,7 @@
 #include "config/derived.h"
 #include "data/data_error.h"
 #include "data/pretraining_sampler.h"
+#include "data/recipe_tokenizer.h"
 #include "generate/checkpoint_reader.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
@@ -57,35 +58,37 @@ std::shared_ptr<prompt_data::PromptDataset> read_dataset(const std::vector<std::
 
 }  // namespace
 
-PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
-  PromptRunPlan plan;
-  plan.recipe = recipe;
-  auto& r = plan.recipe;
-  const auto& prompt = r.model.prompt;
-  plan.base = find_frozen_base(r);
-  const int64_t base_positions = generate::inference_config(plan.base.plan.info.layout.model_shape).max_position_embeddings;
+namespace {
+
+// The run's sequence length cap: model.data.max_seq_length, at most the base's positions.
+int64_t max_sequence_length(const config::Recipe& r, const FrozenBase& base) {
+  const int64_t base_positions = generate::inference_config(base.plan.info.layout.model_shape).max_position_embeddings;
   const int64_t max_seq = r.model.data.max_seq_length.value_or(base_positions);
   if (max_seq > base_positions)
     throw std::invalid_argument(fmt::format("model.data.max_seq_length: expected at most the base's "
                                             "max_position_embeddings {}, found {}", base_positions, max_seq));
-  const std::string vocab = r.model.tokenizer.vocab_file.empty() ? plan.base.plan.vocab_file : r.model.tokenizer.vocab_file;
-  const std::string merges = r.model.tokenizer.merge_file.empty() ? plan.base.plan.merge_file : r.model.tokenizer.merge_file;
-  plan.tokenizer = std::make_shared<data::Gpt2Tokenizer>(vocab, merges);
-  plan.templates = prompt_data::parse_task_templates(prompt.task_templates, max_seq);
+  return max_seq;
+}
 
-  prompt_data::ExampleOptions options;
+// The train/validation/test datasets laid out with the run's tokenizer.
+void read_datasets(PromptRunPlan& plan, int64_t max_seq) {
+  const auto& r = plan.recipe;
+  prompt_data::ExampleOptions options = prompt_data::example_options(*plan.tokenizer);
   options.add_bos = r.model.data.add_bos;
   options.add_eos = r.model.data.add_eos;
   options.max_seq_length = max_seq;
-  options.eod_id = plan.tokenizer->eod_id();
-  options.pad_id = plan.tokenizer->eod_id();
   plan.train = read_dataset(r.model.data.train_ds, plan, options);
   plan.valid = read_dataset(r.model.data.validation_ds, plan, options);
   plan.test = read_dataset(r.model.data.test_ds, plan, options);
   if (!plan.train || plan.train->size() == 0)
     throw data::DataError("model.data.train_ds: no training examples (" +
                           (plan.train ? plan.train->summary() : std::string("no files")) + ")");
-  // Every task with records must have virtual tokens to splice: trained now or kept.
+}
+
+// Every task with records must have virtual tokens to splice (trained now or kept), and every
+// new task records to train on.
+void check_tasks_have_prompts(const PromptRunPlan& plan) {
+  const auto& prompt = plan.recipe.model.prompt;
   for (const auto* ds : {plan.train.get(), plan.valid.get(), plan.test.get()}) {
     if (!ds) continue;
     const auto counts = ds->examples_per_task();
@@ -102,35 +105,38 @@ PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
       throw std::invalid_argument(fmt::format("model.new_tasks: task '{}' has no records in model.data.train_ds: "
                                               "there is nothing to train it on", name));
   }
-  if (prompt.restore_path) {
-    try {
-      plan.restored = read_prompt_tables(*prompt.restore_path);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("model.restore_path: ") + e.what());
-    }
-    for (const auto& name : prompt.existing_tasks)
-      if (!plan.restored->find(name))
-        throw std::invalid_argument(fmt::format("model.existing_tasks: task '{}' is not in the tables of "
-                                                "model.restore_path {} (they hold {})",
-                                                name, *prompt.restore_path, plan.restored->task_list()));
-  }
+}
 
+// model.restore_path's tables, holding every existing task.
+void read_restored_tables(PromptRunPlan& plan) {
+  const auto& prompt = plan.recipe.model.prompt;
+  if (!prompt.restore_path) return;
+  try {
+    plan.restored = read_prompt_tables(*prompt.restore_path);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("model.restore_path: ") + e.what());
+  }
+  for (const auto& name : prompt.existing_tasks)
+    if (!plan.restored->find(name))
+      throw std::invalid_argument(fmt::format("model.existing_tasks: task '{}' is not in the tables of "
+                                              "model.restore_path {} (they hold {})",
+                                              name, *prompt.restore_path, plan.restored->task_list()));
+}
+
+// What the ranks would otherwise find only once started: a tpmlp hidden size t does not divide,
+// a restored table of the wrong shape.
+void check_prompt_shapes(const PromptRunPlan& plan) {
+  const auto& r = plan.recipe;
+  const auto& prompt = r.model.prompt;
   const int64_t t = r.model.tensor_model_parallel_size;
-  const bool sp = r.model.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
-  std::vector<const prompt_data::PromptDataset*> all{plan.train.get()};
-  if (plan.valid) all.push_back(plan.valid.get());
-  if (plan.test) all.push_back(plan.test.get());
-  plan.seq_length = prompt_data::run_sequence_length(all, sp ? std::lcm<int64_t>(8, t) : 8, sp ? t : 1);
-  adopt_base_shape(r, plan.base, plan.seq_length);
-  config::validate_adopted_shape(r);
-  // What the ranks would otherwise find only once started.
   const int64_t h = r.model.hidden_size;
   const auto& pt = prompt.p_tuning;
+  const int64_t encoder_hidden = pt.encoder_hidden.value_or(std::max<int64_t>(1, h / 2));
   if (prompt.virtual_prompt_style == config::VirtualPromptStyle::kPTuning &&
-      pt.encoder_type == config::PromptEncoderType::kTpMlp && pt.encoder_hidden.value_or(std::max<int64_t>(1, h / 2)) % t != 0)
+      pt.encoder_type == config::PromptEncoderType::kTpMlp && encoder_hidden % t != 0)
     throw std::invalid_argument(fmt::format("model.p_tuning.encoder_hidden: a tpmlp encoder splits it over "
                                             "tensor_model_parallel_size {}; {} is not divisible by it",
-                                            t, pt.encoder_hidden.value_or(std::max<int64_t>(1, h / 2))));
+                                            t, encoder_hidden));
   for (const auto& name : prompt.existing_tasks) {
     const PromptTable* table = plan.restored->find(name);
     const auto& spec = plan.templates[static_cast<size_t>(prompt_data::find_task(plan.templates, name))].spec;
@@ -140,6 +146,31 @@ PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
                                               name, table->vectors.size(0), table->vectors.size(1),
                                               spec.total_virtual_tokens, h));
   }
+}
+
+}  // namespace
+
+PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
+  PromptRunPlan plan;
+  plan.recipe = recipe;
+  auto& r = plan.recipe;
+  plan.base = find_frozen_base(r);
+  const int64_t max_seq = max_sequence_length(r, plan.base);
+  plan.tokenizer = load_run_tokenizer(r, plan.base);
+  plan.templates = prompt_data::parse_task_templates(r.model.prompt.task_templates, max_seq);
+  read_datasets(plan, max_seq);
+  check_tasks_have_prompts(plan);
+  read_restored_tables(plan);
+
+  const int64_t t = r.model.tensor_model_parallel_size;
+  const bool sp = r.model.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
+  std::vector<const prompt_data::PromptDataset*> all{plan.train.get()};
+  if (plan.valid) all.push_back(plan.valid.get());
+  if (plan.test) all.push_back(plan.test.get());
+  plan.seq_length = prompt_data::run_sequence_length(all, sp ? std::lcm<int64_t>(8, t) : 8, sp ? t : 1);
+  adopt_base_shape(r, plan.base, plan.seq_length);
+  config::validate_adopted_shape(r);
+  check_prompt_shapes(plan);
   return plan;
 }
 
@@ -472,8 +503,7 @@ void PromptRun::write_tables(const std::string& dir, int64_t iteration, double v
                  {"model_shape", plan_.base.plan.info.layout.model_shape},
                  {"checkpoint_digest", base_checkpoint_digest_},
                  // The tokenizer the records were laid out with (generate uses it by default).
-                 {"vocab_file", fs::weakly_canonical(r_.model.tokenizer.vocab_file).string()},
-                 {"merge_file", fs::weakly_canonical(r_.model.tokenizer.merge_file).string()}};
+                 {"tokenizer", tokenizer_record(data::tokenizer_spec(r_.model.tokenizer))}};
   tables.iteration = iteration;
   tables.val_loss = val_loss;
   tables.add_bos = r_.model.data.add_bos;

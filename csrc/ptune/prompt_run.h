@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config/recipe.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 #include "prompt_data/prompt_dataset.h"
 #include "prompt_data/task_template.h"
 #include "ptune/frozen_base.h"
@@ -23,7 +23,7 @@ struct PromptRunPlan {
   config::Recipe recipe;  ///< with the base's shape and the run's sequence length adopted
   FrozenBase base;
   std::vector<prompt_data::ParsedTemplate> templates;
-  std::shared_ptr<data::Gpt2Tokenizer> tokenizer;
+  std::shared_ptr<data::Tokenizer> tokenizer;  ///< the base's, or the recipe's (run_tokenizer)
   std::shared_ptr<prompt_data::PromptDataset> train, valid, test;
   int64_t seq_length = 0;              ///< every micro-batch's length
   std::optional<PromptTables> restored;  ///< model.restore_path's tables (existing tasks)

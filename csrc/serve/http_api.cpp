@@ -83,10 +83,11 @@ uint64_t fresh_seed() {
 
 std::vector<int64_t> encode(const std::string& text, const ApiContext& api, bool add_bos) {
   std::vector<int64_t> ids;
-  if (add_bos && api.tokenizer->eod_id() >= 0) ids.push_back(api.tokenizer->eod_id());
+  if (add_bos && api.tokenizer->bos_id() >= 0) ids.push_back(api.tokenizer->bos_id());
   for (int32_t id : api.tokenizer->encode(text)) ids.push_back(id);
   // An empty prompt starts a new document, as `loom generate` does.
-  if (ids.empty() && api.tokenizer->eod_id() >= 0) ids.push_back(api.tokenizer->eod_id());
+  const int32_t document_start = data::document_start_id(*api.tokenizer);
+  if (ids.empty() && document_start >= 0) ids.push_back(document_start);
   return ids;
 }
 
@@ -134,15 +135,15 @@ void check_lengths(const std::vector<int64_t>& prompt, int64_t max_new, const Ap
                                         max_new, api.context));
 }
 
-std::string token_string(int64_t id, const data::Gpt2Tokenizer& tokenizer) {
+std::string token_string(int64_t id, const data::Tokenizer& tokenizer) {
   return tokenizer.decode({static_cast<int32_t>(id)});
 }
 
-std::string decode(const std::vector<int64_t>& ids, const data::Gpt2Tokenizer& tokenizer) {
+std::string decode(const std::vector<int64_t>& ids, const data::Tokenizer& tokenizer) {
   return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));
 }
 
-json top_object(const std::vector<std::pair<int64_t, double>>& top, const data::Gpt2Tokenizer& tokenizer) {
+json top_object(const std::vector<std::pair<int64_t, double>>& top, const data::Tokenizer& tokenizer) {
   json o = json::object();
   for (const auto& [id, lp] : top) {
     const std::string key = token_string(id, tokenizer);
@@ -162,7 +163,7 @@ json error_body(int status, const std::string& message, const std::string& field
 
 std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Gpt2Tokenizer& tokenizer) {
+std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Tokenizer& tokenizer) {
   return generate::continuation_text(result.tokens, spec.stop_strings, tokenizer);
 }
 

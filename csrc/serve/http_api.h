@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
 #include "serve/request.h"
 
 namespace loom::serve {
@@ -47,7 +47,7 @@ struct RequestResult {
 
 /// What the model and tokenizer allow, for parsing.
 struct ApiContext {
-  const data::Gpt2Tokenizer* tokenizer = nullptr;
+  const data::Tokenizer* tokenizer = nullptr;
   int64_t context = 0;      ///< max_position_embeddings
   std::string model_name;   ///< the id /v1/models lists
 };
@@ -89,7 +89,7 @@ NemoJob parse_nemo(const nlohmann::json& body, const ApiContext& api);
 nlohmann::json nemo_response(const NemoJob& job, const std::vector<RequestResult>& results, const ApiContext& api);
 
 /// The bytes of the generated text: the tokens decoded, cut before the first stop string.
-std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Gpt2Tokenizer& tokenizer);
+std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Tokenizer& tokenizer);
 
 /// How many leading bytes of `text` can be streamed now: the rest could still become a stop
 /// string or is an incomplete UTF-8 character.

@@ -133,19 +133,21 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
   }
 }
 
-int eval_command(int argc, char** argv) {
-  CLI::App app{"Score a training checkpoint on lm-evaluation-harness tasks (LAMBADA, multiple choice, "
-               "rolling log-likelihood) from local files, under any tensor/pipeline/data-parallel layout."};
+// What was asked, as parsed (the task specs still as written).
+struct EvalArgs {
   EvalJob job;
-  EvalRequest& request = job.request;
   int64_t iteration = -1;
   std::string tasks, task_file;
+};
+
+void add_flags(CLI::App& app, EvalArgs& a) {
+  EvalRequest& request = a.job.request;
   app.add_option("--checkpoint", request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory")
       ->required();
-  app.add_option("--tasks", tasks,
+  app.add_option("--tasks", a.tasks,
                  "comma-separated KIND:PATH or NAME=KIND:PATH; kinds: lambada, mc, hellaswag, piqa, arc, wikitext, "
                  "rolling (JSONL files, docs/design/evaluation.md)");
-  app.add_option("--task-file", task_file, "a file of task specs, one per line (paths relative to the file)");
+  app.add_option("--task-file", a.task_file, "a file of task specs, one per line (paths relative to the file)");
   app.add_option("--tensor-parallel", request.tensor_parallel, "tensor-parallel ranks")->capture_default_str();
   app.add_option("--pipeline-parallel", request.pipeline_parallel, "pipeline stages")->capture_default_str();
   app.add_option("--data-parallel", request.data_parallel, "data-parallel replicas (split the requests)")
@@ -157,50 +159,29 @@ int eval_command(int argc, char** argv) {
   app.add_option("--bootstrap-iters", request.bootstrap_iters,
                  "bootstrap draws for the perplexity stderr (the harness's default; 0: no stderr)")
       ->capture_default_str();
-  app.add_option("--output", job.output, "write the results JSON (lm-evaluation-harness's layout) here");
-  app.add_flag("--log-samples", job.log_samples,
+  app.add_option("--output", a.job.output, "write the results JSON (lm-evaluation-harness's layout) here");
+  app.add_flag("--log-samples", a.job.log_samples,
                "also write each task's per-document log-likelihoods to <output stem>_samples_<task>.jsonl");
-  app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
-  app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
-  app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
+  app.add_option("--iteration", a.iteration, "checkpoint iteration (default: the latest)");
+  app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json instead of the run's tokenizer");
+  app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt instead of the run's tokenizer");
   app.add_option("--accelerator", request.accelerator, "cpu or gpu (default: the run's trainer.accelerator)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  if (app.count("--iteration") > 0) request.iteration = iteration;
-  try {
-    if (tasks.empty() && task_file.empty())
-      throw loom::eval::EvalInputError("give the tasks with --tasks KIND:PATH[,...] or --task-file FILE");
-    if (!tasks.empty()) request.tasks = loom::eval::parse_task_specs(tasks, "--tasks");
-    if (!task_file.empty())
-      for (auto& spec : loom::eval::read_task_file(task_file)) request.tasks.push_back(spec);
-    if (job.log_samples && job.output.empty())
-      throw loom::eval::EvalInputError("--log-samples needs --output FILE (the samples go beside it)");
-  } catch (const std::exception& e) {
-    std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  }
+}
 
-  loom::launch::RendezvousInfo info;
-  try {
-    info = loom::launch::rendezvous_from_env();
-  } catch (const std::exception& e) {
-    std::cerr << "loom eval: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  }
-  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
+// The task specs into the request. Throws EvalInputError (or the task file's error).
+void read_tasks(EvalArgs& a) {
+  EvalRequest& request = a.job.request;
+  if (a.tasks.empty() && a.task_file.empty())
+    throw loom::eval::EvalInputError("give the tasks with --tasks KIND:PATH[,...] or --task-file FILE");
+  if (!a.tasks.empty()) request.tasks = loom::eval::parse_task_specs(a.tasks, "--tasks");
+  if (!a.task_file.empty())
+    for (auto& spec : loom::eval::read_task_file(a.task_file)) request.tasks.push_back(spec);
+  if (a.job.log_samples && a.job.output.empty())
+    throw loom::eval::EvalInputError("--log-samples needs --output FILE (the samples go beside it)");
+}
 
-  // One process: check everything here (tasks, checkpoint, layout), then run in place or start the ranks.
-  try {
-    (void)loom::eval::plan_eval(request);
-  } catch (const std::exception& e) {
-    std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
-    return 2;
-  }
-  const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
-  if (world == 1) return run_rank(job, info);
+// One process: starts the t·p·d local ranks of this command.
+int launch_ranks(int argc, char** argv, int world) {
   loom::launch::LaunchOptions opt;
   opt.argv = {loom::launch::self_executable(), "eval"};
   for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
@@ -214,6 +195,45 @@ int eval_command(int argc, char** argv) {
     std::cerr << "loom eval: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
     return 1;
   }
+}
+
+int eval_command(int argc, char** argv) {
+  CLI::App app{"Score a training checkpoint on lm-evaluation-harness tasks (LAMBADA, multiple choice, "
+               "rolling log-likelihood) from local files, under any tensor/pipeline/data-parallel layout."};
+  EvalArgs a;
+  add_flags(app, a);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  EvalRequest& request = a.job.request;
+  if (app.count("--iteration") > 0) request.iteration = a.iteration;
+  try {
+    read_tasks(a);
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+
+  loom::launch::RendezvousInfo info;
+  try {
+    info = loom::launch::rendezvous_from_env();
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(a.job, info);
+
+  // One process: check everything here (tasks, checkpoint, layout), then run in place or start the ranks.
+  try {
+    (void)loom::eval::plan_eval(request);
+  } catch (const std::exception& e) {
+    std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
+    return 2;
+  }
+  const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
+  return world == 1 ? run_rank(a.job, info) : launch_ranks(argc, argv, world);
 }
 
 }  // namespace

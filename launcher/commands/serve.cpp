@@ -94,10 +94,8 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
       const auto checkpoint = loom::generate::read_full_checkpoint(p.location.checkpoints, p.info);
       loom::generate::fill_stage_parameters(checkpoint, stage, coords.tp, t);
     }
-    loom::data::Gpt2Tokenizer tokenizer(p.vocab_file, p.merge_file);
-    if (static_cast<int64_t>(tokenizer.vocab_size()) != config.vocab_size)
-      return fail(2, fmt::format("the tokenizer {} has {} tokens, the checkpoint's model a vocabulary of {}",
-                                 p.vocab_file, tokenizer.vocab_size(), config.vocab_size));
+    const auto loaded_tokenizer = loom::generate::load_tokenizer(p);  // the run's (any library), checked
+    const loom::data::Tokenizer& tokenizer = *loaded_tokenizer;
     job.engine.eod_id = tokenizer.eod_id();
     job.engine.decode = [&tokenizer](const std::vector<int64_t>& ids) {
       return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));

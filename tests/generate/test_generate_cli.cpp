@@ -104,11 +104,12 @@ TEST_CASE("plan_generation finds the checkpoint and the recipe's tokenizer") {
   CHECK(plan.location.checkpoints == dir + "/checkpoints");
   CHECK(plan.info.iteration == 5);
   CHECK(plan.tensor_parallel == 1);
-  CHECK(plan.vocab_file == kVocab);
-  CHECK(plan.merge_file == kMerges);
+  CHECK(plan.tokenizer.library == "megatron");
+  CHECK(plan.tokenizer.vocab_file == kVocab);
+  CHECK(plan.tokenizer.merge_file == kMerges);
   CHECK(plan.model_options.layernorm_epsilon == 2e-5);
   // The checkpoints folder itself: its parent's config.yaml is found.
-  CHECK(plan_generation(request(dir + "/checkpoints")).vocab_file == kVocab);
+  CHECK(plan_generation(request(dir + "/checkpoints")).tokenizer.vocab_file == kVocab);
 
   auto expect_error = [](GenerateRequest r, const std::string& needle) {
     REQUIRE_THROWS_AS(plan_generation(r), GenerateInputError);
