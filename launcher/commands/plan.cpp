@@ -11,6 +11,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <optional>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <fstream>
 #include <iostream>
 #include <stdexcept>
@@ -142,6 +147,75 @@ int calibrate_command(int argc, char** argv) {
   return result.exit_code();
 }
 
+// `loom plan ... --plot FILE.png`: the planner writes every layout that fits as CSV to
+// FILE.csv (its --csv, with --keep raised to keep them all unless given) and
+// tools/plot_plan.py draws step time against memory with the winner marked; plotting stays out
+// of Loom's C++ (docs/planner.md, "Pictures"). The Python is $LOOM_PYTHON, else the repository's
+// .venv, else python3; the script is found beside the executable's repository (build/bin/..).
+struct PlotRequest {
+  std::string png, csv;
+  std::vector<std::string> args;  ///< the command line without --plot, with --csv/--keep added
+};
+
+std::optional<PlotRequest> plot_request(int argc, char** argv) {
+  PlotRequest r;
+  bool keep = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--plot" && i + 1 < argc) {
+      r.png = argv[++i];
+    } else if (arg.rfind("--plot=", 0) == 0) {
+      r.png = arg.substr(7);
+    } else {
+      if (arg == "--keep" || arg.rfind("--keep=", 0) == 0) keep = true;
+      if (arg == "--csv" || arg.rfind("--csv=", 0) == 0)
+        throw std::invalid_argument("--plot writes its own CSV (FILE.csv beside the picture): drop --csv");
+      r.args.push_back(arg);
+    }
+  }
+  if (r.png.empty()) return std::nullopt;
+  const std::filesystem::path png(r.png);
+  r.csv = (png.parent_path() / (png.stem().string() + ".csv")).string();
+  r.args.insert(r.args.end(), {"--csv", r.csv});
+  if (!keep) r.args.insert(r.args.end(), {"--keep", "1000000"});
+  return r;
+}
+
+int run_program(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return 127;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int plan_with_plot(const PlotRequest& r) {
+  std::vector<std::string> args = r.args;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  const int rc = loom::planner::run_plan_command(static_cast<int>(argv.size()), argv.data());
+  if (rc != 0) return rc;
+  const std::filesystem::path repo = std::filesystem::path(loom::launch::self_executable()).parent_path() / ".." / "..";
+  const std::string script = (repo / "tools" / "plot_plan.py").string();
+  if (!std::filesystem::exists(script)) {
+    std::cerr << "loom plan: --plot: " << script << " not found; the layouts are in " << r.csv
+              << " (draw them with tools/plot_plan.py " << r.csv << " --output " << r.png << ")\n";
+    return 1;
+  }
+  std::string python = std::getenv("LOOM_PYTHON") ? std::getenv("LOOM_PYTHON") : "";
+  if (python.empty()) python = std::filesystem::exists(repo / ".venv/bin/python") ? (repo / ".venv/bin/python").string() : "python3";
+  const int plot = run_program({python, script, r.csv, "--output", r.png});
+  if (plot != 0) {
+    std::cerr << "loom plan: --plot: " << python << " " << script << " failed (status " << plot
+              << "; it needs matplotlib); the layouts are in " << r.csv << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int plan_main(int argc, char** argv) {
   if (argc > 1 && !std::strcmp(argv[1], "calibrate")) {
     static char label[] = "loom plan calibrate";
@@ -152,6 +226,12 @@ int plan_main(int argc, char** argv) {
     static char label[] = "loom plan infer";
     argv[1] = label;
     return loom::planner::run_plan_inference_command(argc - 1, argv + 1);
+  }
+  try {
+    if (const auto plot = plot_request(argc, argv)) return plan_with_plot(*plot);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "loom plan: " << e.what() << "\n";
+    return 2;
   }
   return loom::planner::run_plan_command(argc, argv);
 }
