@@ -7,16 +7,20 @@ the reference libraries on a multilingual text (docs/design/tokenizers.md):
   (NFC normalizer, ByteLevel pre-tokenizer) and Llama 3's (Split regex + ByteLevel without
   regex, ignore_merges), with and without add_prefix_space: ids equal
   `Tokenizer.encode(text, add_special_tokens=False).ids`;
-- a tokenizer file that does not parse exits 2 naming it.
+- a tokenizer file that does not parse exits 2 naming it;
+- end to end, a model trained on a SentencePiece recipe and one on a tokenizer.json recipe:
+  the vocabulary is the tokenizer's size padded, and `loom generate`, `loom serve` and
+  `loom eval` read the tokenizer from the run's recipe, with the reference's ids.
 """
 import io
 import json
 import pathlib
+import subprocess
 import warnings
 
 import pytest
 
-from test_data_helpers import DATA, preprocess, read_indexed
+from test_data_helpers import DATA, ROOT, loom_binary, preprocess, read_indexed
 
 warnings.filterwarnings("ignore")
 
@@ -56,16 +60,21 @@ def docs_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
-def test_sentencepiece_ids_equal_the_reference(tmp_path, docs_file, model_type):
+def train_sentencepiece(path, model_type):
+    """A SentencePiece model of 800 pieces trained on the test text, written to `path`."""
     import sentencepiece as spm
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(training_text()), model_writer=model, vocab_size=800,
                                    model_type=model_type, character_coverage=1.0, byte_fallback=True,
                                    num_threads=1, minloglevel=2)
-    path = tmp_path / "tiny.model"
     path.write_bytes(model.getvalue())
-    sp = spm.SentencePieceProcessor(model_file=str(path))
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_sentencepiece_ids_equal_the_reference(tmp_path, docs_file, model_type):
+    path = tmp_path / "tiny.model"
+    sp = train_sentencepiece(path, model_type)
     r = preprocess(docs_file, tmp_path / "sp", "--append-eod", "--tokenizer-library", "sentencepiece",
                    "--tokenizer-model", str(path))
     assert r.returncode == 0, r.stderr
@@ -127,3 +136,77 @@ def test_tokenizer_files_that_do_not_parse(tmp_path, docs_file):
                    "--tokenizer-model", str(tmp_path / "junk.model"))
     assert r.returncode == 2 and "junk.model" in r.stderr, r.stderr
     assert not list(tmp_path.glob("x_*"))
+
+
+E2E_PROMPT = "ROMEO: Grüße aus München, друг!"
+
+
+@pytest.mark.parametrize("library", ["sentencepiece", "huggingface"])
+def test_a_recipe_tokenizer_trains_generates_serves_and_evaluates(tmp_path, library):
+    """Train 4 steps on a recipe whose model.tokenizer is a SentencePiece model or a
+    tokenizer.json: the model's vocabulary is the tokenizer's (800 or 1500 + specials) padded
+    to 128; `loom generate` prompts with the reference's ids; `loom serve` answers with them
+    and its text decodes them as the reference does; `loom eval` scores every token of the
+    reference's encoding of a rolling document."""
+    import requests
+    from serve_helpers import Server
+    from train_helpers import load_shard, run_train, tiny_overrides
+    if library == "sentencepiece":
+        model = tmp_path / "spm.model"
+        sp = train_sentencepiece(model, "unigram")
+        encode, decode, vocab = sp.encode, sp.decode, sp.get_piece_size()
+    else:
+        tok = train_hf("neox", False)
+        model = tmp_path / "tokenizer.json"
+        tok.save(str(model))
+        encode = lambda text: tok.encode(text, add_special_tokens=False).ids
+        decode = lambda ids: tok.decode(ids, skip_special_tokens=False)
+        vocab = tok.get_vocab_size()
+    flags = ("--tokenizer-library", library, "--tokenizer-model", str(model))
+    done = preprocess(DATA / "tinyshakespeare.txt", tmp_path / "corpus", "--append-eod", *flags)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    run_train(tiny_overrides(str(tmp_path / "corpus_text_document"), run, steps=4, global_batch=4,
+                             extra=[f"model.tokenizer.library={library}", f"model.tokenizer.model={model}",
+                                    "model.tokenizer.type=null"]))
+    shard = load_shard(run / "checkpoints" / "iter_0000004" / "mp_rank_00" / "model_optim_rng.pt")
+    rows = [v.shape[0] for k, v in flat(shard).items() if k.endswith("word_embeddings.weight")]
+    assert rows == [-(-vocab // 128) * 128], rows
+
+    prompt_ids = encode(E2E_PROMPT)
+    gen = subprocess.run([str(loom_binary()), "generate", "--checkpoint", str(run), "--prompt", E2E_PROMPT,
+                          "--max-new-tokens", "6", "--greedy"], cwd=ROOT, capture_output=True, text=True,
+                         errors="replace", timeout=300)
+    assert gen.returncode == 0, gen.stderr
+    assert f"{len(prompt_ids)} prompt tokens" in gen.stderr, gen.stderr
+    assert gen.stdout.startswith(E2E_PROMPT)
+
+    with Server(run) as server:
+        out = requests.put(server.url + "/generate", json={"sentences": [E2E_PROMPT], "tokens_to_generate": 6,
+                                                           "greedy": True}, timeout=120).json()
+    ids = out["token_ids"][0]
+    assert ids[:len(prompt_ids)] == prompt_ids and len(prompt_ids) < len(ids) <= len(prompt_ids) + 6, ids
+    # Generated bytes that end inside a UTF-8 character are replaced by each side its own way.
+    if "\ufffd" not in out["sentences"][0]:
+        assert out["sentences"][0] == gen.stdout[:-1] == decode(ids)
+
+    text = " ".join(MULTILINGUAL[:6])
+    (tmp_path / "pages.jsonl").write_text(json.dumps({"text": text}, ensure_ascii=False) + "\n", encoding="utf-8")
+    ev = subprocess.run([str(loom_binary()), "eval", "--checkpoint", str(run), "--tasks",
+                         f"pages=rolling:{tmp_path / 'pages.jsonl'}", "--bootstrap-iters", "0", "--output",
+                         str(tmp_path / "eval.json"), "--log-samples"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)
+    assert ev.returncode == 0, ev.stderr
+    sample = json.loads((tmp_path / "eval_samples_pages.jsonl").read_text().splitlines()[0])
+    assert sample["tokens"] == len(encode(text)), sample
+
+
+def flat(tree, prefix=""):
+    """A nested checkpoint dictionary as {dotted name: tensor}."""
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        elif hasattr(v, "shape"):
+            out[f"{prefix}{k}"] = v
+    return out
