@@ -2,7 +2,9 @@
 // recomputation setting computes the same per-token loss and the same gradients of every
 // parameter as the single-process model without recomputation, with and without dropout
 // (masks keyed by global position) and with label smoothing. Replicated parameters' gradients are identical on every
-// tensor rank. Ranks: Gloo over loopback, fp32, tiny model.
+// tensor rank. The fused attention core (use_flash_attention, attention dropout 0) equals the
+// unfused single-process model under the same layouts and recompute settings. Ranks: Gloo over
+// loopback, fp32, tiny model.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -27,9 +29,10 @@ struct Variant {
   RecomputeGranularity granularity;
   RecomputeMethod method;
   double dropout;
+  bool flash = false;  ///< fused attention core; the reference stays unfused
   std::string name() const {
     std::ostringstream s;
-    s << "sp=" << sequence_parallel << " recompute=" << recipe_name(granularity);
+    s << "sp=" << sequence_parallel << (flash ? " flash" : "") << " recompute=" << recipe_name(granularity);
     if (granularity == RecomputeGranularity::kFull) s << "/" << recipe_name(method);
     s << " dropout=" << dropout << " label_smoothing=" << (dropout > 0 ? 0.1 : 0.0);
     return s.str();
@@ -46,6 +49,10 @@ std::vector<Variant> all_variants(bool with_sp) {
       out.push_back({sp, RecomputeGranularity::kFull, RecomputeMethod::kUniform, p});
       out.push_back({sp, RecomputeGranularity::kFull, RecomputeMethod::kBlock, p});
     }
+    // Fused attention: no attention dropout and no selective recompute (the layout rules refuse both).
+    out.push_back({sp, RecomputeGranularity::kNone, RecomputeMethod::kUniform, 0.0, true});
+    out.push_back({sp, RecomputeGranularity::kFull, RecomputeMethod::kUniform, 0.0, true});
+    out.push_back({sp, RecomputeGranularity::kFull, RecomputeMethod::kBlock, 0.0, true});
   }
   return out;
 }
@@ -63,6 +70,7 @@ std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp) {
     ref_cfg.hidden_dropout = ref_cfg.attention_dropout = v.dropout;
     ref_cfg.label_smoothing = v.dropout > 0 ? 0.1 : 0.0;  // the dropout variants also smooth
     GptConfig cfg = ref_cfg;
+    cfg.use_flash_attention = v.flash;
     cfg.sequence_parallel = v.sequence_parallel;
     cfg.activations_checkpoint_granularity = v.granularity;
     cfg.activations_checkpoint_method = v.method;

@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <chrono>
+#include <set>
 
 #include "harness/multiprocess.h"
 #include "harness/worker_groups.h"
@@ -22,11 +24,13 @@ using namespace loom::model::test;
 namespace {
 
 // Whole model vs stages [0, 2) + [2, 3): loss and every gradient; the two word-embedding
-// copies' gradients sum to the tied gradient. Returns the failures.
-std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp, bool sp) {
+// copies' gradients sum to the tied gradient. With `flash` the stages use the fused attention
+// core (attention dropout 0) and the whole model the unfused one. Returns the failures.
+std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp, bool sp, bool flash = false) {
   std::vector<std::string> failures;
   GptConfig cfg = tiny_config();
-  cfg.hidden_dropout = cfg.attention_dropout = 0.1;
+  cfg.hidden_dropout = 0.1;
+  cfg.attention_dropout = flash ? 0.0 : 0.1;
   cfg.sequence_parallel = sp;
   Batch batch = make_batch(cfg, 2);
   DropoutContext dropout;
@@ -34,8 +38,10 @@ std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp
   GptStage whole(cfg, tp);
   Result want = run_step(whole, batch, dropout, *tp);
 
-  GptStage first(cfg, tp, {0, 2, true, false});
-  GptStage last(cfg, tp, {2, 3, false, true});
+  GptConfig staged = cfg;
+  staged.use_flash_attention = flash;
+  GptStage first(staged, tp, {0, 2, true, false});
+  GptStage last(staged, tp, {2, 3, false, true});
   StageInputs in1;
   in1.tokens = batch.tokens;
   in1.position_ids = batch.positions;
@@ -70,11 +76,13 @@ std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp
 
 LOOM_WORKER("gpt_pipeline_split") {
   auto groups = loom::test::worker_groups(2);
-  for (bool sp : {false, true}) {
-    auto failures = check_pipeline_split(groups->tensor_ptr(), sp);
-    std::string all;
-    for (const auto& f : failures) all += "\n  sp=" + std::to_string(sp) + ": " + f;
-    LOOM_WCHECK(failures.empty(), + all);
+  for (bool flash : {false, true}) {
+    for (bool sp : {false, true}) {
+      auto failures = check_pipeline_split(groups->tensor_ptr(), sp, flash);
+      std::string all;
+      for (const auto& f : failures) all += "\n  sp=" + std::to_string(sp) + " flash=" + std::to_string(flash) + ": " + f;
+      LOOM_WCHECK(failures.empty(), + all);
+    }
   }
   // A batch whose sequence does not split over t under SP: a clear error before any work.
   GptConfig cfg = tiny_config();
@@ -97,12 +105,14 @@ LOOM_WORKER("gpt_pipeline_split") {
 }
 
 TEST_CASE("pipeline stages with a separate output embedding copy equal the whole model", "[model]") {
-  auto failures = check_pipeline_split(runtime::Communicator::solo(), false);
-  for (const auto& f : failures) UNSCOPED_INFO(f);
-  CHECK(failures.empty());
+  for (bool flash : {false, true}) {
+    auto failures = check_pipeline_split(runtime::Communicator::solo(), false, flash);
+    for (const auto& f : failures) UNSCOPED_INFO("flash=" << flash << ": " << f);
+    CHECK(failures.empty());
+  }
 }
 
-TEST_CASE("pipeline stages under t=2 with and without SP equal the whole model",
+TEST_CASE("pipeline stages under t=2 with and without SP, fused attention or not, equal the whole model",
           "[model][multiprocess]") {
   auto r = loom::test::run_ranks("gpt_pipeline_split", 2, {}, 180.0);
   INFO(r.summary());
@@ -180,4 +190,63 @@ TEST_CASE("padded vocabulary is the same for every t, and configuration errors a
                                                         "tensor_model_parallel_size (4) with sequence_parallel, found 6"));
   cfg = tiny_config();
   CHECK_THROWS_WITH(cfg.validate(3), Catch::Contains("num_attention_heads"));
+}
+
+namespace {
+// Names of every autograd node reachable from `root` (the backward graph of one forward).
+std::set<std::string> graph_nodes(const at::Tensor& root) {
+  std::set<std::string> names;
+  std::vector<std::shared_ptr<torch::autograd::Node>> todo{root.grad_fn()};
+  std::set<const torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    auto node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node.get()).second) continue;
+    names.insert(node->name());
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function);
+  }
+  return names;
+}
+
+bool any_contains(const std::set<std::string>& names, const std::string& part) {
+  for (const auto& n : names)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("use_flash_attention runs ATen's fused attention kernel and refuses what it cannot reproduce",
+          "[model]") {
+  GptConfig cfg = tiny_config();
+  Batch batch = make_batch(cfg, 2);
+  StageInputs in;
+  in.tokens = batch.tokens;
+  in.position_ids = batch.positions;
+  in.labels = batch.labels;
+  auto solo = runtime::Communicator::solo();
+  // Unfused: the scores go through Loom's softmax op; fused: SDPA's node, and no Loom softmax.
+  const auto unfused = graph_nodes(GptStage(cfg, solo).forward(in, DropoutContext{}));
+  cfg.use_flash_attention = true;
+  const auto fused = graph_nodes(GptStage(cfg, solo).forward(in, DropoutContext{}));
+  std::string listed;
+  for (const auto& n : fused) listed += n + " ";
+  INFO(listed);
+  CHECK(any_contains(fused, "ScaledDotProduct"));
+  CHECK_FALSE(any_contains(unfused, "ScaledDotProduct"));
+  CHECK(fused.size() < unfused.size());
+
+  GptConfig bad = tiny_config();
+  bad.use_flash_attention = true;
+  bad.attention_dropout = 0.1;
+  CHECK_THROWS_WITH(bad.validate(1), Catch::Contains("model.attention_dropout: expected 0.0 with use_flash_attention "
+                                                     "true") && Catch::Contains("found 0.1"));
+  bad = tiny_config();
+  bad.use_flash_attention = true;
+  bad.activations_checkpoint_granularity = RecomputeGranularity::kSelective;
+  CHECK_THROWS_WITH(bad.validate(1), Catch::Contains("model.activations_checkpoint_granularity: expected null or full "
+                                                     "with use_flash_attention true"));
+  // Without flash both stay legal.
+  bad.use_flash_attention = false;
+  bad.attention_dropout = 0.1;
+  CHECK_NOTHROW(bad.validate(1));
 }
