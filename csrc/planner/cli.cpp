@@ -249,6 +249,8 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
   if (a.vocab_size_given) shape.vocab_size = a.model.shape.vocab_size;
   if (!a.global_batch_given) a.setup.global_batch = in.setup.global_batch;
   if (!a.precision_given) a.setup.precision = in.setup.precision;
+  // --overlap-dp-comm, or what the recipe trains with (model.optim.overlap_grad_sync).
+  a.setup.overlap_dp_comm = a.setup.overlap_dp_comm || in.setup.overlap_dp_comm;
   a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
   if (!a.nodes_given) a.hw.nodes = in.num_nodes;
   if (!a.gpus_per_node_given) a.hw.gpus_per_node = in.devices;

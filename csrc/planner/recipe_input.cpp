@@ -15,6 +15,7 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   in.shape.vocab_size = int(config::padded_vocab_size(config::kGpt2VocabSize, m.make_vocab_size_divisible_by, 1));
   in.setup.global_batch = int(m.global_batch_size);
   in.setup.precision = r.trainer.precision;
+  in.setup.overlap_dp_comm = r.model.optim.overlap_grad_sync;
   in.setup.fused_attention = m.use_flash_attention;
   in.num_nodes = int(r.trainer.num_nodes);
   in.devices = int(r.trainer.devices);

@@ -43,6 +43,16 @@ optim::OptimizerOptions optimizer_options(const config::Recipe& r) {
   o.adamw.weight_decay = r.model.optim.weight_decay;
   o.distributed = config::uses_distributed_optimizer(r);
   o.clip_grad = r.trainer.gradient_clip_val;
+  o.overlap_grad_reduce = r.model.optim.overlap_grad_sync;
+  o.overlap_param_gather = r.model.optim.overlap_param_sync && o.distributed;
+  // NeMo's fused_adam / distributed_fused_adam are apex's multi-tensor kernels; adam / adamw
+  // keep the per-tensor update (torch.optim.AdamW's operation order, bit for bit).
+  o.fused_adamw = r.model.optim.name == config::OptimizerName::kFusedAdam ||
+                  r.model.optim.name == config::OptimizerName::kDistributedFusedAdam;
+  // Megatron-Core's bucket_size counts parameters: default max(40M, 1M · d); fp32 gradients.
+  const int64_t bucket_numel = r.model.optim.ddp_bucket_size.value_or(
+      std::max<int64_t>(40'000'000, 1'000'000 * config::data_parallel_size(r)));
+  o.bucket_bytes = 4 * bucket_numel;
   return o;
 }
 

@@ -30,8 +30,8 @@ RunShape run_shape(const config::Recipe& recipe);
 /// accelerator cannot be had.
 runtime::ProcessGroupOptions process_group_options(const config::Recipe& recipe, int local_rank);
 
-/// model.optim (AdamW betas, eps, weight decay; distributed or not) and
-/// trainer.gradient_clip_val.
+/// model.optim (AdamW betas, eps, weight decay; distributed or not; gradient buckets of
+/// ddp_bucket_size elements and overlap_grad_sync) and trainer.gradient_clip_val.
 optim::OptimizerOptions optimizer_options(const config::Recipe& recipe);
 
 /// model.optim.lr and model.optim.sched; sched.max_steps defaults to trainer.max_steps. A

@@ -212,7 +212,7 @@ void TrainingRun::train_step(int64_t step) {
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = shape_.global_batch;
   dropout.training = true;
-  optimizer_->zero_grad();
+  optimizer_->start_iteration(shape_.m);
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale() : 1.0,
                                  [&] { optimizer_->accumulate_grads(); });
   const optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
@@ -225,6 +225,7 @@ void TrainingRun::train_step(int64_t step) {
 
 void TrainingRun::validate(int64_t step) {
   if (!datasets_.valid || r_.trainer.limit_val_batches <= 0) return;
+  optimizer_->wait_for_params();  // model.optim.overlap_param_sync leaves the last gather open
   step_log_->flush();
   const auto start = Clock::now();
   data::PretrainingSampler sampler(datasets_.valid->size(), 0, shape_.micro_batch,
@@ -249,6 +250,7 @@ void TrainingRun::validate(int64_t step) {
 
 void TrainingRun::save(int64_t iteration) {
   step_log_->flush();  // a non-finite loss stops the run before it is saved
+  optimizer_->wait_for_params();
   dir_->save(iteration, checkpoint_layout(shape_, model_config_),
              [&] { return capture_training_state(parts(), position_, groups_->coords().tp, shape_.t); });
 }

@@ -167,6 +167,10 @@ TEST_CASE("a recipe gives the plan's model, batch, precision and its own layout"
   CHECK(in.layout.sequence_parallel);
   CHECK(in.layout.recompute == RecomputeGranularity::kSelective);
   CHECK_FALSE(in.layout.distributed_optimizer);
+  // The time model's DP overlap follows model.optim.overlap_grad_sync (default false).
+  CHECK_FALSE(in.setup.overlap_dp_comm);
+  CHECK(plan_input_from_recipe(loom::config::load_recipe(kRecipe, {"model.optim.overlap_grad_sync=true"}))
+            .setup.overlap_dp_comm);
 }
 
 TEST_CASE("a planned layout applied to a recipe as overrides round-trips", "[planner][recipe]") {

@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace loom::train::optim {
 
@@ -30,5 +31,22 @@ void validate(const AdamWConfig& cfg);
 void adamw_update(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                   at::Tensor& exp_avg_sq, int64_t step, double lr, const AdamWConfig& cfg,
                   bool decay);
+
+/// The fp32 tensors of one multi-tensor update: element k of each list belongs together
+/// (fp32, same shape and device, contiguous).
+struct AdamWTensors {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+};
+
+/// Whether ATen's multi-tensor fused AdamW kernel (_fused_adamw_, torch.optim.AdamW(fused=True))
+/// runs on `device`: CPU and CUDA.
+bool fused_adamw_supported(at::Device device);
+
+/// The update of adamw_update on every tensor of `t` in one multi-tensor kernel (ATen's
+/// _fused_adamw_; on devices without it, adamw_update per tensor). Equal to adamw_update within
+/// fp32 rounding: the kernel updates the first moment with lerp (m + (1 − β1)(g − m)) instead of
+/// β1·m + (1 − β1)·g, divides by √(1 − β2^t) after the square root as adamw_update does, and may
+/// contract multiply-adds. Throws std::invalid_argument like adamw_update.
+void fused_adamw_update(AdamWTensors& t, int64_t step, double lr, const AdamWConfig& cfg, bool decay);
 
 }  // namespace loom::train::optim

@@ -59,18 +59,33 @@ at::Tensor DistributedOptimizer::bucket_shard(int kind, size_t b) const {
   return shard_[kind].narrow(0, shard_offsets_[b], n);
 }
 
-void DistributedOptimizer::publish_params() {
+void DistributedOptimizer::publish_params(bool async) {
   at::NoGradGuard no_grad;
+  finish_publish();  // never two rounds in flight
   if (params_.empty()) return;
   const auto dtype = params_.front().tensor.scalar_type();
   for (size_t b = 0; b < grads_->buckets().size(); ++b) {
-    const auto& bucket = grads_->buckets()[b];
-    at::Tensor full = groups_->data().all_gather_dim0(bucket_shard(0, b).to(dtype));
+    PendingGather g;
+    g.bucket = b;
+    g.shard = bucket_shard(0, b).to(dtype);
+    g.full = at::empty({g.shard.numel() * groups_->data().size()}, g.shard.options());
+    g.work = groups_->data().all_gather_dim0_async(g.shard, g.full);
+    gathers_.push_back(std::move(g));
+  }
+  if (!async) finish_publish();
+}
+
+void DistributedOptimizer::finish_publish() {
+  at::NoGradGuard no_grad;
+  for (auto& g : gathers_) {
+    g.work->wait();
+    const auto& bucket = grads_->buckets()[g.bucket];
     for (size_t i : bucket.params) {
       at::Tensor p = params_[i].tensor.detach();
-      p.copy_(full.narrow(0, grads_->offset(i) - bucket.offset, p.numel()).view(p.sizes()));
+      p.copy_(g.full.narrow(0, grads_->offset(i) - bucket.offset, p.numel()).view(p.sizes()));
     }
   }
+  gathers_.clear();
 }
 
 std::vector<at::Tensor> DistributedOptimizer::gather_state(int kind) {

@@ -20,13 +20,20 @@ class DistributedOptimizer : public Optimizer {
   int64_t shard_numel() const { return shard_[0].numel(); }
 
  protected:
-  void publish_params() override;
+  void publish_params(bool async = false) override;
+  void finish_publish() override;
   std::vector<at::Tensor> gather_state(int kind) override;
 
  private:
   at::Tensor bucket_shard(int kind, size_t bucket) const;
   at::Tensor shard_[3];                 ///< main, exp_avg, exp_avg_sq: fp32, buckets' shards concatenated
   std::vector<int64_t> shard_offsets_;  ///< where each bucket's shard starts in shard_[k]
+  struct PendingGather {
+    std::unique_ptr<runtime::AsyncWork> work;
+    at::Tensor shard, full;  ///< the model-dtype shard sent and the gathered bucket
+    size_t bucket = 0;
+  };
+  std::vector<PendingGather> gathers_;  ///< publish_params(true)'s all-gathers in flight
 };
 
 }  // namespace loom::train::optim

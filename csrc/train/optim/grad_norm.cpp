@@ -19,12 +19,19 @@ bool counts_in_grad_norm(const model::Param& param, int tensor_rank) {
 }
 
 float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
-                       at::Device device) {
+                       at::Device device, bool multi_tensor) {
   at::Tensor sum_sq = at::zeros({1}, scalar_options(device));
-  for (const auto& g : grads) {
-    if (g.numel() == 0) continue;
-    at::Tensor n = at::linalg_vector_norm(g, 2, {}, false, at::kFloat);
-    sum_sq.add_(n * n);
+  if (multi_tensor) {
+    std::vector<at::Tensor> nonempty;
+    for (const auto& g : grads)
+      if (g.numel() > 0) nonempty.push_back(g);
+    if (!nonempty.empty()) sum_sq.add_(at::stack(at::_foreach_norm(nonempty, 2)).square().sum());
+  } else {
+    for (const auto& g : grads) {
+      if (g.numel() == 0) continue;
+      at::Tensor n = at::linalg_vector_norm(g, 2, {}, false, at::kFloat);
+      sum_sq.add_(n * n);
+    }
   }
   group.all_reduce(sum_sq);
   return sum_sq.sqrt().item<float>();

@@ -23,9 +23,11 @@ bool counts_in_grad_norm(const model::Param& param, int tensor_rank);
 /// sqrt(Σ over `grads` of Σ g²), the sum taken in fp32 and all-reduced over `group`.
 /// `grads`: fp32 tensors on `device` (already filtered by the counting rule; may be empty on
 /// some ranks, so the collective runs on `device` regardless). Returns the same fp32 value on
-/// every member (inf/NaN if any gradient is).
+/// every member (inf/NaN if any gradient is). `multi_tensor`: the local norms from one
+/// multi-tensor kernel (_foreach_norm) and their squares summed in one reduction, instead of a
+/// norm and an add per tensor (equal within fp32 rounding).
 float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
-                       at::Device device = at::kCPU);
+                       at::Device device = at::kCPU, bool multi_tensor = false);
 
 /// Megatron's clip coefficient max_norm/(norm + 1e-6), or 1 when that is >= 1, when
 /// max_norm <= 0 (clipping off) or when the norm is not finite.

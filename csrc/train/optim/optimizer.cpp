@@ -3,13 +3,17 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <utility>
 #include <set>
 #include <stdexcept>
 
 #include "train/optim/distributed_optimizer.h"
 #include "train/optim/grad_finalize.h"
+#include "train/optim/grad_overlap.h"
 #include "train/optim/grad_norm.h"
 #include "train/optim/plain_optimizer.h"
 
@@ -44,11 +48,28 @@ Optimizer::Optimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGr
   gopts.pad_multiple = options_.distributed ? groups_->data().size() : 1;
   gopts.device = groups_->device();
   grads_ = std::make_unique<GradBuffer>(params_, gopts);
+  if (options_.overlap_grad_reduce)
+    overlap_ = std::make_unique<OverlappedGradReduction>(*grads_, *groups_, options_.distributed);
 }
 
 Optimizer::~Optimizer() = default;
 
-void Optimizer::zero_grad() { grads_->zero(); }
+void Optimizer::zero_grad() {
+  wait_for_params();  // the model is about to be read
+  grads_->zero();
+}
+
+int Optimizer::buckets_started_in_backward() const { return overlap_ ? overlap_->started_in_backward() : 0; }
+
+void Optimizer::wait_for_params() { finish_publish(); }
+
+void Optimizer::start_iteration(int num_microbatches) {
+  if (num_microbatches < 1)
+    throw std::invalid_argument("optimizer: num_microbatches must be >= 1, got " + std::to_string(num_microbatches));
+  wait_for_params();
+  zero_grad();
+  if (overlap_) overlap_->begin(num_microbatches);
+}
 
 void Optimizer::accumulate_grads() { grads_->accumulate(); }
 
@@ -67,7 +88,12 @@ void Optimizer::init_main_from_params() {
 
 StepResult Optimizer::step(double lr, LossScaler* scaler) {
   at::NoGradGuard no_grad;
-  finalize_grads(*grads_, groups_->data(), groups_->tensor(), groups_->embedding(), options_.distributed);
+  const auto sync_start = std::chrono::steady_clock::now();
+  if (overlap_ && overlap_->armed())
+    overlap_->finish();
+  else
+    finalize_grads(*grads_, groups_->data(), groups_->tensor(), groups_->embedding(), options_.distributed);
+  const double grad_sync_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sync_start).count();
 
   std::vector<at::Tensor> all_grads, counted;
   const int tp_rank = groups_->tensor().rank();
@@ -77,6 +103,7 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
   }
 
   StepResult result;
+  result.grad_sync_s = grad_sync_s;
   if (scaler) {
     scale_grads(all_grads, scaler->inv_scale());
     bool found_inf = found_inf_or_nan(all_grads, norm_group(), grads_->data().device());
@@ -88,7 +115,7 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
       return result;
     }
   }
-  result.grad_norm = global_grad_norm(counted, norm_group(), grads_->data().device());
+  result.grad_norm = global_grad_norm(counted, norm_group(), grads_->data().device(), options_.fused_adamw);
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;
@@ -97,16 +124,42 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
   scale_grads(all_grads, result.clip_coefficient);
 
   ++step_count_;
-  for (auto& piece : pieces_) {
-    adamw_update(piece.main, piece.grad, piece.exp_avg, piece.exp_avg_sq, step_count_, lr,
-                 options_.adamw, params_[piece.param].weight_decay);
-  }
-  publish_params();
+  update_pieces(lr);
+  publish_params(options_.overlap_param_gather && options_.distributed);
   return result;
+}
+
+void Optimizer::update_pieces(double lr) {
+  if (!options_.fused_adamw) {
+    for (auto& piece : pieces_) {
+      adamw_update(piece.main, piece.grad, piece.exp_avg, piece.exp_avg_sq, step_count_, lr,
+                   options_.adamw, params_[piece.param].weight_decay);
+    }
+    return;
+  }
+  if (fused_groups_.empty() && !pieces_.empty()) {
+    // A parameter never spans buckets, so each piece belongs to its parameter's bucket.
+    std::vector<size_t> bucket_of(params_.size(), 0);
+    for (size_t b = 0; b < grads_->buckets().size(); ++b)
+      for (size_t i : grads_->buckets()[b].params) bucket_of[i] = b;
+    std::map<std::pair<size_t, bool>, size_t> index;
+    for (auto& piece : pieces_) {
+      const bool decay = params_[piece.param].weight_decay;
+      auto [it, fresh] = index.try_emplace({bucket_of[piece.param], decay}, fused_groups_.size());
+      if (fresh) fused_groups_.push_back({{}, decay});
+      AdamWTensors& t = fused_groups_[it->second].tensors;
+      t.params.push_back(piece.main);
+      t.grads.push_back(piece.grad);
+      t.exp_avgs.push_back(piece.exp_avg);
+      t.exp_avg_sqs.push_back(piece.exp_avg_sq);
+    }
+  }
+  for (auto& group : fused_groups_) fused_adamw_update(group.tensors, step_count_, lr, options_.adamw, group.decay);
 }
 
 OptimizerState Optimizer::state_dict() {
   at::NoGradGuard no_grad;
+  wait_for_params();
   OptimizerState state;
   for (int kind = 0; kind < 3; ++kind) {
     std::vector<at::Tensor> full = gather_state(kind);
@@ -120,6 +173,7 @@ OptimizerState Optimizer::state_dict() {
 
 void Optimizer::load_state_dict(const OptimizerState& state) {
   at::NoGradGuard no_grad;
+  wait_for_params();
   const auto& v = state.values;
   if (!v.is_object() || !v.contains("step") || !v["step"].is_number_integer() || v["step"].get<int64_t>() < 0)
     throw std::runtime_error("optimizer state: expected values {\"step\": <non-negative integer>}, got " + v.dump());

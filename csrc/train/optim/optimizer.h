@@ -9,8 +9,8 @@
 //     updates them, and the updated shards are all-gathered into the model-dtype parameters.
 // Both give the same parameters up to the rounding of the reductions.
 //
-// Use per iteration:  zero_grad(); for each micro-batch { forward; (loss·scale).backward();
-// accumulate_grads(); }  result = step(lr, scaler).
+// Use per iteration:  start_iteration(m) (or zero_grad()); for each micro-batch { forward;
+// (loss·scale).backward(); accumulate_grads(); }  result = step(lr, scaler).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -28,6 +28,8 @@
 
 namespace loom::train::optim {
 
+class OverlappedGradReduction;
+
 struct OptimizerOptions {
   AdamWConfig adamw;
   /// ZeRO-1 sharding over the data-parallel group (model.optim.name: distributed_fused_adam).
@@ -36,6 +38,19 @@ struct OptimizerOptions {
   int64_t bucket_bytes = 40'000'000;
   /// trainer.gradient_clip_val; <= 0 disables clipping (the norm is still computed).
   double clip_grad = 1.0;
+  /// model.optim.overlap_grad_sync: each bucket's data-parallel collective starts inside the
+  /// last micro-batch's backward (grad_overlap.h) in iterations begun with start_iteration().
+  /// Same gradients, bit for bit.
+  bool overlap_grad_reduce = false;
+  /// One multi-tensor AdamW kernel per gradient bucket and weight-decay group (adamw.h,
+  /// fused_adamw_update), the model copies written by one multi-tensor copy, and the clipping
+  /// norm from one multi-tensor norm: equal to the per-tensor path within fp32 rounding.
+  bool fused_adamw = false;
+  /// model.optim.overlap_param_sync, distributed optimizer only: step() starts the parameter
+  /// all-gathers and returns; they are waited for (wait_for_params) before the model is next
+  /// read: start_iteration(), state_dict(), load_state_dict(), or the caller before evaluation
+  /// and checkpoints. Same parameters, bit for bit.
+  bool overlap_param_gather = false;
 };
 
 struct StepResult {
@@ -45,6 +60,9 @@ struct StepResult {
   bool skipped = false;      ///< no update: parameters, moments and step count unchanged
   double clip_coefficient = 1.0;  ///< applied to the gradients (1 when not clipped)
   double loss_scale = 1.0;   ///< the scaler's scale after its update (1 without a scaler)
+  /// Host seconds step() spent finishing the data-parallel gradient reduction (what backward
+  /// did not hide; on a device, the time to queue it). tools/bench_step.py reads it.
+  double grad_sync_s = 0.0;
 };
 
 class Optimizer {
@@ -59,6 +77,11 @@ class Optimizer {
 
   /// Zeros the fp32 gradient buffer and drops every param.grad.
   void zero_grad();
+  /// zero_grad() for an iteration of `num_microbatches` backward passes per parameter; with
+  /// options.overlap_grad_reduce it also arms the overlapped reduction (grad_overlap.h), whose
+  /// hooks then accumulate each gradient as autograd produces it (accumulate_grads() finds
+  /// nothing left). Throws std::invalid_argument for num_microbatches < 1.
+  void start_iteration(int num_microbatches);
   /// Adds every param.grad into the fp32 buffer and drops it: call after each micro-batch backward.
   void accumulate_grads();
 
@@ -70,7 +93,14 @@ class Optimizer {
   /// skips the update (the loop decides whether to stop). Collective over all ranks.
   StepResult step(double lr, LossScaler* scaler = nullptr);
 
+  /// Completes the parameter all-gathers step() left in flight (overlap_param_gather); a no-op
+  /// otherwise. Collective order is fixed at step(), so this does not communicate itself.
+  void wait_for_params();
+
   int64_t step_count() const { return step_count_; }  ///< successful updates so far
+  /// Buckets whose data-parallel collective started inside the last iteration's backward
+  /// (0 without overlap_grad_reduce).
+  int buckets_started_in_backward() const;
   bool distributed() const { return options_.distributed; }
   GradBuffer& grads() { return *grads_; }
   const model::ParamList& params() const { return params_; }
@@ -100,7 +130,10 @@ class Optimizer {
   void init_main_from_params();
 
   /// Writes the pieces' main values into the model parameters (all-gather when sharded).
-  virtual void publish_params() = 0;
+  /// `async`: may leave the all-gathers in flight for finish_publish().
+  virtual void publish_params(bool async = false) = 0;
+  /// Completes what publish_params(true) left in flight (default: nothing).
+  virtual void finish_publish() {}
   /// Whole-parameter fp32 copies of one kind of state (0 main, 1 exp_avg, 2 exp_avg_sq), in
   /// parameter order.
   virtual std::vector<at::Tensor> gather_state(int kind) = 0;
@@ -111,8 +144,18 @@ class Optimizer {
   std::shared_ptr<runtime::ProcessGroups> groups_;
   OptimizerOptions options_;
   std::unique_ptr<GradBuffer> grads_;
+  std::unique_ptr<OverlappedGradReduction> overlap_;  ///< with options.overlap_grad_reduce
   std::vector<Piece> pieces_;
   int64_t step_count_ = 0;
+
+ private:
+  /// AdamW on every piece: per piece, or with options.fused_adamw one kernel per group.
+  void update_pieces(double lr);
+  struct FusedGroup {
+    AdamWTensors tensors;
+    bool decay = false;
+  };
+  std::vector<FusedGroup> fused_groups_;  ///< (bucket, weight decay) groups, built on first use
 };
 
 }  // namespace loom::train::optim

@@ -23,8 +23,19 @@ PlainOptimizer::PlainOptimizer(model::ParamList params, std::shared_ptr<runtime:
   init_main_from_params();
 }
 
-void PlainOptimizer::publish_params() {
+void PlainOptimizer::publish_params(bool /*async: nothing to gather*/) {
   at::NoGradGuard no_grad;
+  if (options_.fused_adamw) {
+    // One multi-tensor copy (fp32 → bf16/fp16) for all model copies.
+    std::vector<at::Tensor> model, main;
+    for (auto& piece : pieces_) {
+      if (piece.main_is_param) continue;
+      model.push_back(params_[piece.param].tensor.detach());
+      main.push_back(piece.main);
+    }
+    if (!model.empty()) at::_foreach_copy_(model, main);
+    return;
+  }
   for (auto& piece : pieces_) {
     if (!piece.main_is_param) params_[piece.param].tensor.detach().copy_(piece.main);
   }

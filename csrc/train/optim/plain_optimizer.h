@@ -13,7 +13,7 @@ class PlainOptimizer : public Optimizer {
                  OptimizerOptions options);
 
  protected:
-  void publish_params() override;
+  void publish_params(bool async = false) override;
   std::vector<at::Tensor> gather_state(int kind) override;
 };
 
