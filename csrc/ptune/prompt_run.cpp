@@ -319,6 +319,8 @@ void PromptRun::build_model() {
   lc.print_every = r_.trainer.log_every_n_steps;
   lc.tokens_per_step = shape_.global_batch * shape_.seq_length;
   lc.world_size = groups_->layout().world_size();
+  if (r_.trainer.max_time)
+    if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
   step_log_ = std::make_unique<train::StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
   if (prompt_)
     log_->message(fmt::format("[loom] base: {} (iteration {}, {} layers, hidden {}, checkpoint digest {}), frozen; "
@@ -521,6 +523,7 @@ void PromptRun::save(int64_t iteration) {
 
 int PromptRun::finish() {
   step_log_->flush();
+  log_->print_summary();
   const std::string after = parameters_digest(chunks_);
   if (after != base_digest_)
     throw std::logic_error("the frozen base changed during prompt learning (digest " + base_digest_ + " -> " + after + ")");

@@ -24,6 +24,9 @@
 #include "eval/eval_run.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
+#include "runlog/event_file.h"
+#include "runlog/progress_line.h"
+#include "runlog/record_scalars.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/process_groups.h"
 #include "train/checkpoint.h"
@@ -36,30 +39,21 @@ struct EvalJob {
   EvalRequest request;
   std::string output;
   bool log_samples = false;
+  std::string tensorboard_dir;  ///< --tensorboard-dir (default: the checkpoint's run directory)
+  bool no_tensorboard = false;
 };
 
-// rank 0's progress line: rewritten in place on a terminal, a plain line every ~10% (and at the
-// end) otherwise.
+// rank 0's progress line (runlog/progress_line.h): requests done, rate, elapsed and ETA; redrawn
+// in place on a terminal, a plain line every 10 s (and at the end) otherwise.
 class ProgressLine {
  public:
-  explicit ProgressLine(int replicas) : replicas_(replicas), tty_(isatty(STDERR_FILENO) == 1) {}
-  void operator()(int64_t done, int64_t total) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const std::string text = fmt::format("loom eval: {}/{} requests{}, {:.1f} s", done, total,
-                                         replicas_ > 1 ? " (replica 0 of " + std::to_string(replicas_) + ")" : "", s);
-    if (tty_) {
-      std::cerr << "\r" << text << (done == total ? "\n" : "") << std::flush;
-    } else if (done == total || done * 10 / std::max<int64_t>(total, 1) > last_decile_) {
-      last_decile_ = done * 10 / std::max<int64_t>(total, 1);
-      std::cerr << text << "\n";
-    }
-  }
+  explicit ProgressLine(int replicas)
+      : detail_(replicas > 1 ? "replica 0 of " + std::to_string(replicas) : ""), line_({"loom eval:", "requests"}) {}
+  void operator()(int64_t done, int64_t total) { line_.update(double(done), double(total), detail_); }
 
  private:
-  int replicas_;
-  bool tty_;
-  int64_t last_decile_ = 0;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::string detail_;
+  loom::runlog::ProgressLine line_;
 };
 
 std::string samples_path(const std::string& output, const std::string& task) {
@@ -83,6 +77,16 @@ void write_outputs(const EvalJob& job, const loom::eval::EvalPlan& plan,
       if (!f) throw std::runtime_error("--log-samples: cannot write " + path);
       for (const auto& rec : loom::eval::sample_records(plan.tasks[t], results[t])) f << rec.dump() << "\n";
       if (!f.flush()) throw std::runtime_error("--log-samples: write failed: " + path);
+    }
+  }
+  // TensorBoard: the scores at the checkpoint's iteration, in the run's own event directory
+  // (docs/design/tensorboard.md), so that they show beside its training curves.
+  const std::string tb = job.tensorboard_dir.empty() ? plan.model.location.run_dir : job.tensorboard_dir;
+  if (!job.no_tensorboard && !tb.empty()) {
+    try {
+      loom::runlog::EventFileWriter(tb).add_scalars(plan.model.info.iteration, loom::runlog::eval_result_scalars(j));
+    } catch (const std::runtime_error& e) {  // a read-only run directory: the results still stand
+      std::cerr << "loom eval: warning: " << e.what() << " (--tensorboard-dir DIR or --no-tensorboard)\n";
     }
   }
   std::cout << loom::eval::results_table(j) << std::flush;
@@ -162,6 +166,10 @@ void add_flags(CLI::App& app, EvalArgs& a) {
   app.add_option("--output", a.job.output, "write the results JSON (lm-evaluation-harness's layout) here");
   app.add_flag("--log-samples", a.job.log_samples,
                "also write each task's per-document log-likelihoods to <output stem>_samples_<task>.jsonl");
+  app.add_option("--tensorboard-dir", a.job.tensorboard_dir,
+                 "write the scores as TensorBoard scalars (eval/<task>/<metric>) here (default: the checkpoint's run "
+                 "directory)");
+  app.add_flag("--no-tensorboard", a.job.no_tensorboard, "write no TensorBoard event file");
   app.add_option("--iteration", a.iteration, "checkpoint iteration (default: the latest)");
   app.add_option("--vocab-file", request.vocab_file, "GPT-2 vocab.json instead of the run's tokenizer");
   app.add_option("--merge-file", request.merge_file, "GPT-2 merges.txt instead of the run's tokenizer");

@@ -74,3 +74,27 @@ def test_event_files_hold_metrics_jsonl_and_a_resume_shows_each_step_once(corpus
     assert [s for s, _ in got["validation/val_loss"]] == [0, 2, 4, 6]
     # The resumed steps are the second run's values, not the first's.
     assert dict(got["train/elapsed_s"])[3] != dict(first["train/elapsed_s"])[3]
+
+
+def test_loom_eval_writes_its_scores_at_the_checkpoint_iteration(corpus, tmp_path):
+    import subprocess
+    from test_data_helpers import ROOT, loom_binary
+    run_dir = tmp_path / "run"
+    run_train(tiny_overrides(corpus, run_dir, steps=2))
+    out = tmp_path / "results.json"
+    tasks = ",".join(f"{kind}:{ROOT / 'data' / 'eval' / (name + '.jsonl')}" for name, kind in
+                     (("shakespeare_lambada", "lambada"), ("shakespeare_speaker", "mc")))
+    done = subprocess.run([str(loom_binary()), "eval", "--checkpoint", str(run_dir), "--tasks", tasks, "--limit", "8",
+                           "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "loom eval: 16/16 requests (100%)" in done.stderr or "requests (100%)" in done.stderr
+    results = json.loads(out.read_text())["results"]
+    got = read_event_files(run_dir)
+    want = {}
+    for task, metrics_ in results.items():
+        for key, value in metrics_.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                want[f"eval/{task}/{key.split(',')[0]}"] = value
+    assert want and set(want) <= set(got)
+    for tag, value in want.items():
+        assert got[tag] == [(2, float(np.float32(value)))], tag
