@@ -29,13 +29,16 @@ MULTIARCH=x86_64-linux-gnu
 # they name. Gloo: headers only (the torch wheel links Gloo in but ships no gloo/*.h;
 # libgloo-dev's own dependencies are not needed for headers). The codecs and tokenizers of
 # loom preprocess (zstd, zlib, xz, SentencePiece, utf8proc) and loom serve's HTTP server
-# (cpp-httplib, whose .pc requires openssl, zlib and brotli: their -dev files too).
+# (cpp-httplib, whose .pc requires openssl, zlib and brotli: their -dev files too). protobuf
+# and protoc (with libprotoc) for the TensorBoard writer (csrc/runlog compiles TensorBoard's
+# .proto files at build time).
 # pkgconf: used only if the host has no pkg-config of its own.
 APT_PACKAGES=(libyaml-cpp-dev libyaml-cpp0.7 libfmt-dev libfmt9
               libcli11-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libgloo-dev
               libzstd-dev libzstd1 zlib1g-dev zlib1g liblzma-dev liblzma5
               libsentencepiece-dev libsentencepiece0 libutf8proc-dev libutf8proc2
               libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libssl3 libbrotli-dev libbrotli1
+              libprotobuf-dev libprotobuf32 protobuf-compiler libprotoc32
               pkgconf-bin libpkgconf3)
 DATA_NAME=tinyshakespeare_text_document
 
@@ -131,6 +134,9 @@ set(yaml-cpp_DIR "\${_loom_usr}/lib/$MULTIARCH/cmake/yaml-cpp" CACHE PATH "" FOR
 set(fmt_DIR "\${_loom_usr}/lib/$MULTIARCH/cmake/fmt" CACHE PATH "" FORCE)
 set(CLI11_DIR "\${_loom_usr}/share/cmake/CLI11" CACHE PATH "" FORCE)
 set(nlohmann_json_DIR "\${_loom_usr}/share/cmake/nlohmann_json" CACHE PATH "" FORCE)
+set(Protobuf_PROTOC_EXECUTABLE "\${_loom_usr}/bin/protoc" CACHE FILEPATH "" FORCE)
+set(Protobuf_INCLUDE_DIR "\${_loom_usr}/include" CACHE PATH "" FORCE)
+set(Protobuf_LIBRARY "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.so" CACHE FILEPATH "" FORCE)
 EOF
   cat > "$BUNDLE/env.sh" <<'EOF'
 # Sourced by tools/gpu_bringup.sh (written by tools/gpu_bundle.sh): compiler, linker,
