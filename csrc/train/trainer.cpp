@@ -169,6 +169,8 @@ void TrainingRun::build_model() {
   lc.world_size = groups_->layout().world_size();
   // MFU needs the accelerator's peak; CPUs have no entry in the table, so no MFU there.
   lc.peak_tflops = peak_tflops_for_device(accelerator_name(groups_->device()));
+  if (r_.trainer.max_time)
+    if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
   step_log_ = std::make_unique<StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
 
   int64_t count = 0;
@@ -268,6 +270,7 @@ void TrainingRun::keep_logged_steps() noexcept {
 
 int TrainingRun::finish() {
   step_log_->flush();
+  log_->print_summary();
   groups_->host_world().barrier();
   groups_->shutdown();
   return 0;
