@@ -97,7 +97,7 @@ struct PlanArgs {
   bool explain = false, validate = false;
   TrainingSetup setup;
   std::vector<int> tp, pp, vp, mbs, layers;
-  std::vector<std::string> sp, recompute, method, dopt;
+  std::vector<std::string> sp, recompute, method, dopt, uneven;
   std::string base_recipe;
   std::vector<std::string> recipe_overrides;
   int measure = 0;
@@ -157,6 +157,9 @@ void add_model_and_search_flags(CLI::App& app, PlanArgs& a) {
   app.add_option("--recompute-layers", a.layers, "activations_checkpoint_num_layers values (list)")
       ->delimiter(',');
   app.add_option("--dist-opt", a.dopt, "Distributed optimizer: on, off or on,off")->delimiter(',');
+  app.add_option("--uneven-stages", a.uneven,
+                 "Uneven pipeline stages (lighter first/last stage): on, off or on,off (default both)")
+      ->delimiter(',');
 }
 
 void add_output_and_measure_flags(CLI::App& app, PlanArgs& a) {
@@ -249,9 +252,9 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
   if (a.vocab_size_given) shape.vocab_size = a.model.shape.vocab_size;
   if (!a.global_batch_given) a.setup.global_batch = in.setup.global_batch;
   if (!a.precision_given) a.setup.precision = in.setup.precision;
+  a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
   // --overlap-dp-comm, or what the recipe trains with (model.optim.overlap_grad_sync).
   a.setup.overlap_dp_comm = a.setup.overlap_dp_comm || in.setup.overlap_dp_comm;
-  a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
   if (!a.nodes_given) a.hw.nodes = in.num_nodes;
   if (!a.gpus_per_node_given) a.hw.gpus_per_node = in.devices;
   if (a.measure > 0 && (a.hw.nodes != 1 || a.hw.gpus_per_node != in.devices))
@@ -284,6 +287,7 @@ SearchSpace search_space(const PlanArgs& a) {
   space.method = parse_methods(a.method);
   space.recompute_layers = a.layers;
   space.distributed_optimizer = parse_switches(a.dopt, "--dist-opt");
+  space.uneven_stages = parse_switches(a.uneven, "--uneven-stages");
   return space;
 }
 
@@ -329,7 +333,7 @@ int report_search(const PlanArgs& a, const PlanRequest& req, const SearchResult&
     std::fprintf(stderr,
                  "loom plan: no valid layout: every combination of the allowed --tp/--pp/--vp/--mbs/--sp/"
                  "--recompute values breaks a divisibility rule (t | heads, hidden, ffn and the %d devices; "
-                 "p | layers; d·b | global batch %d; interleaving needs micro-batches %% p == 0)\n",
+                 "p | layers (or an uneven split of them); d·b | global batch %d; interleaving needs micro-batches %% p == 0)\n",
                  ctx.cluster.world(), ctx.setup.global_batch);
     return 1;
   }
@@ -340,6 +344,7 @@ int report_search(const PlanArgs& a, const PlanRequest& req, const SearchResult&
     return 1;
   }
   std::fprintf(stderr, "%s", format_table(ctx, result.best, std::size_t(std::max(a.top, 0))).c_str());
+  std::fprintf(stderr, "\n%s", format_stage_memory(ctx, result.best.front().layout).c_str());
   if (!a.base_recipe.empty()) std::fprintf(stderr, "%s", describe_recipe_layout(ctx, result, in.layout).c_str());
   if (a.explain) std::fprintf(stderr, "\n%s", explain(ctx, result).c_str());
   if (!a.csv_path.empty()) {

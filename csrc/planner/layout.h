@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 
+#include "rules/layout_rules.h"
 #include "rules/layout_terms.h"
 
 namespace loom::planner {
@@ -30,8 +31,19 @@ struct Layout {
   RecomputeMethod method = RecomputeMethod::kUniform;
   int recompute_layers = 0;  ///< activations_checkpoint_num_layers (full only)
   bool distributed_optimizer = false;
+  /// Megatron-Core's uneven stages (model.num_layers_in_first/last_pipeline_stage): layers of
+  /// the first / last pipeline stage, 0 for an even share (docs/design/parallel_layout.md,
+  /// "Uneven stages").
+  int first_stage_layers = 0, last_stage_layers = 0;
 
-  /// Short description, e.g. "t8 p8 v3 d16 b1 sp sel dopt".
+  bool uneven() const { return first_stage_layers > 0 || last_stage_layers > 0; }
+  /// The pipeline split of `num_layers` layers that rules/layout_rules.h checks and cuts.
+  rules::PipelineSplit split(int num_layers) const;
+  /// Transformer layers of pipeline stage `stage` (the layout must be legal).
+  int stage_layers(int num_layers, int stage) const;
+
+  /// Short description, e.g. "t8 p8 v3 d16 b1 sp sel dopt"; uneven stages add their set sizes
+  /// after p ("t1 p8 f5 l3 v1 …": 5 layers first, 3 last).
   std::string describe() const;
   /// "none", "selective", "full-uniform-1", "full-block-3".
   std::string recompute_name() const;

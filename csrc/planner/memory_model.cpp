@@ -40,7 +40,7 @@ double bytes_per_param(Precision p, bool dist, int d) {
 double stage_params(const ModelShape& m, const Layout& L, int stage) {
   const double h = m.hidden_size, s = m.seq_length;
   const double vocab_shard = std::ceil(double(m.vocab_size) / L.tp);
-  double params = double(m.num_layers / L.pp) * layer_params_per_rank(m, L.tp);
+  double params = double(L.stage_layers(m.num_layers, stage)) * layer_params_per_rank(m, L.tp);
   if (stage == 0) params += vocab_shard * h + s * h;
   if (stage == L.pp - 1) params += 2 * h + (L.pp > 1 ? vocab_shard * h : 0.0);
   return params;
@@ -70,7 +70,7 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   // Stored activations of the in-flight chunks.
   const int m_micro = setup.global_batch / (L.dp * b);
   const int chunks = in_flight_chunks(p, v, m_micro, stage);
-  const int layers_per_chunk = m.num_layers / (p * v);
+  const int layers_per_chunk = L.stage_layers(m.num_layers, stage) / v;
   const double full_layer =
       layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kNone, setup.fused_attention);
   const double input = layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kFull);
@@ -83,7 +83,8 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
       break;
     case RecomputeGranularity::kFull:
       if (L.method == RecomputeMethod::kUniform) {
-        const int k = std::max(1, L.recompute_layers);
+        // A group longer than an (uneven, smaller) chunk is the whole chunk.
+        const int k = std::max(1, std::min(L.recompute_layers, layers_per_chunk));
         per_chunk = std::ceil(double(layers_per_chunk) / k) * input;
         out.transient = k * full_layer;
       } else {
@@ -115,8 +116,20 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
   return out;
 }
 
+std::vector<StageMemory> every_stage_memory(const ModelShape& m, const TrainingSetup& setup, const Layout& L,
+                                            double capacity) {
+  std::vector<StageMemory> out;
+  const int m_micro = setup.global_batch / (L.dp * L.micro_batch);
+  for (int stage = 0; stage < L.pp; ++stage)
+    out.push_back({stage, L.stage_layers(m.num_layers, stage), in_flight_chunks(L.pp, L.vp, m_micro, stage),
+                   stage_memory(m, setup, L, stage, capacity)});
+  return out;
+}
+
 WorstStage worst_stage_memory(const ModelShape& m, const TrainingSetup& setup, const Layout& L,
                               double capacity) {
+  // The middle stages hold the same layers and fewer in-flight micro-batches the later they
+  // come, so stage 1 bounds them; the end stages differ (embedding, logits, uneven sizes).
   WorstStage worst{0, stage_memory(m, setup, L, 0, capacity)};
   for (int stage : {1, L.pp - 1}) {
     if (stage <= 0 || stage >= L.pp) continue;

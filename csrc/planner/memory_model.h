@@ -4,6 +4,8 @@
 // memory per layer", 1F1B and interleaving factors) and docs/design/parallel_layout.md (bytes per parameter).
 // All results are bytes per GPU.
 #pragma once
+#include <vector>
+
 #include "planner/layout.h"
 #include "planner/model_shape.h"
 #include "planner/training_setup.h"
@@ -47,9 +49,23 @@ struct MemoryTerms {
 };
 
 /// Memory of stage `stage` (0-based) of `layout` for `capacity_bytes` of device memory (sets the
-/// reserve). Layout must already be valid (divisibility checked by the caller).
+/// reserve): the stage's own layer count (uneven stages: Layout::stage_layers), its in-flight
+/// micro-batches, the embedding on stage 0 and the logits/loss on stage p − 1. Layout must
+/// already be valid (divisibility checked by the caller).
 MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const Layout& layout,
                          int stage, double capacity_bytes);
+
+/// One pipeline stage's memory with what it follows from.
+struct StageMemory {
+  int stage = 0;
+  int layers = 0;      ///< transformer layers the stage holds
+  int in_flight = 0;   ///< micro-batch chunks whose activations it holds at peak (in_flight_chunks)
+  MemoryTerms terms;
+};
+
+/// Every stage of `layout`, stage 0 first (the planner's per-stage output; docs/planner.md).
+std::vector<StageMemory> every_stage_memory(const ModelShape& m, const TrainingSetup& setup, const Layout& layout,
+                                            double capacity_bytes);
 
 /// The stage needing the most memory (first, last, or — when p > 2 — stage 1) and its terms.
 struct WorstStage {

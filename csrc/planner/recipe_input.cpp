@@ -33,6 +33,8 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   if (m.activations_checkpoint_method != RecomputeMethod::kNone) L.method = m.activations_checkpoint_method;
   L.recompute_layers = int(m.activations_checkpoint_num_layers.value_or(0));
   L.distributed_optimizer = config::uses_distributed_optimizer(r);
+  L.first_stage_layers = int(m.num_layers_in_first_pipeline_stage.value_or(0));
+  L.last_stage_layers = int(m.num_layers_in_last_pipeline_stage.value_or(0));
   return in;
 }
 
@@ -49,6 +51,10 @@ std::vector<std::string> layout_overrides(const Layout& L, const config::Recipe&
       std::string("model.activations_checkpoint_method=") + (full ? recipe_name(L.method) : "null"),
       "model.activations_checkpoint_num_layers=" + (full ? std::to_string(L.recompute_layers) : std::string("null")),
       std::string("model.use_distributed_optimizer=") + (L.distributed_optimizer ? "true" : "false"),
+      "model.num_layers_in_first_pipeline_stage=" +
+          (L.first_stage_layers > 0 ? std::to_string(L.first_stage_layers) : std::string("null")),
+      "model.num_layers_in_last_pipeline_stage=" +
+          (L.last_stage_layers > 0 ? std::to_string(L.last_stage_layers) : std::string("null")),
   };
   const bool base_distributed = base.model.optim.name == config::OptimizerName::kDistributedFusedAdam;
   // distributed_fused_adam implies sharding: without it, the same AdamW unsharded.

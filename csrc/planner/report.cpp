@@ -28,9 +28,9 @@ std::string yes_no(bool b) { return b ? "on" : "off"; }
 std::string format_table(const PlanContext& ctx, const std::vector<Candidate>& cands, std::size_t rows) {
   const bool days = ctx.token_budget > 0, cost = days && ctx.price_per_gpu_hour > 0;
   std::string s = fmt::format(
-      "{:>4} {:>3} {:>3} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7} {:>8} | {:>6} {:>6} {:>6} {:>6} "
+      "{:>4} {:>3} {:>3} {:>9} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7} {:>8} | {:>6} {:>6} {:>6} {:>6} "
       "{:>6} {:>6} {:>6} {:>6} {:>6} | {:>9} {:>6} {:>5}",
-      "rank", "TP", "PP", "VP", "DP", "MBS", "SP", "recompute", "dopt", "mem GiB", "step s", "gemm",
+      "rank", "TP", "PP", "stages", "VP", "DP", "MBS", "SP", "recompute", "dopt", "mem GiB", "step s", "gemm",
       "attn", "membnd", "tp", "pp", "bubble", "dp", "recomp", "optim", "tokens/s", "TFLOPs", "MFU");
   if (days) s += fmt::format(" {:>7}", "days");
   if (cost) s += fmt::format(" {:>11}", "cost");
@@ -41,9 +41,9 @@ std::string format_table(const PlanContext& ctx, const std::vector<Candidate>& c
     const TimeBreakdown& t = c.time;
     const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour);
     s += fmt::format(
-        "{:>4} {:>3} {:>3} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7.1f} {:>8.3f} | {:>6.3f} {:>6.3f} "
+        "{:>4} {:>3} {:>3} {:>9} {:>3} {:>5} {:>4} {:>3} {:<17} {:>4} {:>7.1f} {:>8.3f} | {:>6.3f} {:>6.3f} "
         "{:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} | {:>9.0f} {:>6.{}f} {:>4.1f}%",
-        i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, yes_no(L.sequence_parallel), L.recompute_name(),
+        i + 1, L.tp, L.pp, stage_split_text(ctx.shape, L), L.vp, L.dp, L.micro_batch, yes_no(L.sequence_parallel), L.recompute_name(),
         yes_no(L.distributed_optimizer), c.memory.terms.total() / kGiB, t.total(), t.gemm, t.attention,
         t.memory_bound, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.recompute, t.optimizer,
         th.tokens_per_second, th.model_tflops_per_gpu,
@@ -62,7 +62,7 @@ std::string format_csv(const PlanContext& ctx, const std::vector<Candidate>& can
       "recompute_num_layers,distributed_optimizer,fits,worst_stage,memory_gib,weights_optimizer_gib,"
       "activations_gib,embedding_logits_gib,transient_gib,reserve_gib,step_seconds,gemm_s,attention_s,"
       "memory_bound_s,tp_comm_s,pp_comm_s,bubble_s,dp_comm_s,recompute_s,optimizer_s,tokens_per_second,"
-      "model_tflops_per_gpu,mfu,days,cost\n";
+      "model_tflops_per_gpu,mfu,days,cost,first_stage_layers,last_stage_layers\n";
   for (std::size_t i = 0; i < cands.size(); ++i) {
     const Candidate& c = cands[i];
     const Layout& L = c.layout;
@@ -72,14 +72,15 @@ std::string format_csv(const PlanContext& ctx, const std::vector<Candidate>& can
     const bool full = L.recompute == RecomputeGranularity::kFull;
     s += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},"
-        "{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.2f},{:.4f},{:.3f},{:.2f}\n",
+        "{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.2f},{:.4f},{:.3f},{:.2f},{},{}\n",
         i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, L.sequence_parallel ? 1 : 0,
         recipe_name(L.recompute), full ? recipe_name(L.method) : "",
         full ? std::to_string(L.recompute_layers) : "", L.distributed_optimizer ? 1 : 0, c.fits ? 1 : 0,
         c.memory.stage, m.total() / kGiB, m.weights_optimizer / kGiB, m.activations / kGiB,
         m.embedding_logits / kGiB, m.transient / kGiB, m.reserve / kGiB, t.total(), t.gemm, t.attention,
         t.memory_bound, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.recompute, t.optimizer,
-        th.tokens_per_second, th.model_tflops_per_gpu, th.mfu, th.days, th.cost);
+        th.tokens_per_second, th.model_tflops_per_gpu, th.mfu, th.days, th.cost,
+        L.stage_layers(ctx.shape.num_layers, 0), L.stage_layers(ctx.shape.num_layers, L.pp - 1));
   }
   return s;
 }
@@ -97,13 +98,18 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   s += fmt::format("# {:.1f} GiB on the worst stage ({}) of {:.0f} GiB.", best.memory.terms.total() / kGiB,
                    best.memory.stage, ctx.cluster.gpu.memory_gib);
   if (th.days > 0) s += fmt::format(" {:.1f} days for {:.3g} tokens.", th.days, ctx.token_budget);
-  s += "\ntrainer:\n";
+  s += "\n" + format_stage_memory(ctx, L, "# ");
+  s += "trainer:\n";
   s += fmt::format("  num_nodes: {}\n  devices: {}\n  accelerator: gpu\n  precision: {}\n",
                    ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, recipe_name(ctx.setup.precision));
   s += "model:\n";
   s += fmt::format("  micro_batch_size: {}\n  global_batch_size: {}\n", L.micro_batch, ctx.setup.global_batch);
   s += fmt::format("  tensor_model_parallel_size: {}\n  pipeline_model_parallel_size: {}\n", L.tp, L.pp);
   s += fmt::format("  virtual_pipeline_model_parallel_size: {}\n", L.vp > 1 ? std::to_string(L.vp) : "null");
+  if (L.uneven())  // the split's uneven end stages (null: an even share)
+    s += fmt::format("  num_layers_in_first_pipeline_stage: {}\n  num_layers_in_last_pipeline_stage: {}\n",
+                     L.first_stage_layers > 0 ? std::to_string(L.first_stage_layers) : "null",
+                     L.last_stage_layers > 0 ? std::to_string(L.last_stage_layers) : "null");
   s += fmt::format("  sequence_parallel: {}\n", L.sequence_parallel ? "true" : "false");
   s += fmt::format("  encoder_seq_length: {}\n  max_position_embeddings: {}\n", m.seq_length, m.seq_length);
   s += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n  num_attention_heads: {}\n",
@@ -118,6 +124,31 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   s += fmt::format("    seq_length: {}\n", m.seq_length);
   s += "  optim:\n";
   s += fmt::format("    name: {}\n", L.distributed_optimizer ? "distributed_fused_adam" : "fused_adam");
+  return s;
+}
+
+std::string stage_split_text(const ModelShape& m, const Layout& L) {
+  if (!L.uneven()) return "even";
+  const int first = L.stage_layers(m.num_layers, 0), last = L.stage_layers(m.num_layers, L.pp - 1);
+  if (L.pp == 2) return fmt::format("{},{}", first, last);
+  return fmt::format("{},{}x{},{}", first, L.stage_layers(m.num_layers, 1), L.pp - 2, last);
+}
+
+std::string format_stage_memory(const PlanContext& ctx, const Layout& L, const std::string& prefix) {
+  const double capacity = ctx.cluster.gpu.memory_gib * kGiB;
+  const auto stages = every_stage_memory(ctx.shape, ctx.setup, L, capacity);
+  const WorstStage worst = worst_stage_memory(ctx.shape, ctx.setup, L, capacity);
+  std::string s = prefix + fmt::format("memory per stage of {} (GiB per GPU):\n", L.describe());
+  s += prefix + fmt::format("{:>5} {:>6} {:>9} {:>11} {:>11} {:>9} {:>11} {:>7} {:>7}\n", "stage", "layers",
+                            "in-flight", "weights+opt", "activations", "emb/logit", "working-set", "reserve",
+                            "total");
+  for (const StageMemory& st : stages) {
+    const MemoryTerms& m = st.terms;
+    s += prefix + fmt::format("{:>5} {:>6} {:>9} {:>11.2f} {:>11.2f} {:>9.2f} {:>11.2f} {:>7.2f} {:>7.2f}{}\n", st.stage,
+                              st.layers, st.in_flight, m.weights_optimizer / kGiB, m.activations / kGiB,
+                              m.embedding_logits / kGiB, m.transient / kGiB, m.reserve / kGiB, m.total() / kGiB,
+                              st.stage == worst.stage ? "  <- worst" : "");
+  }
   return s;
 }
 
@@ -149,6 +180,7 @@ std::string explain(const PlanContext& ctx, const SearchResult& result, std::siz
   const Candidate& win = result.best.front();
   s += fmt::format("Winner {}: {:.3f} s/step.\n", win.layout.describe(), win.step_seconds());
   s += describe_memory(ctx, win);
+  if (win.layout.pp > 1) s += format_stage_memory(ctx, win.layout, "  ");
   for (std::size_t i = 1; i < result.best.size() && i <= compare; ++i) {
     const Candidate& other = result.best[i];
     std::vector<std::pair<double, const char*>> diffs;

@@ -38,6 +38,16 @@ std::string explain(const PlanContext& ctx, const SearchResult& result, std::siz
 /// ranked layouts (or why it is invalid / does not fit) and the gain of the best layout.
 std::string describe_recipe_layout(const PlanContext& ctx, const SearchResult& result, const Layout& layout);
 
+/// The layers of each pipeline stage in short: "even" for an even split, else e.g. "5,6x6,3"
+/// (first, the middle stages' share × their count, last) or "2,3" (p = 2).
+std::string stage_split_text(const ModelShape& shape, const Layout& layout);
+
+/// Every pipeline stage's memory for `layout` (memory_model.h, every_stage_memory), one line a
+/// stage: layers, micro-batches in flight (1F1B p − s, interleaved docs/design/parallel_layout.md),
+/// weights+grads+optimizer, layer activations, embedding/logits, recompute working set, reserve,
+/// total (GiB); the worst stage is marked. `prefix` starts every line (e.g. "# " in a recipe).
+std::string format_stage_memory(const PlanContext& ctx, const Layout& layout, const std::string& prefix = "");
+
 /// Memory breakdown of one candidate (all terms in GiB, capacity, verdict).
 std::string describe_memory(const PlanContext& ctx, const Candidate& cand);
 

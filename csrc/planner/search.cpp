@@ -1,9 +1,12 @@
 #include "planner/search.h"
 
+#include "planner/stage_splits.h"
 #include "rules/layout_rules.h"
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <utility>
 #include <stdexcept>
 #include <tuple>
 
@@ -66,6 +69,9 @@ std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSe
   q.micro_batch = L.micro_batch;
   q.global_batch = setup.global_batch;
   q.sequence_parallel = L.sequence_parallel;
+  const rules::PipelineSplit split = L.split(m.num_layers);
+  q.first_stage_layers = split.first_stage_layers;
+  q.last_stage_layers = split.last_stage_layers;
   q.model = {m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length, m.seq_length};
   const bool full = L.recompute == RecomputeGranularity::kFull;
   q.recompute = {L.recompute, full ? L.method : RecomputeMethod::kNone,
@@ -112,6 +118,13 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
   const int world = c.world();
   SearchResult result;
   TopK best(keep), unfit(keep);
+  // The pipeline splits of each (p, v), found once (stage_splits.h).
+  std::map<std::pair<int, int>, std::vector<StageSplit>> split_cache;
+  auto splits = [&](int p, int v) -> const std::vector<StageSplit>& {
+    auto it = split_cache.find({p, v});
+    if (it == split_cache.end()) it = split_cache.emplace(std::make_pair(p, v), candidate_stage_splits(m.num_layers, p, v)).first;
+    return it->second;
+  };
 
   for (int t : divisors(world)) {
     if (!allowed(space.tp, t) || m.num_attention_heads % t || m.hidden_size % t || m.ffn() % t) continue;
@@ -119,7 +132,7 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
       if (!allowed(space.sequence_parallel, sp)) continue;
       if (sp && (t == 1 || m.seq_length % t)) continue;
       for (int p : divisors(world / t)) {
-        if (!allowed(space.pp, p) || m.num_layers % p) continue;
+        if (!allowed(space.pp, p) || p > m.num_layers) continue;
         const int d = world / (t * p);
         if (setup.global_batch % d) continue;
         for (int b : divisors(setup.global_batch / d)) {
@@ -128,15 +141,18 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
           const double eb = element_bytes(setup.precision);
           const LayerCost layer = layer_cost(m, c, t, sp, b, eb, setup.fused_attention, setup.overlap_tp_comm);
           const EndCost ends = end_cost(m, c, t, sp, b, eb);
-          for (int v : divisors(m.num_layers / p)) {
+          for (int v = 1; v * p <= m.num_layers; ++v) {
             if (!allowed(space.vp, v)) continue;
             if (v > 1 && (p < 2 || micro_batches % p)) continue;
-            const int chunk = m.num_layers / (p * v);
+            for (const StageSplit& split : splits(p, v)) {
+            if (!allowed(space.uneven_stages, int(split.first > 0 || split.last > 0))) continue;
             for (int dist : {0, 1}) {
               if (!allowed(space.distributed_optimizer, dist) || (dist && d == 1)) continue;
               Layout L;
               L.tp = t; L.pp = p; L.vp = v; L.dp = d; L.micro_batch = b;
               L.sequence_parallel = sp; L.distributed_optimizer = dist;
+              L.first_stage_layers = split.first; L.last_stage_layers = split.last;
+              const int chunk = int(rules::largest_chunk_layers(L.split(m.num_layers)));
               auto consider = [&](RecomputeGranularity r, RecomputeMethod method, int layers) {
                 if (!allowed(space.recompute, r)) return;
                 if (r == RecomputeGranularity::kFull &&
@@ -164,6 +180,7 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
               for (int k : divisors(chunk)) consider(RecomputeGranularity::kFull, RecomputeMethod::kUniform, k);
               // Block with k = chunk recomputes every layer: the same as uniform with k = 1.
               for (int k = 1; k < chunk; ++k) consider(RecomputeGranularity::kFull, RecomputeMethod::kBlock, k);
+            }
             }
           }
         }

@@ -1,5 +1,6 @@
-// Layout search: enumerate every layout that divides (TP, PP, virtual stages, DP, micro-batch,
-// SP, recompute granularity/method/layers, distributed optimizer), keep those that fit in memory
+// Layout search: enumerate every layout that divides (TP, PP, virtual stages, pipeline split —
+// even or with lighter uneven end stages, stage_splits.h —, DP, micro-batch, SP, recompute
+// granularity/method/layers, distributed optimizer), keep those that fit in memory
 // and rank them by predicted step time. Only divisibility and memory prune; knobs can be fixed
 // or restricted to lists.
 #pragma once
@@ -25,6 +26,7 @@ struct SearchSpace {
   std::vector<RecomputeMethod> method;
   std::vector<int> recompute_layers;
   std::vector<int> distributed_optimizer;  ///< 0 / 1
+  std::vector<int> uneven_stages;          ///< 0 / 1: even / uneven pipeline splits (stage_splits.h)
 };
 
 /// Why a layout cannot be a candidate, or "" when it can: d must equal world/(t·p), then the

@@ -225,12 +225,13 @@ double pipeline_message_seconds(const ModelShape& md, const Cluster& c, const Tr
   return msg;
 }
 
-// Work common to every stage, per micro-batch: its layers forward and backward, what they
-// recompute, and (p > 1) one forward and one backward exchange per model chunk.
+// Work common to every stage, per micro-batch: its `layers_stage` layers (uneven stages differ)
+// forward and backward, what they recompute, and (p > 1) one forward and one backward exchange
+// per model chunk.
 StageTime common_stage_time(const ModelShape& md, const Cluster& c, const TrainingSetup& setup, const Layout& L,
-                            const LayerCost& layer) {
+                            const LayerCost& layer, int layers_stage) {
   const int p = L.pp, v = L.vp;
-  const int layers_stage = md.num_layers / p, layers_chunk = layers_stage / v;
+  const int layers_chunk = layers_stage / v;
   StageTime common;
   common.add(layer.fwd, layers_stage);
   common.add(layer.bwd, layers_stage);
@@ -274,8 +275,11 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
                         const Layout& L, const LayerCost& layer, const EndCost& ends) {
   const int p = L.pp, v = L.vp, d = L.dp;
   const int micro_batches = setup.global_batch / (d * L.micro_batch);
-  const StageTime common = common_stage_time(md, c, setup, L, layer);
-  StageTime first = common, last = common;
+  // Stage 0 adds the embedding, stage p − 1 the logits and loss; uneven stages (rules/layout_rules.h)
+  // give the ends their own layer counts, the middle stages share one.
+  const StageTime common = common_stage_time(md, c, setup, L, layer, L.stage_layers(md.num_layers, p > 2 ? 1 : 0));
+  StageTime first = common_stage_time(md, c, setup, L, layer, L.stage_layers(md.num_layers, 0));
+  StageTime last = common_stage_time(md, c, setup, L, layer, L.stage_layers(md.num_layers, p - 1));
   first.add(ends.embedding_fwd, 1);
   first.add(ends.embedding_bwd, 1);
   last.add(ends.logits_fwd, 1);
@@ -302,7 +306,8 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
   out.pp_comm = micro_batches * critical.pp_comm;
   out.recompute = micro_batches * critical.recompute;
   out.bubble = (sum_stages - critical.total()) / v;
-  const double params = std::max(stage_params(md, L, 0), stage_params(md, L, p - 1));
+  const double params = std::max({stage_params(md, L, 0), stage_params(md, L, p - 1),
+                                  p > 2 ? stage_params(md, L, 1) : 0.0});
   out.dp_comm = data_parallel_seconds(md, c, setup, L, params, critical.total());
 
   // Adam on the owned shard (read grad, param, m, v; write param, m, v; write bf16 copy: 30 B),

@@ -203,6 +203,7 @@ std::vector<RowCheck> check_published(bool search_best, const std::vector<GpuSpe
       fixed.recompute_layers = {1};
     }
     fixed.distributed_optimizer = {row.distributed_optimizer ? 1 : 0};
+    fixed.uneven_stages = {0};  // the published runs split their layers evenly
     // Unpublished knobs: the fastest choice, fitting or not (the published run did fit).
     SearchResult r = search(row.shape, cluster, setup, fixed, 1);
     RowCheck check;

@@ -181,15 +181,19 @@ std::vector<Violation> pipeline_violations(const PipelineSplit& split) {
   return out;
 }
 
-std::vector<int64_t> stage_layer_counts(const PipelineSplit& split) {
-  throw_if_any(pipeline_violations(split), "pipeline split:");
-  const int64_t p = split.pipeline;
-  int64_t left = split.num_layers, others = p;
+int64_t stage_layers(const PipelineSplit& split, int64_t stage) {
+  if (stage == 0 && split.first_stage_layers) return *split.first_stage_layers;
+  if (stage == split.pipeline - 1 && split.last_stage_layers) return *split.last_stage_layers;
+  int64_t left = split.num_layers, others = split.pipeline;
   for (const auto& set : {split.first_stage_layers, split.last_stage_layers})
     if (set) left -= *set, --others;
-  std::vector<int64_t> counts(static_cast<size_t>(p), others > 0 ? left / others : 0);
-  if (split.first_stage_layers) counts.front() = *split.first_stage_layers;
-  if (split.last_stage_layers) counts.back() = *split.last_stage_layers;
+  return others > 0 ? left / others : 0;
+}
+
+std::vector<int64_t> stage_layer_counts(const PipelineSplit& split) {
+  throw_if_any(pipeline_violations(split), "pipeline split:");
+  std::vector<int64_t> counts;
+  for (int64_t stage = 0; stage < split.pipeline; ++stage) counts.push_back(stage_layers(split, stage));
   return counts;
 }
 

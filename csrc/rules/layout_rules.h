@@ -95,6 +95,10 @@ std::vector<Violation> pipeline_violations(int64_t num_layers, int64_t p, int64_
 /// std::invalid_argument with the violations' text when the split is illegal.
 std::vector<int64_t> stage_layer_counts(const PipelineSplit& split);
 
+/// Layers of pipeline stage `stage` of a split already known to be legal (no check: for the
+/// planner's inner loops); stage_layer_counts is the checked form.
+int64_t stage_layers(const PipelineSplit& split, int64_t stage);
+
 /// The layers of each virtual stage i = k·p + r (chunk k of pipeline stage r), p·v entries in
 /// that order, contiguous and covering [0, num_layers): chunk k of stage r holds
 /// stage_layer_counts[r] / v layers (Megatron-Core's get_transformer_layer_offset). Even split:
