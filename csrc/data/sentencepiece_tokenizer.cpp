@@ -14,6 +14,16 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path)
   const auto status = sp_->Load(model_path);
   if (!status.ok())
     throw DataError("SentencePiece model '" + model_path + "': cannot load: " + status.ToString());
+  // An anchor for decode_continuation: a normal piece that does not begin with U+2581.
+  static const std::string kWordStart = "\xe2\x96\x81";
+  for (int id = 0; id < sp_->GetPieceSize(); ++id) {
+    if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id) || sp_->IsByte(id)) continue;
+    if (sp_->IdToPiece(id).rfind(kWordStart, 0) == 0) continue;
+    anchor_text_ = decode({id});
+    if (anchor_text_.empty()) continue;
+    anchor_id_ = id;
+    break;
+  }
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -54,11 +64,12 @@ std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) cons
 }
 
 std::string SentencePieceTokenizer::decode_continuation(const std::vector<int32_t>& ids) const {
-  std::string text = decode(ids);
-  static const std::string kWordStart = "\xe2\x96\x81";  // U+2581, SentencePiece's space
-  if (!ids.empty() && sp_->IdToPiece(ids.front()).rfind(kWordStart, 0) == 0 && (text.empty() || text[0] != ' '))
-    text.insert(text.begin(), ' ');
-  return text;
+  if (ids.empty() || anchor_id_ < 0) return decode(ids);
+  std::vector<int32_t> anchored{anchor_id_};
+  anchored.insert(anchored.end(), ids.begin(), ids.end());
+  const std::string text = decode(anchored);
+  if (text.compare(0, anchor_text_.size(), anchor_text_) != 0) return decode(ids);
+  return text.substr(anchor_text_.size());
 }
 
 }  // namespace loom::data

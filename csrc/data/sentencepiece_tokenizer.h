@@ -27,14 +27,17 @@ class SentencePieceTokenizer : public Tokenizer {
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
   using Tokenizer::encode;
   std::string decode(const std::vector<int32_t>& ids) const override;
-  /// decode(ids) with the leading space back when the first piece starts a word ("▁..."),
-  /// which SentencePiece removes at the start of a text (its dummy prefix).
+  /// The text `ids` add after a known piece (decode(anchor + ids) less decode(anchor)): the
+  /// word-initial space of the first piece ("▁...") stays, which SentencePiece removes at the
+  /// start of a text (its dummy prefix).
   std::string decode_continuation(const std::vector<int32_t>& ids) const override;
   std::string description() const override { return "SentencePiece ('" + path_ + "')"; }
 
  private:
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  int32_t anchor_id_ = -1;   // a normal piece that does not start a word (-1: none found)
+  std::string anchor_text_;  // its decoding
 };
 
 }  // namespace loom::data

@@ -2,6 +2,7 @@
 // tools/make_tokenizer_golden.py) and against known GPT-2 facts.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <thread>
 
 #include "data/byte_unicode.h"
@@ -116,4 +117,46 @@ TEST_CASE("tokenizer files: clear errors", "[tokenizer]") {
   write_bytes(dir / "merges2.txt", "#version: 0.2\nzzzq qqzz\n");
   CHECK_THROWS_WITH(Gpt2Tokenizer(vocab_file(), dir / "merges2.txt"), Catch::Contains("missing from the vocabulary"));
   CHECK_THROWS_AS(gpt2().decode({50257}), std::out_of_range);
+}
+
+TEST_CASE("special ids: GPT-2's one token for every end, tokenizer.json's by their spellings", "[tokenizer]") {
+  CHECK(gpt2().eod_id() == 50256);
+  CHECK(gpt2().bos_id() == 50256);
+  CHECK(gpt2().pad_id() == 50256);
+  CHECK(document_start_id(gpt2()) == 50256);
+  CHECK(gpt2().decode_continuation(gpt2().encode(" the end")) == " the end");
+
+  // A byte-level tokenizer.json (one token per byte) with added special tokens.
+  auto write = [](const std::string& path, const std::vector<std::pair<std::string, int>>& added) {
+    std::string json = "{\"model\":{\"type\":\"BPE\",\"merges\":[],\"vocab\":{";
+    for (int b = 0; b < 256; ++b) {
+      std::string entry;
+      append_utf8(entry, byte_to_codepoint()[b]);
+      if (entry == "\"" || entry == "\\") entry = "\\" + entry;
+      json += (b ? ",\"" : "\"") + entry + "\":" + std::to_string(b);
+    }
+    json += "}},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"added_tokens\":[";
+    for (size_t i = 0; i < added.size(); ++i)
+      json += (i ? "," : "") + std::string("{\"content\":\"") + added[i].first + "\",\"id\":" +
+              std::to_string(added[i].second) + "}";
+    std::ofstream(path) << json << "]}";
+  };
+  TempDir dir;
+  write(dir / "llama.json", {{"<|begin_of_text|>", 256}, {"<|end_of_text|>", 257}});
+  const auto llama = make_tokenizer({"huggingface", "", dir / "llama.json", "", ""});
+  CHECK(llama->eod_id() == 257);
+  CHECK(llama->bos_id() == 256);
+  CHECK(llama->pad_id() == 257);  // no pad token: the end of document
+  CHECK(document_start_id(*llama) == 257);
+  write(dir / "neox.json", {{"<|endoftext|>", 256}, {"<|padding|>", 257}});
+  const auto neox = make_tokenizer({"huggingface", "", dir / "neox.json", "", ""});
+  CHECK(neox->eod_id() == 256);
+  CHECK(neox->bos_id() == 256);  // GPT-2 style: one token for both ends
+  CHECK(neox->pad_id() == 257);
+  write(dir / "none.json", {});
+  const auto none = make_tokenizer({"huggingface", "", dir / "none.json", "", ""});
+  CHECK(none->eod_id() == -1);
+  CHECK(none->bos_id() == -1);
+  CHECK(none->pad_id() == 0);
+  CHECK(document_start_id(*none) == -1);
 }
