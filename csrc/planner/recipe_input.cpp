@@ -1,8 +1,27 @@
 #include "planner/recipe_input.h"
 
+#include <filesystem>
+#include <stdexcept>
+
 #include "config/derived.h"
+#include "data/recipe_tokenizer.h"
 
 namespace loom::planner {
+
+int64_t recipe_vocab_size(const config::Recipe& r) {
+  const config::TokenizerConfig& t = r.model.tokenizer;
+  if (t.library == config::TokenizerLibrary::kMegatron) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(t.vocab_file, ec) || !std::filesystem::is_regular_file(t.merge_file, ec))
+      return config::kGpt2VocabSize;
+  }
+  try {
+    return data::recipe_vocab_size(t);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("model.tokenizer: the planner needs the tokenizer's vocabulary size: ") +
+                                e.what());
+  }
+}
 
 RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   RecipePlanInput in;
@@ -12,7 +31,7 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   in.shape.num_attention_heads = int(m.num_attention_heads);
   in.shape.ffn_hidden_size = int(m.ffn_hidden_size);
   in.shape.seq_length = int(m.encoder_seq_length);
-  in.shape.vocab_size = int(config::padded_vocab_size(config::kGpt2VocabSize, m.make_vocab_size_divisible_by, 1));
+  in.shape.vocab_size = int(config::padded_vocab_size(recipe_vocab_size(r), m.make_vocab_size_divisible_by, 1));
   in.setup.global_batch = int(m.global_batch_size);
   in.setup.precision = r.trainer.precision;
   in.setup.overlap_dp_comm = r.model.optim.overlap_grad_sync;

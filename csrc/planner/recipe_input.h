@@ -14,8 +14,9 @@ namespace loom::planner {
 
 /// What a recipe says about the plan.
 struct RecipePlanInput {
-  ModelShape shape;        ///< num_layers, hidden, heads, ffn, encoder_seq_length; V = GPT-2
-                           ///< vocabulary padded to make_vocab_size_divisible_by
+  ModelShape shape;        ///< num_layers, hidden, heads, ffn, encoder_seq_length; V = the
+                           ///< tokenizer's vocabulary (recipe_vocab_size) padded to
+                           ///< make_vocab_size_divisible_by
   TrainingSetup setup;     ///< global_batch_size, precision (32 → fp32, bf16, 16 → fp16)
   int num_nodes = 1;       ///< trainer.num_nodes
   int devices = 1;         ///< trainer.devices (ranks per node)
@@ -24,7 +25,13 @@ struct RecipePlanInput {
   Layout layout;           ///< the recipe's own layout
 };
 
-/// Extracts the plan inputs of a loaded recipe.
+/// The unpadded vocabulary of the recipe's model.tokenizer: its vocab_size() when its files can
+/// be read (any library), else GPT-2's 50257 for a megatron GPT2BPETokenizer whose files are not
+/// on this machine (a plan may be made far from the data). Throws std::invalid_argument naming
+/// model.tokenizer for a SentencePiece or tokenizer.json file that is missing or does not load.
+int64_t recipe_vocab_size(const config::Recipe& recipe);
+
+/// Extracts the plan inputs of a loaded recipe (reads its tokenizer: recipe_vocab_size).
 RecipePlanInput plan_input_from_recipe(const config::Recipe& recipe);
 
 /// Dotted overrides that put `layout` into a recipe (parallel sizes, micro-batch, SP,

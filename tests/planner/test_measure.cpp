@@ -267,3 +267,36 @@ TEST_CASE("repeats keep each layout's fastest successful run and report the run-
   CHECK(later_ok.spread() == 0);
   CHECK(keep_fastest(failed, failed).status == RunStatus::timeout);
 }
+
+TEST_CASE("a recipe's tokenizer gives the plan's padded vocabulary", "[planner][recipe]") {
+  // A byte-level tokenizer.json of 256 bytes and 44 added tokens: 300 entries, padded to 384.
+  const std::string dir = std::string(LOOM_BINARY_DIR) + "/planner_tokenizer";
+  ::mkdir(dir.c_str(), 0755);
+  std::string vocab = "{";
+  const std::string hex = "0123456789abcdef";
+  int unprintable = 0x100;  // GPT-2's bytes_to_unicode: other bytes get U+0100, U+0101, ... in order
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int cp = printable ? b : unprintable++;
+    vocab += std::string(b ? "," : "") + "\"\\u0" + hex[(cp >> 8) & 15] + hex[(cp >> 4) & 15] + hex[cp & 15] + "\":" +
+             std::to_string(b);
+  }
+  vocab += "}";
+  std::string added;
+  for (int i = 0; i < 44; ++i)
+    added += std::string(i ? "," : "") + "{\"id\":" + std::to_string(256 + i) + ",\"content\":\"<|x" + std::to_string(i) + "|>\"}";
+  std::ofstream(dir + "/tokenizer.json") << "{\"model\":{\"type\":\"BPE\",\"vocab\":" << vocab
+                                         << ",\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},"
+                                            "\"added_tokens\":[" << added << "]}";
+  const auto hf = loom::config::load_recipe(kRecipe, {"model.tokenizer.library=huggingface",
+                                                      "model.tokenizer.model=" + dir + "/tokenizer.json"});
+  CHECK(recipe_vocab_size(hf) == 300);
+  CHECK(plan_input_from_recipe(hf).shape.vocab_size == 384);
+  // GPT-2 files not on this machine: GPT-2's size, as before.
+  const auto far = loom::config::load_recipe(kRecipe, {"model.tokenizer.vocab_file=/nonexistent/vocab.json"});
+  CHECK(plan_input_from_recipe(far).shape.vocab_size == 50304);
+  // A SentencePiece model that is not there: an error naming the field, not GPT-2's size.
+  const auto sp = loom::config::load_recipe(kRecipe, {"model.tokenizer.library=sentencepiece",
+                                                      "model.tokenizer.model=/nonexistent/spm.model"});
+  CHECK_THROWS_WITH(plan_input_from_recipe(sp), Catch::Contains("model.tokenizer") && Catch::Contains("spm.model"));
+}
