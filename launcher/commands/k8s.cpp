@@ -3,13 +3,12 @@
 // written for a recipe `loom train` would refuse.
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "command_registry.h"
 #include "config/k8s_job.h"
 #include "config/recipe.h"
+#include "job_file_output.h"
 
 namespace {
 
@@ -48,17 +47,7 @@ int k8s_command(int argc, char** argv) {
     std::cerr << "loom k8s: " << e.what() << "\n";
     return 2;
   }
-  if (output == "-") {
-    std::fwrite(job.data(), 1, job.size(), stdout);
-    return 0;
-  }
-  std::ofstream out(output);
-  if (!out || !(out << job)) {
-    std::cerr << "loom k8s: " << output << ": cannot write file\n";
-    return 1;
-  }
-  std::cerr << "loom k8s: wrote " << output << " (submit with: kubectl apply -f " << output << ")\n";
-  return 0;
+  return loom::cli::write_job_file("loom k8s", output, job, "kubectl apply -f");
 }
 
 }  // namespace

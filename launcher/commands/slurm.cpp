@@ -3,13 +3,12 @@
 // script is never written for a recipe `loom train` would refuse.
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
-#include <fstream>
 #include <iostream>
 
 #include "command_registry.h"
 #include "config/recipe.h"
 #include "config/slurm_script.h"
+#include "job_file_output.h"
 
 namespace {
 
@@ -37,17 +36,7 @@ int slurm_command(int argc, char** argv) {
     return 2;
   }
   const std::string script = loom::config::slurm_script(recipe, recipe_path, overrides, loom_command);
-  if (output == "-") {
-    std::fwrite(script.data(), 1, script.size(), stdout);
-    return 0;
-  }
-  std::ofstream out(output);
-  if (!out || !(out << script)) {
-    std::cerr << "loom slurm: " << output << ": cannot write file\n";
-    return 1;
-  }
-  std::cerr << "loom slurm: wrote " << output << " (submit with: sbatch " << output << ")\n";
-  return 0;
+  return loom::cli::write_job_file("loom slurm", output, script, "sbatch");
 }
 
 }  // namespace
