@@ -35,7 +35,7 @@ def runs(tmp_path_factory):
     out = []
     for name, lr in (("run_a", "1e-3"), ("run_b", "3e-3")):
         run_dir = tmp_path_factory.mktemp(name)
-        run_train(tiny_overrides(corpus, run_dir, steps=4, extra=["trainer.val_check_interval=2",
+        run_train(tiny_overrides(corpus, run_dir, steps=3, extra=["trainer.val_check_interval=2",
                                                                   f"model.optim.lr={lr}"]))
         out.append(run_dir)
     return out
@@ -58,7 +58,7 @@ def test_plot_run_draws_the_metrics_of_several_runs(runs, tmp_path):
         assert list(drawn.get_xdata()) == sorted(train)
         assert list(drawn.get_ydata()) == [train[s]["loss"] for s in sorted(train)]
         drawn = lines[f"{run_dir.name}: validation"]
-        assert list(drawn.get_xdata()) == sorted(val) == [0, 2, 4]
+        assert list(drawn.get_xdata()) == sorted(val) == [0, 2, 3]
         assert list(drawn.get_ydata()) == [val[s]["val_loss"] for s in sorted(val)]
     assert len(speed_ax.get_lines()) == len(runs)
 
@@ -72,7 +72,8 @@ def test_plot_run_names_a_directory_without_metrics(tmp_path):
 def test_loom_plan_plot_draws_every_layout_that_fits(tmp_path):
     png = tmp_path / "plan.png"
     done = subprocess.run([str(loom_binary()), "plan", "--size", "5", "--nodes", "2", "--global-batch-size", "64",
-                           "--plot", str(png)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                           "--tp", "1,2,4", "--pp", "1,2", "--plot", str(png)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_picture(png)
     rows = list(csv.DictReader((tmp_path / "plan.csv").open()))

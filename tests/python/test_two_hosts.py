@@ -15,7 +15,7 @@ import pytest
 from test_data_helpers import ROOT, loom_binary
 from train_helpers import RECIPE, make_corpus, metrics, run_train, tiny_overrides
 
-STEPS = 3
+STEPS = 2
 SUBNET = "10.231.7"  # addresses inside the test's own namespaces only
 PORT = 29731
 
