@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "config/derived.h"
 #include "convert/convert_error.h"
 
@@ -19,6 +21,24 @@ Layout resolve_layout(const LayoutRequest& r, const Layout& source) {
   out.v = size(r.virtual_pipeline, source.v, "--virtual-pipeline");
   out.d = size(r.data_parallel, source.d, "--data-parallel");
   out.distributed_optimizer = r.distributed_optimizer.value_or(source.distributed_optimizer);
+  const bool same_split = out.p == source.p && out.v == source.v;
+  auto stage = [&](const std::optional<std::string>& given, const std::optional<int>& kept,
+                   const char* flag) -> std::optional<int> {
+    if (!given) return same_split ? kept : std::nullopt;
+    if (*given == "even") return std::nullopt;
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(*given, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != given->size() || n < 1)
+      throw ConvertInputError(fmt::format("{}: expected even or an integer >= 1, found {}", flag, *given));
+    return n;
+  };
+  out.first_stage_layers = stage(r.first_stage_layers, source.first_stage_layers, "--first-stage-layers");
+  out.last_stage_layers = stage(r.last_stage_layers, source.last_stage_layers, "--last-stage-layers");
   return out;
 }
 
@@ -29,6 +49,10 @@ Layout recipe_layout(const config::Recipe& recipe) {
   l.v = static_cast<int>(config::virtual_pipeline_size(recipe));
   l.d = static_cast<int>(config::data_parallel_size(recipe));
   l.distributed_optimizer = config::uses_distributed_optimizer(recipe);
+  if (recipe.model.num_layers_in_first_pipeline_stage)
+    l.first_stage_layers = static_cast<int>(*recipe.model.num_layers_in_first_pipeline_stage);
+  if (recipe.model.num_layers_in_last_pipeline_stage)
+    l.last_stage_layers = static_cast<int>(*recipe.model.num_layers_in_last_pipeline_stage);
   return l;
 }
 
@@ -41,6 +65,10 @@ std::vector<std::string> layout_overrides(const Layout& l, const config::Recipe&
       l.v > 1 ? fmt::format("model.virtual_pipeline_model_parallel_size={}", l.v)
               : std::string("model.virtual_pipeline_model_parallel_size=null"),
       "exp_manager.explicit_log_dir=" + run_dir,
+      "model.num_layers_in_first_pipeline_stage=" +
+          (l.first_stage_layers ? std::to_string(*l.first_stage_layers) : std::string("null")),
+      "model.num_layers_in_last_pipeline_stage=" +
+          (l.last_stage_layers ? std::to_string(*l.last_stage_layers) : std::string("null")),
   };
   if (l.t == 1) o.push_back("model.sequence_parallel=false");
   if (l.distributed_optimizer) {

@@ -13,14 +13,20 @@ namespace loom::convert {
 struct LayoutRequest {
   std::optional<int> tensor_parallel, pipeline_parallel, virtual_pipeline, data_parallel;
   std::optional<bool> distributed_optimizer;
+  /// --first-stage-layers / --last-stage-layers: "even" or a layer count (Megatron-Core's
+  /// num_layers_in_first/last_pipeline_stage; docs/design/parallel_layout.md, "Uneven stages").
+  std::optional<std::string> first_stage_layers, last_stage_layers;
 };
 
 struct Layout {
   int t = 1, p = 1, v = 1, d = 1;
   bool distributed_optimizer = false;
+  std::optional<int> first_stage_layers, last_stage_layers;  ///< null: an even share
 };
 
-/// `request` over `source`. Throws ConvertInputError naming the flag for a size < 1.
+/// `request` over `source`. An unset stage-size flag keeps the source's size when p and v stay,
+/// and is even otherwise (the old size rarely fits another split). Throws ConvertInputError
+/// naming the flag for a size < 1 or a stage size that is neither "even" nor an integer.
 Layout resolve_layout(const LayoutRequest& request, const Layout& source);
 
 /// The layout of a recipe (model.*_parallel_size, data-parallel size, optimizer).

@@ -98,6 +98,10 @@ ReshardResult reshard_checkpoint(const ReshardRequest& request) {
   result.iteration = info.iteration;
   result.from = {info.layout.tensor_parallel, info.layout.pipeline_parallel, info.layout.virtual_stages,
                  info.layout.data_parallel, config::uses_distributed_optimizer(source_recipe)};
+  // The source's uneven stages, as its recipe (which source_config is built from) gives them.
+  const Layout source_recipe_layout = recipe_layout(source_recipe);
+  result.from.first_stage_layers = source_recipe_layout.first_stage_layers;
+  result.from.last_stage_layers = source_recipe_layout.last_stage_layers;
   result.to = resolve_layout(request.layout, result.from);
   const Layout& from = result.from;
   const Layout& to = result.to;

@@ -30,17 +30,23 @@ at::ScalarType scalar_type(Precision d) {
 
 std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank) {
-  rules::throw_if_any(rules::pipeline_violations(config.num_layers, p, v), "pipeline_stage_layouts:");
+  rules::PipelineSplit split;
+  split.num_layers = config.num_layers;
+  split.pipeline = p;
+  split.virtual_stages = v;
+  split.first_stage_layers = config.num_layers_in_first_pipeline_stage;
+  split.last_stage_layers = config.num_layers_in_last_pipeline_stage;
+  rules::throw_if_any(rules::pipeline_violations(split), "pipeline_stage_layouts:");
   if (pp_rank < 0 || pp_rank >= p)
     throw std::invalid_argument("pipeline_stage_layouts: expected 0 <= rank < p = " + std::to_string(p) +
                                 ", found rank " + std::to_string(pp_rank));
-  const int n = config.num_layers / (p * v);
+  const auto ranges = rules::virtual_stage_layer_ranges(split);
   std::vector<StageLayout> out;
   for (int k = 0; k < v; ++k) {
     const int virtual_stage = k * p + pp_rank;
     StageLayout l;
-    l.first_layer = virtual_stage * n;
-    l.last_layer = (virtual_stage + 1) * n;
+    l.first_layer = static_cast<int>(ranges[virtual_stage].first);
+    l.last_layer = static_cast<int>(ranges[virtual_stage].last);
     l.pre_process = virtual_stage == 0;
     l.post_process = virtual_stage == p * v - 1;
     out.push_back(l);

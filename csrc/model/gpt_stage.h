@@ -31,8 +31,11 @@ struct StageLayout {
 };
 
 /// The chunks of pipeline rank `pp_rank` for p stages with v virtual chunks each: chunk k
-/// holds virtual stage k·p + pp_rank, i.e. layers [(k·p + r)·n, (k·p + r + 1)·n) with
-/// n = L/(p·v). Throws std::invalid_argument when L % (p·v) != 0 or ranks are out of range.
+/// holds virtual stage k·p + pp_rank. With an even split that is layers
+/// [(k·p + r)·n, (k·p + r + 1)·n), n = L/(p·v); with config's uneven first/last stage sizes the
+/// ranges are rules::virtual_stage_layer_ranges' (docs/design/parallel_layout.md, "Uneven
+/// stages"). Throws std::invalid_argument (the layout rule's message) for an illegal split or
+/// a rank out of range.
 std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank);
 

@@ -6,8 +6,10 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -53,12 +55,35 @@ std::map<std::string, at::Tensor> tensor_map(const c10::IValue& v, const std::st
   return out;
 }
 
+nlohmann::json optional_int(const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+
 nlohmann::json layout_json(const CheckpointLayout& l) {
-  return {{"tensor_model_parallel_size", l.tensor_parallel},
-          {"pipeline_model_parallel_size", l.pipeline_parallel},
-          {"virtual_pipeline_model_parallel_size", l.virtual_stages},
-          {"data_parallel_size", l.data_parallel},
-          {"model", l.model_shape}};
+  nlohmann::json out = {{"tensor_model_parallel_size", l.tensor_parallel},
+                        {"pipeline_model_parallel_size", l.pipeline_parallel},
+                        {"virtual_pipeline_model_parallel_size", l.virtual_stages},
+                        {"data_parallel_size", l.data_parallel},
+                        {"model", l.model_shape}};
+  // Per-stage layers (docs/design/formats.md, "Checkpoints"): written always, so a reader sees
+  // which layers each mp_rank_TT_PPP shard holds without redoing the split.
+  if (!l.stage_layers.empty()) {
+    out["stage_layers"] = l.stage_layers;
+    out["num_layers_in_first_pipeline_stage"] = optional_int(l.first_stage_layers);
+    out["num_layers_in_last_pipeline_stage"] = optional_int(l.last_stage_layers);
+  }
+  return out;
+}
+
+/// The layers of each stage a checkpoint's metadata records; an older checkpoint without the
+/// record was split evenly.
+std::vector<int64_t> saved_stage_layers(const nlohmann::json& layout) {
+  if (layout.contains("stage_layers") && layout["stage_layers"].is_array()) {
+    std::vector<int64_t> out;
+    for (const auto& n : layout["stage_layers"]) out.push_back(n.is_number_integer() ? n.get<int64_t>() : -1);
+    return out;
+  }
+  const int64_t p = layout.value("pipeline_model_parallel_size", 1);
+  const int64_t layers = layout.value("model", nlohmann::json::object()).value("num_layers", 0);
+  return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(p, 1)), layers / std::max<int64_t>(p, 1));
 }
 
 }  // namespace
@@ -223,6 +248,14 @@ RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
           "checkpoint {} was saved with {} = {}, this run uses {} (resharding is not supported yet)",
           iter_dir.string(), key, have.value(key, nlohmann::json()).dump(), want[key].dump()));
     }
+  }
+  if (!expected.stage_layers.empty() && saved_stage_layers(have) != expected.stage_layers) {
+    throw CheckpointError(fmt::format(
+        "checkpoint {} holds pipeline stages of [{}] layers, this run splits them [{}] "
+        "(model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage differ); set the "
+        "checkpoint's split in the recipe, or rewrite it with `loom convert --checkpoint RUN --output RUN2 "
+        "--first-stage-layers N|even --last-stage-layers N|even`",
+        iter_dir.string(), fmt::join(saved_stage_layers(have), ", "), fmt::join(expected.stage_layers, ", ")));
   }
   if (have.value("model", nlohmann::json()) != want["model"]) {
     throw CheckpointError("checkpoint " + iter_dir.string() + " holds a model of shape " +

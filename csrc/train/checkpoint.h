@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/process_groups.h"
 #include "train/checkpoint_files.h"
@@ -34,6 +35,10 @@ struct CheckpointLayout {
   int virtual_stages = 1;
   int data_parallel = 1;
   nlohmann::json model_shape;  ///< num_layers, hidden_size, ... (must match too)
+  /// Transformer layers of each pipeline stage (p entries; rules::stage_layer_counts), and the
+  /// recipe's uneven end stages (null: an even share). A resume needs the same stage_layers.
+  std::vector<int64_t> stage_layers;
+  std::optional<int64_t> first_stage_layers, last_stage_layers;
 };
 
 /// What one model-parallel rank saves and restores.

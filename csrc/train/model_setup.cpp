@@ -29,6 +29,10 @@ model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vo
   c.label_smoothing = m.label_smoothing;
   c.seed = static_cast<uint64_t>(m.seed);
   c.params_dtype = recipe.trainer.precision;
+  if (m.num_layers_in_first_pipeline_stage)
+    c.num_layers_in_first_pipeline_stage = static_cast<int>(*m.num_layers_in_first_pipeline_stage);
+  if (m.num_layers_in_last_pipeline_stage)
+    c.num_layers_in_last_pipeline_stage = static_cast<int>(*m.num_layers_in_last_pipeline_stage);
   return c;
 }
 

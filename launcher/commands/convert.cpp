@@ -8,7 +8,8 @@
 //       a training checkpoint rewritten at another layout with its whole training state, so
 //       that `loom train` resumes at the new layout as if it had never stopped.
 // Layout flags: --tensor-parallel t --pipeline-parallel p --virtual-pipeline v
-// --data-parallel d --distributed-optimizer on|off (unset: the source's).
+// --data-parallel d --distributed-optimizer on|off --first-stage-layers N|even
+// --last-stage-layers N|even (unset: the source's).
 // Exit 0 ok, 2 bad input (the message names the file, tensor or field), 1 runtime failure.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -51,6 +52,11 @@ int convert_command(int argc, char** argv) {
   app.add_option("--data-parallel", d, "d of the output");
   app.add_option("--distributed-optimizer", distributed, "on|off: ZeRO-1 optimizer in the output recipe")
       ->check(CLI::IsMember({"on", "off"}));
+  std::string first_stage, last_stage;
+  app.add_option("--first-stage-layers", first_stage,
+                 "N|even: transformer layers of the output's first pipeline stage (default: the source's when p "
+                 "and v stay, else even)");
+  app.add_option("--last-stage-layers", last_stage, "N|even: layers of the output's last pipeline stage");
   app.add_option("overrides", overrides, "--from hf: recipe overrides key=value for config.yaml");
   try {
     app.parse(argc, argv);
@@ -67,9 +73,12 @@ int convert_command(int argc, char** argv) {
     if (app.count("--pipeline-parallel")) layout.pipeline_parallel = p;
     if (app.count("--virtual-pipeline")) layout.virtual_pipeline = v;
     if (app.count("--data-parallel")) layout.data_parallel = d;
+    if (app.count("--first-stage-layers")) layout.first_stage_layers = first_stage;
+    if (app.count("--last-stage-layers")) layout.last_stage_layers = last_stage;
     const bool layout_flags = layout.tensor_parallel.has_value() || layout.pipeline_parallel.has_value() ||
                               layout.virtual_pipeline.has_value() || layout.data_parallel.has_value() ||
-                              layout.distributed_optimizer.has_value();
+                              layout.distributed_optimizer.has_value() || layout.first_stage_layers.has_value() ||
+                              layout.last_stage_layers.has_value();
     if (!to.empty()) {
       if (layout_flags || !recipe.empty() || !overrides.empty())
         return bad("--to hf takes no layout flags, --recipe or overrides (Hugging Face models have no layout)");
@@ -103,7 +112,8 @@ int convert_command(int argc, char** argv) {
     if (!recipe.empty() || !overrides.empty()) return bad("--recipe and recipe overrides go with --from hf only");
     if (!checkpoint.empty() && !output.empty()) {
       if (!layout_flags) return bad("--checkpoint RUN --output RUN2 needs a layout flag (--tensor-parallel, --pipeline-parallel, "
-                                    "--virtual-pipeline, --data-parallel or --distributed-optimizer)");
+                                    "--virtual-pipeline, --data-parallel, --distributed-optimizer, --first-stage-layers "
+                                    "or --last-stage-layers)");
       loom::convert::ReshardRequest request;
       request.checkpoint = checkpoint;
       request.output_run = output;

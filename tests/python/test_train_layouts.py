@@ -1,12 +1,14 @@
 """`loom train` across tensor × pipeline × data parallel layouts (with sequence parallelism and
 selective recompute wherever t > 1, dropout on) against the single-process run: per-step losses
 and grad norms within 1e-5 relative, final parameters close, tied embedding copies identical."""
+import json
 import math
+import subprocess
 
 import pytest
 import torch
 
-from train_helpers import full_parameters, make_corpus, metrics, run_train, tiny_overrides
+from train_helpers import ROOT, full_parameters, loom_binary, make_corpus, metrics, run_train, tiny_overrides
 
 STEPS = 5
 LAYOUTS = [  # (t, p, d, v)
@@ -53,6 +55,36 @@ def test_layout_matches_single_process(corpus, reference, tmp_path, t, p, d, v):
     if p > 1:
         # The last stage's copy of the tied word embedding stays bit-identical to the first's.
         assert torch.equal(params["output_layer.weight"], params["embedding.word_embeddings.weight"])
+
+
+def test_uneven_stages_match_single_process_and_convert(corpus, reference, tmp_path):
+    """4 layers on p=2 as 1 + 3 (Megatron-Core's model.num_layers_in_first_pipeline_stage) is the
+    single-process run; its checkpoint records the split, a resume at 3 + 1 is refused naming both,
+    and `loom convert` rewrites the checkpoint at 3 + 1 (the same parameters), which then resumes."""
+    run, moved = tmp_path / "first1", tmp_path / "last1"
+    run_train(tiny_overrides(corpus, run, p=2, steps=STEPS, extra=["model.num_layers_in_first_pipeline_stage=1"]))
+    assert_same_run(run, reference)
+    layout = json.loads((run / "checkpoints" / f"iter_{STEPS:07d}" / "metadata.json").read_text())["layout"]
+    assert (layout["stage_layers"], layout["num_layers_in_first_pipeline_stage"],
+            layout["num_layers_in_last_pipeline_stage"]) == ([1, 3], 1, None)
+
+    last1 = ["model.num_layers_in_last_pipeline_stage=1"]
+    done = run_train(tiny_overrides(corpus, run, p=2, steps=STEPS + 1, extra=last1), check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "holds pipeline stages of [1, 3] layers, this run splits them [3, 1]" in done.stderr
+
+    done = subprocess.run([str(loom_binary()), "convert", "--checkpoint", str(run), "--output", str(moved),
+                           "--first-stage-layers", "even", "--last-stage-layers", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    meta = json.loads((moved / "checkpoints" / f"iter_{STEPS:07d}" / "metadata.json").read_text())["layout"]
+    assert meta["stage_layers"] == [3, 1]
+    before, after = full_parameters(run, STEPS), full_parameters(moved, STEPS)
+    assert sorted(before) == sorted(after)
+    for name, value in before.items():
+        assert torch.equal(after[name], value), name
+    run_train(tiny_overrides(corpus, moved, p=2, steps=STEPS + 1, extra=last1))
+    assert [r["step"] for r in metrics(moved)][-1] == STEPS + 1
 
 
 def test_distributed_optimizer_matches_plain(corpus, tmp_path):

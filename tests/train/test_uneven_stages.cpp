@@ -1,0 +1,166 @@
+// Uneven pipeline stages (model.num_layers_in_first/last_pipeline_stage; docs/design/parallel_layout.md,
+// "Uneven stages") through the real training step: each rank builds its chunks from the split
+// (train::build_model_chunks), runs GptStep over the 1F1B or interleaved schedule on Gloo, and
+// compares the step's loss and every gradient with the whole model run in one process on the
+// whole batch (dropout on, keyed by global layer and sample, so the masks are the same).
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/multiprocess.h"
+#include "harness/worker_groups.h"
+#include "model/gpt_stage.h"
+#include "train/gpt_step.h"
+#include "train/model_setup.h"
+
+using namespace loom;
+
+namespace {
+
+constexpr int kBatch = 4, kSeq = 8;
+
+std::optional<int> env_layers(const char* name) {
+  const int n = test::env_int(name);
+  return n > 0 ? std::optional<int>(n) : std::nullopt;
+}
+
+model::GptConfig config_from_env() {
+  model::GptConfig c;
+  c.num_layers = test::env_int("L");
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.vocab_size = 100;
+  c.max_position_embeddings = 16;
+  c.seq_length = kSeq;
+  c.hidden_dropout = c.attention_dropout = 0.1;
+  c.seed = 7;
+  c.num_layers_in_first_pipeline_stage = env_layers("FIRST");
+  c.num_layers_in_last_pipeline_stage = env_layers("LAST");
+  return c;
+}
+
+double rel_err(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
+}
+
+}  // namespace
+
+LOOM_WORKER("uneven_pipeline_step") {
+  const int p = test::env_int("P"), v = test::env_int("V");
+  auto groups = test::worker_groups(1, p);
+  const model::GptConfig cfg = config_from_env();
+  const int pp = groups->coords().pp;
+
+  // The stage holds exactly the layers the rules give it.
+  auto chunks = train::build_model_chunks(cfg, *groups, v, at::kCPU);
+  const std::string want_layers = test::env_str(("LAYERS" + std::to_string(pp)).c_str());
+  std::string got_layers;
+  for (const auto& c : chunks)
+    got_layers += (got_layers.empty() ? "" : ",") + std::to_string(c.layout().first_layer) + "-" +
+                  std::to_string(c.layout().last_layer);
+  LOOM_WCHECK(got_layers == want_layers, "(stage " + std::to_string(pp) + " holds " + got_layers + ", expected " +
+                                             want_layers + ")");
+
+  // One global batch of 4 samples with some masked tokens, as 4 micro-batches of 1.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  at::Tensor tokens = at::randint(cfg.vocab_size, {kBatch, kSeq}, gen, at::kLong);
+  at::Tensor labels = at::randint(cfg.vocab_size, {kBatch, kSeq}, gen, at::kLong);
+  at::Tensor mask = (at::rand({kBatch, kSeq}, gen) > 0.2).to(at::kFloat);
+  at::Tensor positions = at::arange(kSeq, at::kLong).unsqueeze(0).expand({kBatch, kSeq}).contiguous();
+  std::vector<train::MicroBatch> batches;
+  for (int k = 0; k < kBatch; ++k)
+    batches.push_back({tokens.slice(0, k, k + 1), labels.slice(0, k, k + 1), mask.slice(0, k, k + 1),
+                       positions.slice(0, k, k + 1), k, {}});
+  model::DropoutContext dropout;
+  dropout.step = 3;
+  dropout.global_batch = kBatch;
+
+  train::RunShape shape;
+  shape.p = p;
+  shape.v = v;
+  shape.m = kBatch;
+  shape.micro_batch = 1;
+  shape.global_batch = kBatch;
+  shape.seq_length = kSeq;
+  train::GptStep step(chunks, *groups, shape);
+  const double loss = step.train(batches, dropout, 1.0, {}).item<double>();
+
+  // The reference: the whole model, the whole batch, the mean over unmasked tokens.
+  model::GptConfig whole_cfg = cfg;
+  whole_cfg.num_layers_in_first_pipeline_stage.reset();
+  whole_cfg.num_layers_in_last_pipeline_stage.reset();
+  model::GptStage whole(whole_cfg, runtime::Communicator::solo());
+  model::StageInputs in;
+  in.tokens = tokens;
+  in.position_ids = positions;
+  in.labels = labels;
+  at::Tensor want_loss = (whole.forward(in, dropout) * mask).sum() / mask.sum();
+  want_loss.backward();
+  std::map<std::string, at::Tensor> want;
+  for (const auto& param : whole.parameters()) want[param.name] = param.tensor.grad();
+  LOOM_WCHECK(std::abs(loss - want_loss.item<double>()) <= 1e-5 * std::abs(want_loss.item<double>()),
+              "(loss " + std::to_string(loss) + ", single process " + std::to_string(want_loss.item<double>()) + ")");
+
+  int checked = 0;
+  for (const auto& param : train::chunk_parameters(chunks)) {
+    at::Tensor g = param.tensor.grad().detach().clone();
+    // The tied word embedding: the first stage's and the last stage's copies each hold a part.
+    const bool tied = param.word_embedding && p > 1;
+    if (tied) groups->embedding().all_reduce(g);
+    const std::string name = tied ? "embedding.word_embeddings.weight" : param.name;
+    LOOM_WCHECK(want.count(name), "(no reference gradient of " + name + ")");
+    const double err = rel_err(g, want[name]);
+    LOOM_WCHECK(err < 1e-5, "(" + param.name + " on stage " + std::to_string(pp) + ": rel. error " +
+                                std::to_string(err) + ")");
+    ++checked;
+  }
+  LOOM_WCHECK(checked > 0);
+  groups->world().barrier();
+  groups->shutdown();
+}
+
+TEST_CASE("uneven pipeline stages: loss and gradients equal the single-process run", "[train][multiprocess]") {
+  struct Case {
+    int p, v, layers, first, last;  // first/last 0: not set
+    std::vector<std::string> stage_layers;  // per pipeline rank: its chunks' [first-last) layers
+  };
+  const Case cases[] = {
+      {2, 1, 5, 2, 0, {"0-2", "2-5"}},                  // a light first stage (the embedding's)
+      {2, 1, 5, 0, 1, {"0-4", "4-5"}},                  // a light last stage (the loss's)
+      {4, 1, 6, 1, 1, {"0-1", "1-3", "3-5", "5-6"}},    // both ends lighter, 2 + 2 in the middle
+      {4, 1, 7, 0, 1, {"0-2", "2-4", "4-6", "6-7"}},    // last only: 2 + 2 + 2 + 1
+      {2, 2, 6, 2, 0, {"0-1,3-4", "1-3,4-6"}},          // interleaved: chunks of 1 and 2 layers
+  };
+  for (const auto& c : cases) {
+    INFO("p=" << c.p << " v=" << c.v << " L=" << c.layers << " first=" << c.first << " last=" << c.last);
+    std::map<std::string, std::string> env = {{"P", std::to_string(c.p)}, {"V", std::to_string(c.v)},
+                                              {"L", std::to_string(c.layers)}, {"FIRST", std::to_string(c.first)},
+                                              {"LAST", std::to_string(c.last)}};
+    for (size_t r = 0; r < c.stage_layers.size(); ++r) env["LAYERS" + std::to_string(r)] = c.stage_layers[r];
+    auto result = test::run_ranks("uneven_pipeline_step", c.p, env, 180.0);
+    INFO(result.summary());
+    CHECK(result.exit_code() == 0);
+  }
+}
+
+TEST_CASE("pipeline_stage_layouts gives the rules' uneven ranges and refuses an illegal split", "[train]") {
+  model::GptConfig cfg;
+  cfg.num_layers = 18;
+  cfg.num_layers_in_first_pipeline_stage = 2;
+  cfg.num_layers_in_last_pipeline_stage = 4;
+  const auto r0 = model::pipeline_stage_layouts(cfg, 4, 2, 0), r3 = model::pipeline_stage_layouts(cfg, 4, 2, 3);
+  CHECK((r0[0].first_layer == 0 && r0[0].last_layer == 1 && r0[0].pre_process && !r0[0].post_process));
+  CHECK((r0[1].first_layer == 9 && r0[1].last_layer == 10 && !r0[1].pre_process));
+  CHECK((r3[0].first_layer == 7 && r3[0].last_layer == 9 && !r3[0].post_process));
+  CHECK((r3[1].first_layer == 16 && r3[1].last_layer == 18 && r3[1].post_process));
+  cfg.num_layers_in_last_pipeline_stage = 3;
+  CHECK_THROWS_WITH(model::pipeline_stage_layouts(cfg, 4, 2, 0),
+                    "pipeline_stage_layouts:\nmodel.num_layers_in_last_pipeline_stage: expected a multiple of "
+                    "virtual_pipeline_model_parallel_size (2: the stage's model chunks are equal), found 3");
+}
