@@ -1,5 +1,6 @@
-// Starting a run's ranks on this machine (`loom train`, `loom ptune` without a launcher): the
-// command re-executes itself once per rank with the rendezvous variables set; a multi-node
+// Starting a run's ranks on this machine (`loom train`, `loom ptune`, `loom generate`, `loom eval`
+// without a launcher): the command re-executes itself once per rank with the rendezvous
+// variables set; a multi-node
 // recipe needs torchrun or srun instead. Ranks get 120 s to save a checkpoint when stopped;
 // a second Ctrl-C stops them at once (exit 130).
 #pragma once
@@ -40,6 +41,26 @@ inline int run_local_ranks(const std::string& command, int argc, char** argv, in
     return result.exit_code();
   } catch (const std::exception& e) {
     std::cerr << who << "cannot start the ranks: " << error_text(e) << "\n";
+    return 1;
+  }
+}
+
+/// Runs `loom <command> argv[1..]` on `nproc` local ranks of a command whose stdout is rank 0's
+/// result (generate's text, eval's table), so output lines are not prefixed with the rank.
+/// Returns the first failing rank's exit status (its summary printed), 1 when the ranks cannot
+/// be started.
+inline int run_local_ranks_for_output(const std::string& command, int argc, char** argv, int nproc) {
+  launch::LaunchOptions opt;
+  opt.argv = {launch::self_executable(), command};
+  for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
+  opt.nproc = nproc;
+  opt.prefix_output = false;
+  try {
+    auto result = launch::launch_local(opt);
+    if (result.exit_code() != 0) std::cerr << "loom " << command << ": " << result.summary() << "\n";
+    return result.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "loom " << command << ": cannot start the ranks: " << error_text(e) << "\n";
     return 1;
   }
 }

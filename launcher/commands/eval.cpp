@@ -20,6 +20,7 @@
 #include "data/data_error.h"
 #include "error_text.h"
 #include "input_errors.h"
+#include "local_ranks.h"
 #include "eval/eval_error.h"
 #include "eval/eval_run.h"
 #include "launch/env_rendezvous.h"
@@ -188,23 +189,6 @@ void read_tasks(EvalArgs& a) {
     throw loom::eval::EvalInputError("--log-samples needs --output FILE (the samples go beside it)");
 }
 
-// One process: starts the t·p·d local ranks of this command.
-int launch_ranks(int argc, char** argv, int world) {
-  loom::launch::LaunchOptions opt;
-  opt.argv = {loom::launch::self_executable(), "eval"};
-  for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
-  opt.nproc = world;
-  opt.prefix_output = false;  // stdout is the table (rank 0 only)
-  try {
-    auto result = loom::launch::launch_local(opt);
-    if (result.exit_code() != 0) std::cerr << "loom eval: " << result.summary() << "\n";
-    return result.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "loom eval: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
-    return 1;
-  }
-}
-
 int eval_command(int argc, char** argv) {
   CLI::App app{"Score a training checkpoint on lm-evaluation-harness tasks (LAMBADA, multiple choice, "
                "rolling log-likelihood) from local files, under any tensor/pipeline/data-parallel layout."};
@@ -241,7 +225,8 @@ int eval_command(int argc, char** argv) {
     return 2;
   }
   const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
-  return world == 1 ? run_rank(a.job, info) : launch_ranks(argc, argv, world);
+  // stdout is the table (rank 0 only)
+  return world == 1 ? run_rank(a.job, info) : loom::cli::run_local_ranks_for_output("eval", argc, argv, world);
 }
 
 }  // namespace

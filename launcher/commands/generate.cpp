@@ -22,6 +22,7 @@
 #include "command_registry.h"
 #include "error_text.h"
 #include "input_errors.h"
+#include "local_ranks.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "generate/generate_run.h"
@@ -250,19 +251,7 @@ int generate_from_one_process(const GenerateJob& job, const loom::launch::Rendez
     return 2;
   }
   if (t == 1) return run_rank(job, info);
-  loom::launch::LaunchOptions opt;
-  opt.argv = {loom::launch::self_executable(), "generate"};
-  for (int i = 1; i < argc; ++i) opt.argv.push_back(argv[i]);
-  opt.nproc = t;
-  opt.prefix_output = false;  // stdout is the generated text (rank 0 only)
-  try {
-    auto result = loom::launch::launch_local(opt);
-    if (result.exit_code() != 0) std::cerr << "loom generate: " << result.summary() << "\n";
-    return result.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "loom generate: cannot start the ranks: " << loom::cli::error_text(e) << "\n";
-    return 1;
-  }
+  return loom::cli::run_local_ranks_for_output("generate", argc, argv, t);  // stdout: rank 0's text
 }
 
 int generate_command(int argc, char** argv) {
