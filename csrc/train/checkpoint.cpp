@@ -81,8 +81,12 @@ std::vector<int64_t> saved_stage_layers(const nlohmann::json& layout) {
     for (const auto& n : layout["stage_layers"]) out.push_back(n.is_number_integer() ? n.get<int64_t>() : -1);
     return out;
   }
+  // Read after the model shape matched (load_checkpoint): num_layers is then the run's.
   const int64_t p = layout.value("pipeline_model_parallel_size", 1);
-  const int64_t layers = layout.value("model", nlohmann::json::object()).value("num_layers", 0);
+  const nlohmann::json shape = layout.value("model", nlohmann::json::object());
+  const int64_t layers = shape.is_object() && shape.contains("num_layers") && shape["num_layers"].is_number_integer()
+                             ? shape["num_layers"].get<int64_t>()
+                             : 0;
   return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(p, 1)), layers / std::max<int64_t>(p, 1));
 }
 
@@ -249,6 +253,11 @@ RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
           iter_dir.string(), key, have.value(key, nlohmann::json()).dump(), want[key].dump()));
     }
   }
+  if (have.value("model", nlohmann::json()) != want["model"]) {
+    throw CheckpointError("checkpoint " + iter_dir.string() + " holds a model of shape " +
+                          have.value("model", nlohmann::json()).dump() + ", this run builds " +
+                          want["model"].dump());
+  }
   if (!expected.stage_layers.empty() && saved_stage_layers(have) != expected.stage_layers) {
     throw CheckpointError(fmt::format(
         "checkpoint {} holds pipeline stages of [{}] layers, this run splits them [{}] "
@@ -256,11 +265,6 @@ RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
         "checkpoint's split in the recipe, or rewrite it with `loom convert --checkpoint RUN --output RUN2 "
         "--first-stage-layers N|even --last-stage-layers N|even`",
         iter_dir.string(), fmt::join(saved_stage_layers(have), ", "), fmt::join(expected.stage_layers, ", ")));
-  }
-  if (have.value("model", nlohmann::json()) != want["model"]) {
-    throw CheckpointError("checkpoint " + iter_dir.string() + " holds a model of shape " +
-                          have.value("model", nlohmann::json()).dump() + ", this run builds " +
-                          want["model"].dump());
   }
   const auto coords = groups.coords();
   const std::string rel =
