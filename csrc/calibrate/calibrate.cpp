@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/hardware.h"
+#include "planner/time_model.h"
 #include "runtime/communicator.h"
 #include "runtime/run_device.h"
 
@@ -59,6 +60,13 @@ std::vector<std::vector<int64_t>> default_shapes(bool cuda) {
   // left out because training has none and it would skew the fitted curve.)
   return {{64, 64, 64},       {128, 128, 128},  {256, 256, 256},   {512, 512, 512},
           {1024, 1024, 1024}, {512, 512, 128},  {512, 4096, 128},  {1024, 8192, 128}};
+}
+
+std::vector<std::vector<int64_t>> default_attention_shapes(bool cuda) {
+  // {batch, heads, seq, head_dim}: the FlashAttention papers' sweep (batch·seq fixed, 16 heads
+  // of 128) on GPUs; sequences of small CPU models at head dimension 64.
+  if (cuda) return {{8, 16, 1024, 128}, {4, 16, 2048, 128}, {2, 16, 4096, 128}, {1, 16, 8192, 128}};
+  return {{1, 4, 128, 64}, {1, 4, 256, 64}, {1, 4, 512, 64}};
 }
 
 std::string dtype_name(c10::ScalarType t) {
@@ -140,6 +148,24 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
     r.gemm.push_back({s[0], s[1], s[2], 2.0 * double(s[0]) * double(s[1]) * double(s[2]) / sec / 1e12});
   }
 
+  // Fused attention (model.use_flash_attention's kernel): forward alone, then forward and
+  // backward; the backward is the difference.
+  for (const auto& s : opt.attention_shapes.empty() ? default_attention_shapes(r.cuda) : opt.attention_shapes) {
+    const auto leaf = [&] { return at::randn({s[0], s[1], s[2], s[3]}, opts).requires_grad_(true); };
+    at::Tensor q = leaf(), k = leaf(), v = leaf();
+    at::Tensor grad = at::randn({s[0], s[1], s[2], s[3]}, opts);
+    const double fwd = seconds_per_call(world, dev, opt.target_seconds, [&] {
+      at::NoGradGuard no_grad;
+      at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true);
+    });
+    const double both = seconds_per_call(world, dev, opt.target_seconds, [&] {
+      at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true).backward(grad);
+    });
+    const double flops = planner::fused_attention_fwd_flops(double(s[0] * s[1]), double(s[2]), double(s[3]));
+    r.attention.push_back({s[0], s[1], s[2], s[3], flops / fwd / 1e12,
+                           2.5 * flops / std::max(both - fwd, 1e-9) / 1e12});
+  }
+
   // Larger than the last-level cache on CPUs, large enough for full speed on GPUs.
   const int64_t copy_bytes = r.cuda ? (int64_t(1) << 30) : (int64_t(64) << 20);
   {
@@ -196,6 +222,10 @@ std::string to_profile_json(const CalibrationResult& r) {
     gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"tflops", g.tflops}});
     best = std::max(best, g.tflops);
   }
+  json attention = json::array();
+  for (const auto& a : r.attention)
+    attention.push_back({{"batch", a.batch}, {"heads", a.heads}, {"seq", a.seq}, {"head_dim", a.head_dim},
+                         {"fwd_tflops", a.fwd_tflops}, {"bwd_tflops", a.bwd_tflops}});
   const double link = r.ranks > 1 ? r.allreduce_busbw_gbs : r.copy_gbs;
   json device;
   if (const planner::GpuSpec* g = r.cuda ? recognise(r.device_name, r.memory_gib) : nullptr) {
@@ -235,6 +265,7 @@ std::string to_profile_json(const CalibrationResult& r) {
                 {"threads_per_rank", r.threads_per_rank},
                 {"copy_gbs", r.copy_gbs},
                 {"op_overhead_us", r.op_overhead_us}}}};
+  if (!attention.empty()) doc["fused_attention"] = attention;
   if (!r.collectives.empty()) {
     json samples = json::array();
     for (const auto& s : r.collectives)

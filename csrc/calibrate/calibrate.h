@@ -23,6 +23,15 @@ struct GemmMeasurement {
   double tflops = 0;  ///< 2mnk / seconds of the slowest rank, 1e12 FLOP/s
 };
 
+/// One measured fused attention: at::scaled_dot_product_attention, causal, q/k/v
+/// [batch, heads, seq, head_dim] in the training dtype (flash / memory-efficient / cuDNN on
+/// CUDA, the flash kernel on CPU). TFLOP/s count the causal tiles the kernel executes
+/// (planner::fused_attention_fwd_flops; backward 2.5×), as the planner's time model does.
+struct AttentionMeasurement {
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
+  double fwd_tflops = 0, bwd_tflops = 0;  ///< slowest rank's
+};
+
 enum class CollectiveKind { all_reduce, all_gather, reduce_scatter };
 const char* to_string(CollectiveKind k);
 
@@ -52,6 +61,9 @@ struct CalibrationOptions {
   double target_seconds = 0.15;         ///< wall time each measurement aims for
   /// GEMM shapes {m, n, k}; empty = a default set for the device (CPU: 64..1024, GPU: 512..8192).
   std::vector<std::vector<int64_t>> gemm_shapes;
+  /// Fused-attention shapes {batch, heads, seq, head_dim}; empty = a default set (CPU: s 128..512
+  /// at head dimension 64; GPU: s 1024..8192 at 128).
+  std::vector<std::vector<int64_t>> attention_shapes;
 };
 
 struct CalibrationResult {
@@ -62,6 +74,7 @@ struct CalibrationResult {
   int threads_per_rank = 1;     ///< ATen intra-op threads of each rank (CPU)
   double memory_gib = 0;        ///< device memory (GPU) or this node's RAM / ranks (CPU), GiB
   std::vector<GemmMeasurement> gemm;
+  std::vector<AttentionMeasurement> attention;  ///< fused attention forward and backward
   double copy_gbs = 0;          ///< achieved bandwidth of a large copy, read + write, GB/s
   double op_overhead_us = 0;    ///< one small elementwise op (dispatch, launch), µs
   std::vector<CollectiveSample> collectives;  ///< by kind and size (more than one rank)
@@ -75,7 +88,7 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
 
 /// The measured profile JSON: "device" (a GPU-table entry: the built-in entry of a recognised
 /// GPU, else one built from the measurements with `efficiency` fractions of 1 and the measured
-/// latencies), "gemm" samples, "memory_bandwidth_gbs", "allreduce_busbw_gbs" {"intra_node"},
+/// latencies), "gemm" samples, "fused_attention" samples, "memory_bandwidth_gbs", "allreduce_busbw_gbs" {"intra_node"},
 /// "collective_latency_us", "kernel_launch_us" and "measured" (the raw figures incl. every collective sample, ranks, dtype).
 std::string to_profile_json(const CalibrationResult& result);
 

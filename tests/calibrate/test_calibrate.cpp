@@ -60,3 +60,33 @@ TEST_CASE("a one-rank CPU calibration gives a profile the planner takes as its d
   CHECK(gpu.efficiency.gemm_max_fraction > 0);
   CHECK(gpu.efficiency.gemm_max_fraction <= 1);
 }
+
+TEST_CASE("calibration measures the fused attention kernel and the profile sets its efficiencies", "[calibrate]") {
+  auto solo = loom::runtime::Communicator::solo();
+  CalibrationOptions opt;
+  opt.target_seconds = 0.01;
+  opt.gemm_shapes = {{128, 128, 128}, {256, 256, 256}};
+  opt.attention_shapes = {{1, 2, 128, 32}, {1, 2, 256, 32}};
+  const CalibrationResult r = run_calibration(*solo, opt);
+  REQUIRE(r.attention.size() == 2);
+  for (const auto& a : r.attention) {
+    CHECK(a.fwd_tflops > 0);
+    CHECK(a.bwd_tflops > 0);
+    CHECK(a.head_dim == 32);
+  }
+  CHECK(r.attention[1].seq == 256);
+  const std::string json = to_profile_json(r);
+  CHECK(json.find("\"fused_attention\"") != std::string::npos);
+  const auto gpu = loom::planner::apply_measured_profile(loom::planner::find_gpu("A100-80GB"), json, "cpu.json");
+  // The fractions are the samples' mean of achieved / (peak · seq/(seq + x0)), at most 1.
+  double fwd = 0;
+  for (const auto& a : r.attention)
+    fwd += a.fwd_tflops / (gpu.peak_tflops * double(a.seq) / (double(a.seq) + gpu.efficiency.gemm_half_dim));
+  CHECK(gpu.efficiency.fused_attention_fwd_fraction == Approx(std::min(1.0, fwd / 2)));
+  CHECK(gpu.efficiency.fused_attention_bwd_fraction > 0);
+  CHECK(gpu.efficiency.fused_attention_bwd_fraction <= 1);
+  // A profile's sample without its fields is refused naming it.
+  CHECK_THROWS_WITH(loom::planner::apply_measured_profile(loom::planner::find_gpu("A100-80GB"),
+                                                          R"({"fused_attention": [{"seq": 128}]})", "p.json"),
+                    Catch::Contains("p.json: fused_attention[0]: missing field 'fwd_tflops'"));
+}
