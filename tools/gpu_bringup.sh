@@ -19,7 +19,7 @@
 #
 #   tools/gpu_bringup.sh                          # everything, within LOOM_BRINGUP_DEADLINE_S
 #   tools/gpu_bringup.sh --steps build            # only the build (a second call reuses it)
-#   tools/gpu_bringup.sh --steps ops,tiny,layout,throughput,mcore
+#   tools/gpu_bringup.sh --steps ops,tiny,layout,throughput,mcore,overlap
 #   tools/gpu_bringup.sh --dry-run                # here, on CPU: reuses build/, small shapes,
 #                                                 # results in runs/bringup-dryrun/
 # A hard deadline for the whole call (LOOM_BRINGUP_DEADLINE_S, default 570 s: under the device
@@ -36,7 +36,7 @@ ROOT=$(pwd)
 # ---------------------------------------------------------------- options and paths
 DRY=0
 MAKE_REF=""
-STEPS="env,build,tiny,throughput,mcore,layout,ops"
+STEPS="env,build,tiny,throughput,mcore,layout,overlap,ops"
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) DRY=1 ;;
@@ -688,6 +688,25 @@ step_mcore() {
   end_step pass "ratio Loom/Megatron-Core $ratio"
 }
 
+step_overlap() {
+  begin_step overlap "8. Overlapped gradient reduction, d=2 and d=2 × p=2 (tools/bench_step.py)"
+  local log=$LOGS/bench_step.log rc
+  local -a env_args=() args=(--loom "$LOOM" --data "$DATA" --json-out "$WORK/bench_step.json")
+  if [ "$ACCEL" = gpu ]; then
+    env_args=(LOOM_DEVICE_COLLECTIVES=gloo "${DEVICE_ENV[@]}")
+    args+=(--gpu --steps "${LOOM_BRINGUP_OVERLAP_STEPS:-12}" --warmup 3)
+    md "All ranks share one device, so collectives go through Gloo staged via host memory (\`LOOM_DEVICE_COLLECTIVES=gloo\`): the overlap hides host-side reduction time only."
+  else
+    args+=(--steps 4 --warmup 1 --hidden 64)
+  fi
+  run_timed "$log" "$(budget 240)" env "${env_args[@]}" "$PY" tools/bench_step.py "${args[@]}"
+  rc=$?
+  md ""
+  grep -E '^(\||loom train|d2)' "$log" >> "$SECTIONS/overlap.md"
+  if [ "$rc" -ne 0 ]; then md_log_tail "$log" 20; end_step FAIL "exit $rc"; return 1; fi
+  end_step pass "$(grep -E '^d2' "$log" | tr '\n' ' ')"
+}
+
 # ---------------------------------------------------------------- main
 if [ -n "$MAKE_REF" ]; then
   PY=$(find_python) || { echo "gpu_bringup: no python that imports torch" >&2; exit 1; }
@@ -703,7 +722,7 @@ if [ -n "$MAKE_REF" ]; then
 fi
 declare -A TITLE=([tiny]="3. Tiny recipe on one device" [throughput]="4. GPT-3 126m throughput"
                   [mcore]="5. Megatron-Core" [layout]="6. t=2 × p=2 on one device"
-                  [ops]="7. Op library check")
+                  [overlap]="8. Overlapped gradient reduction" [ops]="7. Op library check")
 not_run() { begin_step "$1" "${TITLE[$1]}"; end_step "not run" "$2"; }
 step_env || { assemble_results; exit 1; }
 choose_accelerator
@@ -711,7 +730,7 @@ BUILD_OK=1
 if want build; then step_build || BUILD_OK=0; fi
 [ -x "$LOOM" ] || BUILD_OK=0
 if [ "$BUILD_OK" = 0 ]; then
-  for step in tiny throughput mcore layout ops; do
+  for step in tiny throughput mcore layout ops overlap; do
     want "$step" && not_run "$step" "no usable $LOOM"
   done
   assemble_results
@@ -720,7 +739,7 @@ fi
 WINNER=""
 LOOM_TPUT=""
 # The scarcest figures first (a call that runs out of time loses the least useful steps).
-for step in tiny throughput mcore layout ops; do
+for step in tiny throughput mcore layout ops overlap; do
   want "$step" || continue
   if [ "$(remaining)" -lt 20 ]; then not_run "$step" "out of time (deadline ${DEADLINE} s)"; continue; fi
   "step_$step"
