@@ -1,5 +1,7 @@
 #include "planner/inference_cli.h"
 
+#include "launch/local_launcher.h"
+#include "planner/inference_measure.h"
 #include "planner/plan_flags.h"
 #include "planner/text_io.h"
 
@@ -76,6 +78,10 @@ struct InferArgs {
   std::string csv_path, precision = "bf16";
   InferenceWorkload work;
   InferenceSearchSpace space;
+  std::string checkpoint;  ///< the model's shape (instead of --size ...) and what --measure serves
+  int measure = 0;
+  InferenceMeasureOptions mopt;
+  std::string measure_csv;
 };
 
 void add_infer_flags(CLI::App& app, InferArgs& a) {
@@ -104,13 +110,69 @@ void add_infer_flags(CLI::App& app, InferArgs& a) {
   app.add_option("--min-throughput", a.space.min_throughput, "Floor on generated tokens/s of the whole cluster");
   app.add_option("--top", a.top, "Rows of the terminal table")->capture_default_str();
   app.add_option("--csv", a.csv_path, "Write the ranked layouts as CSV to FILE ('-' = stdout)");
+  app.add_option("--checkpoint", a.checkpoint,
+                 "Plan for this Loom checkpoint's model (run or checkpoints directory; instead of --size ...)");
+  app.add_option("--measure", a.measure,
+                 "Serve the K best layouts of --checkpoint on this machine (one replica each, the serving "
+                 "engine on local ranks) and print measured beside predicted latency and throughput");
+  app.add_option("--measure-rounds", a.mopt.rounds, "Timed rounds of `batch` requests per measured layout")
+      ->capture_default_str();
+  app.add_option("--measure-timeout", a.mopt.timeout_s, "Seconds before a measured run is stopped (timeout)")
+      ->capture_default_str();
+  app.add_option("--measure-dir", a.mopt.work_dir, "Directory of the measurements")->capture_default_str();
+  app.add_option("--measure-csv", a.measure_csv, "Write the measured table as CSV to FILE ('-' = stdout)");
+}
+
+// The model: the checkpoint's (--checkpoint) or the flags'. Throws std::invalid_argument when
+// both or neither are given, or for bad --measure flags.
+ModelShape resolve_model(const InferArgs& a) {
+  if (a.measure < 0) throw std::invalid_argument(fmt::format("--measure must be >= 0, found {}", a.measure));
+  if (a.measure > 0 && a.checkpoint.empty())
+    throw std::invalid_argument("--measure needs --checkpoint DIR: the runs serve its model");
+  if (a.mopt.rounds < 1)
+    throw std::invalid_argument(fmt::format("--measure-rounds must be >= 1, found {}", a.mopt.rounds));
+  if (!(a.mopt.timeout_s > 0)) throw std::invalid_argument("--measure-timeout must be > 0");
+  if (a.checkpoint.empty()) return a.model.resolve();
+  if (a.model.given())
+    throw std::invalid_argument("give the model either by --checkpoint or by --size/--num-layers..., not both");
+  return checkpoint_model_shape(a.checkpoint);
+}
+
+// --measure: serves the K best layouts one after the other, prints and writes the measured
+// table. Returns 1 when no run succeeded, else 0.
+int measure_best(InferArgs& a, const InferenceSearchResult& result) {
+  InferenceMeasureOptions& mopt = a.mopt;
+  mopt.loom_exe = launch::self_executable();
+  mopt.checkpoint = a.checkpoint;
+  mopt.prompt_tokens = a.work.prompt_tokens;
+  mopt.output_tokens = a.work.output_tokens;
+  std::vector<MeasuredInferenceLayout> rows;
+  const std::size_t k = std::min(std::size_t(a.measure), result.ranked.size());
+  bool any_ok = false;
+  for (std::size_t i = 0; i < k; ++i) {
+    const InferenceCandidate& c = result.ranked[i];
+    std::fprintf(stderr, "[measure %zu/%zu] t%d p%d b%d (one replica; predicted %.1f tokens/s) ...", i + 1, k,
+                 c.layout.tp, c.layout.pp, c.layout.batch, c.time.tokens_per_s_replica);
+    std::fflush(stderr);
+    rows.push_back({i + 1, c, measure_inference_layout(mopt, c.layout, i + 1)});
+    const InferenceMeasurement& m = rows.back().measured;
+    if (m.status == RunStatus::ok)
+      std::fprintf(stderr, " %.1f tokens/s, TTFT %.1f ms, %.2f ms/token\n", m.tokens_per_s, m.ttft_ms, m.token_ms);
+    else
+      std::fprintf(stderr, " %s: %s\n", to_string(m.status), m.detail.c_str());
+    any_ok = any_ok || m.status == RunStatus::ok;
+  }
+  std::fprintf(stderr, "\n%s", format_inference_measured_table(rows).c_str());
+  if (!a.measure_csv.empty()) write_text(a.measure_csv, format_inference_measured_csv(rows));
+  return any_ok ? 0 : 1;
 }
 
 // The command after parsing: resolve the device and model, check the flags, search, report.
-// Returns 1 when no layout fits and meets the limits. Throws std::invalid_argument for bad input.
-int plan_inference(const InferArgs& a) {
+// With --measure, serves the best layouts. Returns 1 when no layout fits and meets the limits
+// (or no measured run succeeded). Throws std::invalid_argument for bad input.
+int plan_inference(InferArgs& a) {
+  const ModelShape shape = resolve_model(a);
   const GpuSpec gpu = a.hw.resolve_gpu();
-  const ModelShape shape = a.model.resolve();
   if (a.precision != "bf16" && a.precision != "16" && a.precision != "fp16")
     throw std::invalid_argument(fmt::format("--precision: expected bf16 or 16, found '{}'", a.precision));
   if (a.work.collective_base_us < 0 || a.work.collective_step_us < 0)
@@ -131,7 +193,7 @@ int plan_inference(const InferArgs& a) {
   }
   std::fprintf(stderr, "%s", format_inference_table(result.ranked, std::size_t(a.top)).c_str());
   if (!a.csv_path.empty()) write_text(a.csv_path, format_inference_csv(result.ranked));
-  return 0;
+  return a.measure > 0 ? measure_best(a, result) : 0;
 }
 
 }  // namespace

@@ -10,9 +10,11 @@
 namespace loom::planner {
 
 /// Parses `loom plan infer` arguments (argv[0] is the program label), searches the serving
-/// layouts and prints the ranked table on stderr (CSV to a file or stdout with --csv). Returns
-/// the exit status: 0 success, 2 bad usage or input, 1 no layout fits and meets the limits or
-/// an output file cannot be written.
+/// layouts and prints the ranked table on stderr (CSV to a file or stdout with --csv); with
+/// --measure K --checkpoint DIR it then serves the K best on this machine and prints measured
+/// beside predicted figures (inference_measure.h). Returns the exit status: 0 success, 2 bad
+/// usage or input, 1 no layout fits and meets the limits, no measured run succeeded, or an
+/// output file cannot be written.
 int run_plan_inference_command(int argc, char** argv);
 
 /// Fixed-width table of the first `rows` candidates: TP PP batch replicas, memory per GPU

@@ -151,34 +151,48 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
     out.detail = e.what();
     return out;
   }
+  const LaunchOutcome outcome = judge_launch(result, opt.timeout_s);
+  out.peak_mib = outcome.peak_rss_mib;
+  out.wall_seconds = outcome.wall_seconds;
+  if (outcome.status != RunStatus::ok) {
+    out.status = outcome.status;
+    out.detail = outcome.detail;
+    return out;
+  }
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  out.step_seconds = mean_step_seconds(ss.str(), opt.skip_steps, &out.steps_timed);
+  if (const double device_mib = peak_device_mib(ss.str()); device_mib >= 0) out.peak_mib = device_mib;
+  if (out.steps_timed > 0) {
+    out.status = RunStatus::ok;
+    out.run_seconds = {out.step_seconds};
+  } else {
+    out.status = RunStatus::error;
+    out.detail = fmt::format("the run succeeded but {}/metrics.jsonl has no training step", run_dir);
+  }
+  return out;
+}
+
+LaunchOutcome judge_launch(const launch::LaunchResult& result, double timeout_s) {
+  LaunchOutcome out;
   std::string all_output;
   const launch::RankExit* first_failure = nullptr;  // the earliest rank to exit with an error
   for (const auto& r : result.ranks) {
-    out.peak_mib = std::max(out.peak_mib, r.max_rss_mib);
+    out.peak_rss_mib = std::max(out.peak_rss_mib, r.max_rss_mib);
     out.wall_seconds = std::max(out.wall_seconds, r.seconds);
     all_output += r.output;
     if (r.exit_code != 0 && (!first_failure || r.seconds < first_failure->seconds)) first_failure = &r;
   }
   if (!result.timed_out && result.exit_code() == 0) {
-    std::ifstream in(run_dir + "/metrics.jsonl");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    out.step_seconds = mean_step_seconds(ss.str(), opt.skip_steps, &out.steps_timed);
-    if (const double device_mib = peak_device_mib(ss.str()); device_mib >= 0) out.peak_mib = device_mib;
-    if (out.steps_timed > 0) {
-      out.status = RunStatus::ok;
-      out.run_seconds = {out.step_seconds};
-    } else {
-      out.status = RunStatus::error;
-      out.detail = fmt::format("the run succeeded but {}/metrics.jsonl has no training step", run_dir);
-    }
+    out.status = RunStatus::ok;
     return out;
   }
   // The launcher stops the other ranks with SIGTERM first, so a SIGKILL on the earliest
   // failure came from outside: the kernel's OOM killer.
   const bool killed_first = first_failure && first_failure->signaled && first_failure->exit_code == 128 + 9;
   out.status = classify_failure(result.first_error, all_output, result.timed_out, killed_first);
-  out.detail = result.timed_out ? fmt::format("stopped after {:.0f} s", opt.timeout_s)
+  out.detail = result.timed_out ? fmt::format("stopped after {:g} s", timeout_s)
                                 : last_line(result.first_error.empty() ? result.summary() : result.first_error);
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/recipe.h"
+#include "launch/local_launcher.h"
 #include "planner/layout.h"
 
 namespace loom::planner {
@@ -59,6 +60,17 @@ Measurement measure_layout(const MeasureOptions& options, const config::Recipe& 
 /// error (Gloo/NCCL, closed connections) or error.
 RunStatus classify_failure(const std::string& first_error, const std::string& all_output, bool deadline_hit,
                            bool killed_first);
+
+/// How a launch of measured ranks ended: ok when every rank exited 0 before the deadline, else
+/// classify_failure of the first failing rank (`detail`: its last error line, or "stopped after
+/// N s"); the ranks' largest peak resident memory and longest run time either way.
+struct LaunchOutcome {
+  RunStatus status = RunStatus::error;
+  std::string detail;
+  double peak_rss_mib = 0;
+  double wall_seconds = 0;
+};
+LaunchOutcome judge_launch(const launch::LaunchResult& result, double timeout_s);
 
 /// Mean step_time_s of the "train" records of a metrics.jsonl text after the first `skip`
 /// steps (all of them when fewer remain); `count` receives the number averaged (0: none).

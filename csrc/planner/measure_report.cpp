@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/text_io.h"
+
 namespace loom::planner {
 namespace {
 
@@ -26,13 +28,6 @@ std::vector<double> ranks_of(const std::vector<double>& v) {
     i = j + 1;
   }
   return r;
-}
-
-std::string csv_field(std::string s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c == '\n' ? ' ' : c);
-  return out + "\"";
 }
 
 }  // namespace

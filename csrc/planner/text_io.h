@@ -12,6 +12,10 @@ std::string lower(std::string s);
 /// be empty).
 std::string read_text(const std::string& path, const std::string& flag = "");
 
+/// `s` as one CSV field: quoted (quotes doubled, newlines as spaces) when it holds a comma,
+/// quote or newline.
+std::string csv_field(std::string s);
+
 /// Writes `text` to `path` ("-" = stdout). Throws std::runtime_error naming the path when it
 /// cannot be written.
 void write_text(const std::string& path, const std::string& text);
