@@ -128,6 +128,22 @@ void GenerationEngine::validate(const RequestSpec& spec) const {
   for (const auto& s : spec.stop_strings)
     if (s.empty()) throw std::invalid_argument("stop: expected non-empty strings");
   generate::validate(spec.sampling);
+  if (spec.prompt_task < 0) {
+    if (!spec.virtual_positions.empty()) throw std::invalid_argument("prompt: virtual positions without a task");
+    return;
+  }
+  if (spec.prompt_task >= static_cast<int64_t>(options_.prompt_tables.size()))
+    throw std::invalid_argument(fmt::format("taskname: task index {} has no prompt table (the server holds {})",
+                                            spec.prompt_task, options_.prompt_tables.size()));
+  const int64_t rows = options_.prompt_tables[static_cast<size_t>(spec.prompt_task)].size(0);
+  if (static_cast<int64_t>(spec.virtual_positions.size()) != rows)
+    throw std::invalid_argument(fmt::format("prompt: {} virtual positions for a task of {} virtual tokens",
+                                            spec.virtual_positions.size(), rows));
+  for (size_t i = 0; i < spec.virtual_positions.size(); ++i) {
+    const int64_t at = spec.virtual_positions[i];
+    if (at < 0 || at >= n || (i > 0 && at <= spec.virtual_positions[i - 1]))
+      throw std::invalid_argument("prompt: virtual positions must increase within the prompt");
+  }
 }
 
 uint64_t GenerationEngine::submit(RequestSpec spec) {
@@ -186,7 +202,18 @@ nlohmann::json GenerationEngine::plan_step(bool stop) {
   return plan;
 }
 
-at::Tensor GenerationEngine::forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n) {
+model::PromptSplice GenerationEngine::prompt_splice(const RequestSpec& spec) const {
+  model::PromptSplice splice;
+  if (spec.prompt_task < 0 || !first_stage()) return splice;
+  const auto on_device = at::TensorOptions().dtype(at::kLong).device(groups_.tp->device());
+  splice.seq_index = at::tensor(spec.virtual_positions, on_device);
+  splice.batch_index = at::zeros({static_cast<int64_t>(spec.virtual_positions.size())}, on_device);
+  splice.vectors = options_.prompt_tables[static_cast<size_t>(spec.prompt_task)];
+  return splice;
+}
+
+at::Tensor GenerationEngine::forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n,
+                                     const model::PromptSplice& splice) {
   const int64_t b = static_cast<int64_t>(tokens.size());
   at::Tensor input;
   const auto device = groups_.tp->device();
@@ -199,7 +226,7 @@ at::Tensor GenerationEngine::forward(const std::vector<std::vector<int64_t>>& to
     input = at::empty({n, b, stage_.config().hidden_size}, at::TensorOptions().dtype(dtype).device(device));
     groups_.links->recv(input, groups_.links->rank() - 1);
   }
-  at::Tensor out = stage_.forward_cached(input, cache_);
+  at::Tensor out = stage_.forward_cached(input, cache_, splice);
   if (last_stage()) return out;
   out = out.contiguous();
   groups_.links->isend(out, groups_.links->rank() + 1)->wait();
@@ -232,13 +259,8 @@ void GenerationEngine::finish(Running& r, FinishReason reason, RequestProgress& 
   free_rows_.push_back(r.row);
 }
 
-bool GenerationEngine::step(bool stop, const std::function<void(const RequestProgress&)>& report) {
-  const bool serving = groups_.control->rank() == 0;
-  nlohmann::json plan = serving ? plan_step(stop) : nlohmann::json();
-  broadcast_json(*groups_.control, plan, 0);
-  if (plan.at("stop").get<bool>()) return false;
-
-  std::map<uint64_t, RequestProgress> progress;
+// Ends the running requests the plan cancels (reported with kCancelled).
+void GenerationEngine::apply_cancellations(const nlohmann::json& plan, std::map<uint64_t, RequestProgress>& progress) {
   for (const auto& cancelled : plan.at("cancel")) {
     const uint64_t id = cancelled.get<uint64_t>();
     auto it = running_.find(id);
@@ -247,10 +269,10 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
     finish(*it->second, FinishReason::kCancelled, progress[id]);
     running_.erase(it);
   }
+}
 
-  // Decode first (the requests already running), then prefill the ones joining.
-  std::vector<Running*> decoding;
-  for (auto& [id, r] : running_) decoding.push_back(r.get());
+// Gives each joining request of the plan a free cache row; returns them in plan order.
+std::vector<GenerationEngine::Running*> GenerationEngine::admit(const nlohmann::json& plan) {
   std::vector<Running*> joined;
   for (const auto& j : plan.at("join")) {
     const uint64_t id = j.at("id").get<uint64_t>();
@@ -262,106 +284,119 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
     joined.push_back(r.get());
     running_.emplace(id, std::move(r));
   }
+  return joined;
+}
 
-  std::map<uint64_t, Choice> choices;
-  if (!decoding.empty()) {
-    std::vector<int64_t> rows;
-    std::vector<std::vector<int64_t>> tokens;
-    for (Running* r : decoding) {
-      rows.push_back(r->row);
-      tokens.push_back({r->context.back()});
-    }
-    cache_.select_rows(rows);
-    const at::Tensor logits = forward(tokens, 1);
-    if (last_stage()) {
-      const int64_t b = static_cast<int64_t>(decoding.size());
-      at::NoGradGuard no_grad;
-      const at::Tensor local = logits.select(0, 0).contiguous();  // [b, V/t]
-      const at::Tensor full = model::gather_from_tensor_model_parallel_region(local, groups_.tp)
-                                  .narrow(-1, 0, stage_.config().vocab_size)
-                                  .to(at::kCPU, at::kFloat)
-                                  .contiguous();
-      for (int64_t i = 0; i < b; ++i)
-        choices[decoding[i]->id] = choose(*decoding[i], full[i].data_ptr<float>());
-    }
+// One batched forward of the last token of every request in `decoding`; the last stage
+// chooses each one's next token.
+void GenerationEngine::decode(const std::vector<Running*>& decoding, Choices& choices) {
+  if (decoding.empty()) return;
+  std::vector<int64_t> rows;
+  std::vector<std::vector<int64_t>> tokens;
+  for (Running* r : decoding) {
+    rows.push_back(r->row);
+    tokens.push_back({r->context.back()});
   }
+  cache_.select_rows(rows);
+  const at::Tensor logits = forward(tokens, 1);
+  if (!last_stage()) return;
+  const int64_t b = static_cast<int64_t>(decoding.size());
+  at::NoGradGuard no_grad;
+  const at::Tensor local = logits.select(0, 0).contiguous();  // [b, V/t]
+  const at::Tensor full = model::gather_from_tensor_model_parallel_region(local, groups_.tp)
+                              .narrow(-1, 0, stage_.config().vocab_size)
+                              .to(at::kCPU, at::kFloat)
+                              .contiguous();
+  for (int64_t i = 0; i < b; ++i) choices[decoding[i]->id] = choose(*decoding[i], full[i].data_ptr<float>());
+}
+
+// Last stage: the log-probability of every prompt token after the first (the first has none),
+// from the prefill's logits [n, 1, V/t], gathered a chunk of positions at a time.
+std::vector<TokenLogprob> GenerationEngine::prompt_logprobs(const Running& r, const at::Tensor& logits) {
+  const int64_t n = static_cast<int64_t>(r.spec.prompt.size());
+  std::vector<TokenLogprob> out;
+  TokenLogprob first;
+  first.token = r.spec.prompt[0];
+  first.logprob = std::nan("");
+  out.push_back(first);
+  for (int64_t at = 0; at + 1 < n; at += kPromptLogitChunk) {
+    const int64_t count = std::min(kPromptLogitChunk, n - 1 - at);
+    const at::Tensor full = full_logits(logits, 0, at, count);
+    for (int64_t i = 0; i < count; ++i)
+      out.push_back(token_logprob(full[i].data_ptr<float>(), full.size(1), r.spec.prompt[at + i + 1],
+                                  r.spec.top_logprobs));
+  }
+  return out;
+}
+
+// One forward per joining request over its whole prompt; the last stage chooses its first
+// token (none when max_new_tokens is 0) and, when asked, the prompt's log-probabilities.
+void GenerationEngine::prefill(const std::vector<Running*>& joined, Choices& choices) {
   for (Running* r : joined) {
     const int64_t n = static_cast<int64_t>(r->spec.prompt.size());
     r->prefilled = true;
     if (r->spec.max_new_tokens == 0 && !r->spec.prompt_logprobs) continue;
     cache_.select_rows({r->row});
-    const at::Tensor logits = forward({r->spec.prompt}, n);
+    const at::Tensor logits = forward({r->spec.prompt}, n, prompt_splice(r->spec));
     if (!last_stage()) continue;
     Choice c;
-    if (r->spec.prompt_logprobs) {
-      TokenLogprob first;
-      first.token = r->spec.prompt[0];
-      first.logprob = std::nan("");
-      c.prompt.push_back(first);
-      for (int64_t at = 0; at + 1 < n; at += kPromptLogitChunk) {
-        const int64_t count = std::min(kPromptLogitChunk, n - 1 - at);
-        const at::Tensor full = full_logits(logits, 0, at, count);
-        for (int64_t i = 0; i < count; ++i)
-          c.prompt.push_back(token_logprob(full[i].data_ptr<float>(), full.size(1), r->spec.prompt[at + i + 1],
-                                           r->spec.top_logprobs));
-      }
-    }
+    if (r->spec.prompt_logprobs) c.prompt = prompt_logprobs(*r, logits);
     if (r->spec.max_new_tokens > 0) {
       const at::Tensor last = full_logits(logits, 0, n - 1, 1);
-      const Choice drawn = choose(*r, last[0].data_ptr<float>());
-      c.token = drawn.token;
+      c.token = choose(*r, last[0].data_ptr<float>()).token;
     } else {
       c.token.token = -1;
     }
     choices[r->id] = std::move(c);
   }
-  cache_.select_rows({});
+}
 
-  // With p > 1 only the last stage chose: its TP rank 0 tells every rank.
-  if (groups_.links->size() > 1) {
-    nlohmann::json message = nlohmann::json::object();
-    if (groups_.control->rank() == groups_.last_stage_root) {
-      for (const auto& [id, c] : choices) {
-        nlohmann::json prompt = nlohmann::json::array();
-        for (const auto& t : c.prompt) prompt.push_back(logprob_json(t));
-        message[std::to_string(id)] = {logprob_json(c.token), prompt};
-      }
-    }
-    broadcast_json(*groups_.control, message, groups_.last_stage_root);
-    choices.clear();
-    for (const auto& [key, value] : message.items()) {
-      Choice c;
-      c.token = logprob_from_json(value.at(0));
-      for (const auto& t : value.at(1)) c.prompt.push_back(logprob_from_json(t));
-      choices[std::stoull(key)] = std::move(c);
+// With p > 1 only the last stage chose: its TP rank 0 tells every rank.
+void GenerationEngine::share_choices(Choices& choices) {
+  if (groups_.links->size() <= 1) return;
+  nlohmann::json message = nlohmann::json::object();
+  if (groups_.control->rank() == groups_.last_stage_root) {
+    for (const auto& [id, c] : choices) {
+      nlohmann::json prompt = nlohmann::json::array();
+      for (const auto& t : c.prompt) prompt.push_back(logprob_json(t));
+      message[std::to_string(id)] = {logprob_json(c.token), prompt};
     }
   }
+  broadcast_json(*groups_.control, message, groups_.last_stage_root);
+  choices.clear();
+  for (const auto& [key, value] : message.items()) {
+    Choice c;
+    c.token = logprob_from_json(value.at(0));
+    for (const auto& t : value.at(1)) c.prompt.push_back(logprob_from_json(t));
+    choices[std::stoull(key)] = std::move(c);
+  }
+}
 
-  // Every rank applies the same choices to the same table.
+// Appends a chosen token to `r` (unless it is the stop token) and says whether it ends `r`:
+// kStop for <|endoftext|> or a stop string in the generated text, else kNone.
+FinishReason GenerationEngine::take_token(Running& r, const TokenLogprob& t, RequestProgress& p) {
+  if (t.token < 0) return FinishReason::kNone;  // echo with max_tokens 0: nothing generated
+  if (r.spec.stop_at_eod && t.token == options_.eod_id) return FinishReason::kStop;
+  r.context.push_back(t.token);
+  ++r.generated;
+  p.new_tokens.push_back(t);
+  if (r.spec.stop_strings.empty() || !options_.decode) return FinishReason::kNone;
+  const std::string text = options_.decode(std::vector<int64_t>(r.context.end() - r.generated, r.context.end()));
+  for (const auto& s : r.spec.stop_strings)
+    if (text.find(s) != std::string::npos) return FinishReason::kStop;
+  return FinishReason::kNone;
+}
+
+// Every rank applies the same choices to the same table; finished requests leave.
+void GenerationEngine::apply_choices(Choices& choices, std::map<uint64_t, RequestProgress>& progress) {
   for (auto it = running_.begin(); it != running_.end();) {
     Running& r = *it->second;
     RequestProgress& p = progress[r.id];
     p.id = r.id;
-    auto chosen = choices.find(r.id);
     FinishReason done = FinishReason::kNone;
-    if (chosen != choices.end()) {
+    if (auto chosen = choices.find(r.id); chosen != choices.end()) {
       p.prompt = std::move(chosen->second.prompt);
-      const TokenLogprob& t = chosen->second.token;
-      if (t.token >= 0) {
-        if (r.spec.stop_at_eod && t.token == options_.eod_id) {
-          done = FinishReason::kStop;
-        } else {
-          r.context.push_back(t.token);
-          ++r.generated;
-          p.new_tokens.push_back(t);
-          if (!r.spec.stop_strings.empty() && options_.decode) {
-            const std::string text = options_.decode(
-                std::vector<int64_t>(r.context.end() - r.generated, r.context.end()));
-            for (const auto& s : r.spec.stop_strings)
-              if (text.find(s) != std::string::npos) done = FinishReason::kStop;
-          }
-        }
-      }
+      done = take_token(r, chosen->second.token, p);
     }
     if (done == FinishReason::kNone && r.prefilled && r.generated >= r.spec.max_new_tokens)
       done = FinishReason::kLength;
@@ -372,6 +407,26 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
       ++it;
     }
   }
+}
+
+bool GenerationEngine::step(bool stop, const std::function<void(const RequestProgress&)>& report) {
+  const bool serving = groups_.control->rank() == 0;
+  nlohmann::json plan = serving ? plan_step(stop) : nlohmann::json();
+  broadcast_json(*groups_.control, plan, 0);
+  if (plan.at("stop").get<bool>()) return false;
+
+  std::map<uint64_t, RequestProgress> progress;
+  apply_cancellations(plan, progress);
+  // Decode first (the requests already running), then prefill the ones joining.
+  std::vector<Running*> decoding;
+  for (auto& [id, r] : running_) decoding.push_back(r.get());
+  const std::vector<Running*> joined = admit(plan);
+  Choices choices;
+  decode(decoding, choices);
+  prefill(joined, choices);
+  cache_.select_rows({});
+  share_choices(choices);
+  apply_choices(choices, progress);
   if (serving && report)
     for (const auto& [id, p] : progress) report(p);
   return true;

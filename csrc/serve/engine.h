@@ -70,6 +70,10 @@ struct EngineOptions {
   int64_t eod_id = -1;         ///< <|endoftext|> (-1: none)
   /// The text of token ids (stop strings are looked for in it); null: no stop strings.
   std::function<std::string(const std::vector<int64_t>&)> decode;
+  /// Learned prompts' inference tables (ptune/prompt_tables.h), [virtual tokens, hidden] on the
+  /// stage's device, by task index; a request with prompt_task k has row j of table k spliced
+  /// into the embedding at its j-th virtual position in its prefill (model/prompt_splice.h).
+  std::vector<at::Tensor> prompt_tables;
 };
 
 class GenerationEngine {
@@ -82,7 +86,8 @@ class GenerationEngine {
 
   /// Serving rank, any thread: checks `spec` (std::invalid_argument naming the field: empty
   /// or out-of-vocabulary prompt, prompt + max_new_tokens past the context or past
-  /// max_kv_tokens, bad sampling options) and queues it; returns its id.
+  /// max_kv_tokens, bad sampling options, a prompt_task without its table or with virtual
+  /// positions that do not match it) and queues it; returns its id.
   uint64_t submit(RequestSpec spec);
   /// Serving rank, any thread: drops a queued request, or ends a running one at the next step
   /// (reported with kCancelled). Unknown ids are ignored.
@@ -107,11 +112,23 @@ class GenerationEngine {
   nlohmann::json plan_step(bool stop);
   // Runs n new positions of the cache's selected rows through this stage and the pipeline;
   // returns the logits [n, b, V/t] on the last stage, undefined elsewhere.
-  at::Tensor forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n);
+  at::Tensor forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n, const model::PromptSplice& splice = {});
+  // The splice of a learned-prompt request's prefill (inactive for a plain one or off the first stage).
+  model::PromptSplice prompt_splice(const RequestSpec& spec) const;
   // Last stage: the full-vocabulary logits [n, V] of batch row `row` of `logits`.
   at::Tensor full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count);
   Choice choose(Running& r, const float* z);
   void finish(Running& r, FinishReason reason, RequestProgress& progress);
+  // The parts of step(), in order.
+  using Choices = std::map<uint64_t, Choice>;
+  void apply_cancellations(const nlohmann::json& plan, std::map<uint64_t, RequestProgress>& progress);
+  std::vector<Running*> admit(const nlohmann::json& plan);
+  void decode(const std::vector<Running*>& decoding, Choices& choices);
+  void prefill(const std::vector<Running*>& joined, Choices& choices);
+  std::vector<TokenLogprob> prompt_logprobs(const Running& r, const at::Tensor& logits);
+  void share_choices(Choices& choices);
+  FinishReason take_token(Running& r, const TokenLogprob& t, RequestProgress& p);
+  void apply_choices(Choices& choices, std::map<uint64_t, RequestProgress>& progress);
   bool first_stage() const;
   bool last_stage() const;
 

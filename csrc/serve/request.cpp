@@ -23,7 +23,9 @@ nlohmann::json to_json(const RequestSpec& s) {
           {"stop_strings", s.stop_strings},
           {"logprobs", s.logprobs},
           {"top_logprobs", s.top_logprobs},
-          {"prompt_logprobs", s.prompt_logprobs}};
+          {"prompt_logprobs", s.prompt_logprobs},
+          {"prompt_task", s.prompt_task},
+          {"virtual_positions", s.virtual_positions}};
 }
 
 RequestSpec request_from_json(const nlohmann::json& j) {
@@ -43,6 +45,8 @@ RequestSpec request_from_json(const nlohmann::json& j) {
     s.logprobs = j.at("logprobs").get<bool>();
     s.top_logprobs = j.at("top_logprobs").get<int64_t>();
     s.prompt_logprobs = j.at("prompt_logprobs").get<bool>();
+    s.prompt_task = j.at("prompt_task").get<int64_t>();
+    s.virtual_positions = j.at("virtual_positions").get<std::vector<int64_t>>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("serve: malformed engine request message: ") + e.what());

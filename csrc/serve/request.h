@@ -23,6 +23,12 @@ struct RequestSpec {
   bool logprobs = false;                  ///< log-probability of every generated token
   int64_t top_logprobs = 0;               ///< and its n most probable alternatives (0..20)
   bool prompt_logprobs = false;           ///< log-probabilities of the prompt's tokens (echo)
+  /// Learned prompt (`loom serve --prompt-checkpoint`): the index of its task's inference table
+  /// in EngineOptions::prompt_tables (-1: a plain request), and the prompt positions that take
+  /// the table's rows in order (increasing; as many as the table has rows; the ids there are
+  /// the pad id), as prompt_data::make_prompt_example lays out a record.
+  int64_t prompt_task = -1;
+  std::vector<int64_t> virtual_positions;
 };
 
 /// Positions a request reserves in the KV cache: its prompt plus every token it may generate.
