@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Serving benchmark: `loom serve` driven by N concurrent streaming clients (1 ... 64) on a fixed
-request mix, beside the same model (same weights, mapped from Loom's checkpoint in this script)
+request mix, beside the same model (same weights, converted in this script by `loom convert --to hf`)
 through Hugging Face transformers' `generate` in one process with the same threads, on the same
 prompts. Prints one table row per concurrency: requests/s, output tokens/s, time to first token
 and per-token latency (p50/p99), then the transformers rows (one request at a time, and static
-batches of 16).
+batches of 16) on the weights `loom convert --to hf` wrote.
 
   .venv/bin/python tools/bench_serve.py [--checkpoint RUN] [--concurrency 1,4,16,64]
       [--prompt-tokens 32] [--output-tokens 32] [--requests 64] [--threads 2]
@@ -30,7 +30,6 @@ import requests  # noqa: E402
 import torch  # noqa: E402
 
 from serve_helpers import Server  # noqa: E402
-from train_helpers import full_parameters  # noqa: E402
 
 
 def train_small(out):
@@ -54,46 +53,17 @@ def train_small(out):
     return run
 
 
-def latest_iteration(run):
-    return int((run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip())
-
-
-def hf_model(run, threads):
-    """GPT2LMHeadModel with Loom's weights: QKV rows regrouped from per-head [q|k|v] to
-    [q | k | v], Conv1D weights transposed, GeLU with the tanh approximation (Loom's)."""
+def hf_model(run, out, threads):
+    """The run's weights as a Hugging Face GPT2LMHeadModel: `loom convert --to hf` writes the
+    directory (QKV regrouped, Conv1D transposed, vocabulary padding trimmed), transformers
+    loads it."""
     import transformers
-    meta = json.loads((run / "checkpoints" / f"iter_{latest_iteration(run):07d}" / "metadata.json").read_text())
-    shape = meta["layout"]["model"]
-    h, a, layers = shape["hidden_size"], shape["num_attention_heads"], shape["num_layers"]
-    config = transformers.GPT2Config(vocab_size=shape["vocab_size"], n_positions=shape["max_position_embeddings"],
-                                     n_embd=h, n_layer=layers, n_head=a, n_inner=shape["ffn_hidden_size"],
-                                     activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
-                                     embd_pdrop=0.0, attn_pdrop=0.0)
-    model = transformers.GPT2LMHeadModel(config)
-    p = full_parameters(run, latest_iteration(run))
-    d = h // a
-    sd = {"transformer.wte.weight": p["embedding.word_embeddings.weight"][: shape["vocab_size"]],
-          "transformer.wpe.weight": p["embedding.position_embeddings.weight"],
-          "transformer.ln_f.weight": p["final_layernorm.weight"], "transformer.ln_f.bias": p["final_layernorm.bias"]}
-    for i in range(layers):
-        src, dst = f"layers.{i}.", f"transformer.h.{i}."
-        qkv_w = p[src + "self_attention.linear_qkv.weight"].view(a, 3, d, h).transpose(0, 1).reshape(3 * h, h)
-        qkv_b = p[src + "self_attention.linear_qkv.bias"].view(a, 3, d).transpose(0, 1).reshape(3 * h)
-        sd.update({dst + "ln_1.weight": p[src + "input_layernorm.weight"], dst + "ln_1.bias": p[src + "input_layernorm.bias"],
-                   dst + "attn.c_attn.weight": qkv_w.t(), dst + "attn.c_attn.bias": qkv_b,
-                   dst + "attn.c_proj.weight": p[src + "self_attention.linear_proj.weight"].t(),
-                   dst + "attn.c_proj.bias": p[src + "self_attention.linear_proj.bias"],
-                   dst + "ln_2.weight": p[src + "pre_mlp_layernorm.weight"],
-                   dst + "ln_2.bias": p[src + "pre_mlp_layernorm.bias"],
-                   dst + "mlp.c_fc.weight": p[src + "mlp.linear_fc1.weight"].t(),
-                   dst + "mlp.c_fc.bias": p[src + "mlp.linear_fc1.bias"],
-                   dst + "mlp.c_proj.weight": p[src + "mlp.linear_fc2.weight"].t(),
-                   dst + "mlp.c_proj.bias": p[src + "mlp.linear_fc2.bias"]})
-    sd["lm_head.weight"] = sd["transformer.wte.weight"]
-    missing, unexpected = model.load_state_dict({k: v.float().contiguous() for k, v in sd.items()}, strict=False)
-    assert not unexpected and all(".attn.bias" in m or "masked_bias" in m for m in missing), (missing, unexpected)
+    from test_data_helpers import loom_binary
+    done = subprocess.run([str(loom_binary()), "convert", "--to", "hf", str(out), "--checkpoint", str(run)], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
     torch.set_num_threads(threads)
-    return model.eval()
+    return transformers.GPT2LMHeadModel.from_pretrained(str(out), torch_dtype=torch.float32).eval()
 
 
 def percentile(xs, q):
@@ -197,7 +167,7 @@ def main():
                   flush=True)
     if args.skip_hf:
         return
-    model = hf_model(run, args.threads)
+    model = hf_model(run, tmp / "hf", args.threads)
     with torch.inference_mode():
         hf_ids = model.generate(torch.tensor([prompts[0]]), max_new_tokens=args.output_tokens,  # host: bench input
                                 min_new_tokens=args.output_tokens, do_sample=False, pad_token_id=0)[0]

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "generate/generate_run.h"
+#include "serve/prompt_requests.h"
 
 namespace loom::serve {
 
@@ -135,6 +136,25 @@ void check_lengths(const std::vector<int64_t>& prompt, int64_t max_new, const Ap
                                         max_new, api.context));
 }
 
+// OpenAI's body with `taskname`: `prompt` is one record or a list of records of that task.
+std::vector<RequestSpec> task_requests(const json& body, const RequestSpec& base, const ApiContext& api) {
+  const int64_t task = prompt_task_index(api.prompts, body["taskname"], "taskname");
+  if (get_bool(body, "echo", false)) throw bad("echo", "is not supported with taskname (the prompt holds virtual tokens)");
+  if (!present(body, "prompt")) throw bad("prompt", "is required");
+  const json& p = body["prompt"];
+  const json records = p.is_array() ? p : json::array({p});
+  if (records.empty() || records.size() > kMaxPrompts)
+    throw bad("prompt", fmt::format("expected 1..{} records of the task's fields", kMaxPrompts));
+  std::vector<RequestSpec> specs;
+  for (const auto& record : records) {
+    RequestSpec spec = base;
+    lay_out_record(*api.prompts, task, record, *api.tokenizer, "prompt", spec);
+    check_lengths(spec.prompt, spec.max_new_tokens, api, "max_tokens", "prompt");
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
 std::string token_string(int64_t id, const data::Tokenizer& tokenizer) {
   return tokenizer.decode({static_cast<int32_t>(id)});
 }
@@ -190,7 +210,7 @@ size_t streamable_prefix(const std::string& text, const std::vector<std::string>
 CompletionJob parse_completion(const json& body, const ApiContext& api) {
   check_fields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "stream",
                       "stream_options", "logprobs", "echo", "stop", "seed", "presence_penalty", "frequency_penalty",
-                      "repetition_penalty", "min_tokens", "logit_bias", "user", "suffix"});
+                      "repetition_penalty", "min_tokens", "logit_bias", "user", "suffix", "taskname"});
   if (present(body, "model") && !body["model"].is_string()) throw bad("model", "expected a string");
   if (present(body, "model") && body["model"].get<std::string>() != api.model_name)
     throw ApiError(404, "model", fmt::format("this server serves '{}', not '{}'", api.model_name, body["model"].get<std::string>()));
@@ -230,6 +250,10 @@ CompletionJob parse_completion(const json& body, const ApiContext& api) {
   base.logprobs = job.logprobs >= 0;
   base.top_logprobs = std::max<int64_t>(job.logprobs, 0);
   base.prompt_logprobs = job.echo && job.logprobs >= 0;
+  if (present(body, "taskname")) {
+    job.specs = task_requests(body, base, api);
+    return job;
+  }
   for (auto& prompt : prompts(body, api)) {
     check_lengths(prompt, max_tokens, api, "max_tokens", "prompt");
     RequestSpec spec = base;
@@ -239,36 +263,56 @@ CompletionJob parse_completion(const json& body, const ApiContext& api) {
   return job;
 }
 
+json completion_logprobs(const CompletionJob& job, size_t index, const RequestResult& r, const ApiContext& api) {
+  const auto& tok = *api.tokenizer;
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  int64_t offset = 0;
+  auto add = [&](int64_t id, double lp, const std::vector<std::pair<int64_t, double>>* top) {
+    const std::string s = token_string(id, tok);
+    tokens.push_back(s);
+    token_logprobs.push_back(number_or_null(lp));
+    top_logprobs.push_back(top && !std::isnan(lp) ? top_object(*top, tok) : json());
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(s.size());
+  };
+  if (job.echo)
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      add(r.prompt[i], i < r.prompt_logprobs.size() ? r.prompt_logprobs[i] : std::nan(""),
+          i < r.prompt_top.size() ? &r.prompt_top[i] : nullptr);
+  // Generated tokens up to the stop string's cut (the text's end).
+  int64_t budget = static_cast<int64_t>(generated_text(job.specs[index], r, tok).size());
+  for (size_t i = 0; i < r.tokens.size() && budget > 0; ++i) {
+    budget -= static_cast<int64_t>(token_string(r.tokens[i], tok).size());
+    add(r.tokens[i], r.logprobs[i], &r.top[i]);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+size_t logprob_entries_within(const json& logprobs, size_t bytes) {
+  const json& tokens = logprobs.at("tokens");
+  const json& offsets = logprobs.at("text_offset");
+  size_t n = 0;
+  while (n < tokens.size() && offsets[n].get<size_t>() + tokens[n].get_ref<const std::string&>().size() <= bytes) ++n;
+  return n;
+}
+
+json logprob_entries(const json& logprobs, size_t first, size_t last) {
+  json out = json::object();
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    const json& all = logprobs.at(key);
+    json part = json::array();
+    for (size_t i = first; i < last && i < all.size(); ++i) part.push_back(all[i]);
+    out[key] = std::move(part);
+  }
+  return out;
+}
+
 json completion_choice(const CompletionJob& job, size_t index, const RequestResult& r, const ApiContext& api) {
   const auto& tok = *api.tokenizer;
-  const RequestSpec& spec = job.specs[index];
-  const std::string generated = generated_text(spec, r, tok);
+  const std::string generated = generated_text(job.specs[index], r, tok);
   std::string text = job.echo ? decode(r.prompt, tok) + generated : generated;
-  json logprobs;
-  if (job.logprobs >= 0) {
-    json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
-    int64_t offset = 0;
-    auto add = [&](int64_t id, double lp, const std::vector<std::pair<int64_t, double>>* top) {
-      const std::string s = token_string(id, tok);
-      tokens.push_back(s);
-      token_logprobs.push_back(number_or_null(lp));
-      top_logprobs.push_back(top && !std::isnan(lp) ? top_object(*top, tok) : json());
-      offsets.push_back(offset);
-      offset += static_cast<int64_t>(s.size());
-    };
-    if (job.echo)
-      for (size_t i = 0; i < r.prompt.size(); ++i)
-        add(r.prompt[i], i < r.prompt_logprobs.size() ? r.prompt_logprobs[i] : std::nan(""),
-            i < r.prompt_top.size() ? &r.prompt_top[i] : nullptr);
-    // Generated tokens up to the stop string's cut (the text's end).
-    int64_t budget = static_cast<int64_t>(generated.size());
-    for (size_t i = 0; i < r.tokens.size() && budget > 0; ++i) {
-      budget -= static_cast<int64_t>(token_string(r.tokens[i], tok).size());
-      add(r.tokens[i], r.logprobs[i], &r.top[i]);
-    }
-    logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
-                {"text_offset", offsets}};
-  }
+  const json logprobs = job.logprobs >= 0 ? completion_logprobs(job, index, r, api) : json();
   return {{"text", text}, {"index", index}, {"logprobs", logprobs},
           {"finish_reason", r.finish_reason.empty() ? json() : json(r.finish_reason)}};
 }
@@ -293,7 +337,7 @@ json completion_response(const CompletionJob& job, const std::vector<RequestResu
 NemoJob parse_nemo(const json& body, const ApiContext& api) {
   check_fields(body, {"sentences", "tokens_to_generate", "temperature", "add_BOS", "top_k", "top_p", "greedy",
                       "all_probs", "repetition_penalty", "min_tokens_to_generate", "end_strings", "compute_logprob",
-                      "random_seed"});
+                      "random_seed", "task_ids"});
   if (!present(body, "sentences")) throw bad("sentences", "is required");
   const json& sentences = body["sentences"];
   if (!sentences.is_array() || sentences.empty()) throw bad("sentences", "expected a non-empty list of strings");
@@ -324,10 +368,20 @@ NemoJob parse_nemo(const json& body, const ApiContext& api) {
   base.prompt_logprobs = base.logprobs;
   base.top_logprobs = job.all_probs ? kMaxLogprobs : 0;
   const bool add_bos = get_bool(body, "add_BOS", false);
-  for (const auto& s : sentences) {
-    if (!s.is_string()) throw bad("sentences", "expected strings, found an element " + s.dump());
+  const json task_ids = present(body, "task_ids") ? body["task_ids"] : json();
+  if (!task_ids.is_null() && !(task_ids.is_array() && task_ids.size() == sentences.size()))
+    throw bad("task_ids", fmt::format("expected a list of {} task names or indices (null: a plain sentence)",
+                                      sentences.size()));
+  for (size_t i = 0; i < sentences.size(); ++i) {
+    const json& s = sentences[i];
     RequestSpec spec = base;
-    spec.prompt = encode(s.get<std::string>(), api, add_bos);
+    if (!task_ids.is_null() && !task_ids[i].is_null()) {  // a record of a learned prompt's task
+      const int64_t task = prompt_task_index(api.prompts, task_ids[i], fmt::format("task_ids[{}]", i));
+      lay_out_record(*api.prompts, task, s, *api.tokenizer, fmt::format("sentences[{}]", i), spec);
+    } else {
+      if (!s.is_string()) throw bad("sentences", "expected strings, found an element " + s.dump());
+      spec.prompt = encode(s.get<std::string>(), api, add_bos);
+    }
     check_lengths(spec.prompt, spec.max_new_tokens, api, "tokens_to_generate", "sentences");
     job.specs.push_back(std::move(spec));
   }
@@ -341,11 +395,18 @@ json nemo_response(const NemoJob& job, const std::vector<RequestResult>& results
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     const std::string generated = generated_text(job.specs[i], r, tok);
-    sentences.push_back(decode(r.prompt, tok) + generated);
-    std::vector<int64_t> all = r.prompt;
-    std::vector<double> lps(r.prompt_logprobs.begin() + std::min<size_t>(1, r.prompt_logprobs.size()), r.prompt_logprobs.end());
-    std::vector<std::vector<std::pair<int64_t, double>>> tops(r.prompt_top.begin() + std::min<size_t>(1, r.prompt_top.size()),
-                                                              r.prompt_top.end());
+    // The prompt's shown tokens (not the virtual positions of a learned prompt); the first has
+    // no log-probability.
+    const std::vector<size_t> shown = text_positions(job.specs[i]);
+    std::vector<int64_t> all;
+    std::vector<double> lps;
+    std::vector<std::vector<std::pair<int64_t, double>>> tops;
+    for (size_t k = 0; k < shown.size(); ++k) {
+      all.push_back(r.prompt[shown[k]]);
+      if (k > 0 && shown[k] < r.prompt_logprobs.size()) lps.push_back(r.prompt_logprobs[shown[k]]);
+      if (k > 0 && shown[k] < r.prompt_top.size()) tops.push_back(r.prompt_top[shown[k]]);
+    }
+    sentences.push_back(decode(all, tok) + generated);
     int64_t budget = static_cast<int64_t>(generated.size());
     for (size_t k = 0; k < r.tokens.size() && budget > 0; ++k) {
       budget -= static_cast<int64_t>(token_string(r.tokens[k], tok).size());

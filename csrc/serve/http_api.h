@@ -45,11 +45,14 @@ struct RequestResult {
   std::string finish_reason;            ///< "length" or "stop" ("" while running)
 };
 
+struct PromptTasks;  // serve/prompt_requests.h
+
 /// What the model and tokenizer allow, for parsing.
 struct ApiContext {
   const data::Tokenizer* tokenizer = nullptr;
   int64_t context = 0;      ///< max_position_embeddings
   std::string model_name;   ///< the id /v1/models lists
+  const PromptTasks* prompts = nullptr;  ///< learned prompts (--prompt-checkpoint); null: none
 };
 
 /// A parsed POST /v1/completions.
@@ -61,12 +64,26 @@ struct CompletionJob {
   bool include_usage = false;      ///< stream_options.include_usage
 };
 
-/// Parses a completions body (throws ApiError naming the field).
+/// Parses a completions body (throws ApiError naming the field). With `taskname` (a task of
+/// the learned prompts, by name or index), `prompt` is a record (an object of the task's
+/// template fields) or a list of records, laid out as serve/prompt_requests.h says; `echo`
+/// is refused then.
 CompletionJob parse_completion(const nlohmann::json& body, const ApiContext& api);
 
 /// The choice of prompt `index` ({"text", "index", "logprobs", "finish_reason"}).
 nlohmann::json completion_choice(const CompletionJob& job, size_t index, const RequestResult& result,
                                  const ApiContext& api);
+/// The logprobs object of prompt `index` ({"tokens", "token_logprobs", "top_logprobs",
+/// "text_offset"}): the echoed prompt's tokens, then the generated ones up to the stop string's
+/// cut; text_offset is each token's byte offset in the choice's text.
+nlohmann::json completion_logprobs(const CompletionJob& job, size_t index, const RequestResult& result,
+                                   const ApiContext& api);
+/// How many leading entries of a logprobs object end within the first `bytes` of the text
+/// (the tokens a stream may send once it sent those bytes).
+size_t logprob_entries_within(const nlohmann::json& logprobs, size_t bytes);
+/// Entries [first, last) of a logprobs object, the same four lists (a streamed chunk's part;
+/// text_offset stays relative to the whole text, as OpenAI's stream reports it).
+nlohmann::json logprob_entries(const nlohmann::json& logprobs, size_t first, size_t last);
 /// The whole (non-streamed) response.
 nlohmann::json completion_response(const CompletionJob& job, const std::vector<RequestResult>& results,
                                    const ApiContext& api, const std::string& id, int64_t created);
@@ -80,9 +97,12 @@ struct NemoJob {
   bool all_probs = false;
 };
 
-/// Parses a NeMo generate body (throws ApiError naming the field).
+/// Parses a NeMo generate body (throws ApiError naming the field). `task_ids` (one per
+/// sentence: a task name or index of the learned prompts, or null for a plain sentence) makes
+/// each such sentence a record of its task's template fields (serve/prompt_requests.h).
 NemoJob parse_nemo(const nlohmann::json& body, const ApiContext& api);
-/// NeMo's response: sentences (prompt + generated text), tokens (the token strings),
+/// NeMo's response (a learned-prompt request shows its prompt without the virtual positions):
+/// sentences (prompt + generated text), tokens (the token strings),
 /// logprob (per token after the first, when compute_logprob), token_ids, offsets (the
 /// characters' start of each token in its sentence); full_logprob (the top alternatives here)
 /// when all_probs.

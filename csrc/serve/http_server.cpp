@@ -203,9 +203,11 @@ struct HttpServer::State {
       auto sent = std::make_shared<std::vector<size_t>>(job_spec->specs.size(), 0);
       auto finished_sent = std::make_shared<std::vector<bool>>(job_spec->specs.size(), false);
       auto seen = std::make_shared<uint64_t>(0);
+      auto logprobs_sent = std::make_shared<std::vector<size_t>>(job_spec->specs.size(), 0);
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, job, job_spec, id, created, sent, finished_sent, seen](size_t, httplib::DataSink& sink) {
+          [this, job, job_spec, id, created, sent, finished_sent, seen, logprobs_sent](size_t,
+                                                                                       httplib::DataSink& sink) {
             std::unique_lock<std::mutex> lock(job->mutex);
             job->changed.wait_for(lock, std::chrono::milliseconds(200),
                                   [&] { return job->version != *seen || job->failed; });
@@ -220,8 +222,17 @@ struct HttpServer::State {
               const bool done = !r.finish_reason.empty();
               const size_t ready = done ? text.size() : streamable_prefix(text, job_spec->specs[i].stop_strings);
               if (ready <= (*sent)[i] && !done) continue;
+              // The log-probabilities of the tokens whose text this chunk completes (all of them
+              // at the end), as OpenAI's completions stream sends them.
+              json logprobs;
+              if (job_spec->logprobs >= 0) {
+                const json all = completion_logprobs(*job_spec, i, r, api);
+                const size_t upto = done ? all.at("tokens").size() : logprob_entries_within(all, ready);
+                logprobs = logprob_entries(all, (*logprobs_sent)[i], upto);
+                (*logprobs_sent)[i] = std::max((*logprobs_sent)[i], upto);
+              }
               json choice = {{"text", text.substr((*sent)[i], ready > (*sent)[i] ? ready - (*sent)[i] : 0)},
-                             {"index", i}, {"logprobs", json()},
+                             {"index", i}, {"logprobs", logprobs},
                              {"finish_reason", done ? json(r.finish_reason) : json()}};
               (*sent)[i] = std::max((*sent)[i], ready);
               (*finished_sent)[i] = done;

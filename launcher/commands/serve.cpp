@@ -6,14 +6,20 @@
 // its broadcasts. Without launcher variables and t·p > 1 it starts t·p local ranks of itself.
 // Prints "loom serve: listening on http://HOST:PORT" on stderr once ready. SIGTERM/SIGINT:
 // new requests get 503, the accepted ones finish, exit 0. A rank that dies ends the server
-// with status 1; bad flags or checkpoint: 2.
+// with status 1; bad flags or checkpoint: 2. With --bench-out FILE it serves no HTTP: rank 0
+// runs rounds of random prompts through the engine and writes their latency and throughput
+// (serve/engine_benchmark.h; `loom plan infer --measure` runs this for each layout). With
+// --prompt-checkpoint DIR requests may name a task of a prompt-learning run (NeMo's task_ids,
+// OpenAI's taskname) with its template fields; its table is spliced in (serve/prompt_requests.h).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "command_registry.h"
 #include "error_text.h"
@@ -24,9 +30,13 @@
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
 #include "model/gpt_stage.h"
+#include "ptune/frozen_base.h"
+#include "ptune/prompt_tables.h"
 #include "runtime/cpu_threads.h"
 #include "runtime/process_groups.h"
+#include "serve/engine_benchmark.h"
 #include "serve/http_server.h"
+#include "serve/prompt_requests.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -40,11 +50,66 @@ struct ServeJob {
   loom::serve::HttpOptions http;
   loom::serve::EngineOptions engine;
   std::string model_name;
+  std::string bench_out;  ///< --bench-out: measure the engine (no HTTP), its figures as JSON here
+  loom::serve::BenchmarkWorkload bench;
+  std::string prompt_checkpoint;  ///< --prompt-checkpoint: a prompt-learning run's inference tables
 };
+
+// --prompt-checkpoint's tables (GenerateInputError naming the flag when they do not read).
+loom::ptune::PromptTables read_tables(const ServeJob& job) {
+  try {
+    return loom::ptune::read_prompt_tables(job.prompt_checkpoint);
+  } catch (const std::invalid_argument& e) {
+    throw loom::generate::GenerateInputError(std::string("--prompt-checkpoint: ") + e.what());
+  }
+}
+
+// The checkpoint to serve: --checkpoint, else the base the tables were tuned on (the tables
+// are read either way, so that bad ones are named before any rank starts).
+loom::generate::GenerateRequest checkpoint_request(const ServeJob& job) {
+  loom::generate::GenerateRequest request = job.request;
+  if (job.prompt_checkpoint.empty()) return request;
+  const auto tables = read_tables(job);
+  if (!request.checkpoint.empty()) return request;
+  if (!tables.base.contains("checkpoints"))
+    throw loom::generate::GenerateInputError("--prompt-checkpoint: the tables do not name their base; pass --checkpoint");
+  request.checkpoint = tables.base["checkpoints"].get<std::string>();
+  if (!request.iteration) request.iteration = tables.base.value("iteration", int64_t{0});
+  return request;
+}
+
+// The tables on `device` for the engine, checked against the loaded base: tuned on this very
+// checkpoint (its digest), vectors of the model's hidden size.
+std::vector<at::Tensor> device_tables(const loom::ptune::PromptTables& tables, const loom::generate::FullCheckpoint& base,
+                                      int64_t hidden, const c10::Device& device) {
+  if (tables.base.contains("checkpoint_digest") && tables.base["checkpoint_digest"] != loom::ptune::checkpoint_digest(base))
+    throw loom::generate::GenerateInputError(fmt::format(
+        "--prompt-checkpoint: the tables were tuned on the base with checkpoint digest {}; iteration {} of the served "
+        "checkpoint is another model", tables.base["checkpoint_digest"].get<std::string>(), base.info.iteration));
+  std::vector<at::Tensor> out;
+  for (const auto& t : tables.tasks) {
+    if (t.vectors.size(1) != hidden)
+      throw loom::generate::GenerateInputError(fmt::format(
+          "--prompt-checkpoint: task '{}' has vectors of size {}, the model {}", t.spec.taskname, t.vectors.size(1), hidden));
+    out.push_back(t.vectors.to(device));
+  }
+  return out;
+}
+
+// --bench-out: the serving rank runs the benchmark rounds and writes their figures.
+void run_benchmark(const ServeJob& job, loom::serve::GenerationEngine& engine, int64_t vocab, const std::string& who) {
+  const auto result = loom::serve::run_engine_benchmark(engine, job.bench, vocab);
+  std::ofstream out(job.bench_out, std::ios::trunc);
+  out << result.to_json().dump(2) << "\n";
+  if (!out.flush()) throw std::runtime_error("--bench-out " + job.bench_out + ": cannot write the file");
+  std::cerr << fmt::format("{}benchmark: {} requests, {:.1f} tokens/s, TTFT {:.1f} ms, {:.2f} ms/token -> {}\n", who,
+                           result.requests, result.tokens_per_s, result.ttft_s * 1e3, result.token_s * 1e3,
+                           job.bench_out);
+}
 
 // Checks everything before any rank starts; throws GenerateInputError naming the flag.
 loom::generate::GeneratePlan plan(const ServeJob& job) {
-  auto plan = loom::generate::plan_generation(job.request);
+  auto plan = loom::generate::plan_generation(checkpoint_request(job));
   const auto config = loom::generate::inference_config(plan.info.layout.model_shape, plan.model_options);
   if (job.pipeline_parallel < 1 || config.num_layers % job.pipeline_parallel != 0)
     throw loom::generate::GenerateInputError(fmt::format(
@@ -90,9 +155,14 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
     const auto coords = groups->coords();
     loom::model::GptStage stage(config, groups->tensor_ptr(),
                                 loom::model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(), groups->device());
+    std::optional<loom::ptune::PromptTables> tables;
     {
       const auto checkpoint = loom::generate::read_full_checkpoint(p.location.checkpoints, p.info);
       loom::generate::fill_stage_parameters(checkpoint, stage, coords.tp, t);
+      if (!job.prompt_checkpoint.empty()) {
+        tables = read_tables(job);
+        job.engine.prompt_tables = device_tables(*tables, checkpoint, config.hidden_size, groups->device());
+      }
     }
     const auto loaded_tokenizer = loom::generate::load_tokenizer(p);  // the run's (any library), checked
     const loom::data::Tokenizer& tokenizer = *loaded_tokenizer;
@@ -103,8 +173,17 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
     loom::serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
                                  groups->layout().rank_of({0, 0, pp - 1})};
     loom::serve::GenerationEngine engine(stage, eg, job.engine);
-    if (info.rank == 0) {
-      loom::serve::ApiContext api{&tokenizer, config.max_position_embeddings, job.model_name};
+    if (info.rank == 0 && !job.bench_out.empty()) {
+      run_benchmark(job, engine, config.vocab_size, who);
+    } else if (info.rank == 0) {
+      std::optional<loom::serve::PromptTasks> tasks;
+      if (tables) {
+        std::vector<loom::config::TaskTemplate> templates;
+        for (const auto& task : tables->tasks) templates.push_back(task.spec);
+        tasks = loom::serve::make_prompt_tasks(templates, tables->add_bos, tokenizer, config.max_position_embeddings);
+      }
+      loom::serve::ApiContext api{&tokenizer, config.max_position_embeddings, job.model_name,
+                                  tasks ? &*tasks : nullptr};
       loom::serve::HttpServer server(engine, api, job.http);
       std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
                                job.model_name, p.info.iteration, t, pp, engine.options().max_batch,
@@ -117,6 +196,8 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
     }
     groups->shutdown();
     return 0;
+  } catch (const std::invalid_argument& e) {  // a flag the engine refuses (--max-batch, --bench-*)
+    return fail(2, loom::cli::error_text(e));
   } catch (const std::exception& e) {
     return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
   }
@@ -126,8 +207,10 @@ int serve_command(int argc, char** argv) {
   CLI::App app{"Serve a training checkpoint over HTTP (NeMo and OpenAI completion APIs, continuous batching)."};
   ServeJob job;
   int64_t iteration = -1, max_body_mb = 8;
-  app.add_option("--checkpoint", job.request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory")
-      ->required();
+  app.add_option("--checkpoint", job.request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory");
+  app.add_option("--prompt-checkpoint", job.prompt_checkpoint,
+                 "a prompt-learning run (or its prompt_tables/): requests may name its tasks "
+                 "(default --checkpoint: the base it was tuned on)");
   app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
   app.add_option("--tensor-parallel", job.request.tensor_parallel, "tensor-parallel ranks (default: the checkpoint's)");
   app.add_option("--pipeline-parallel", job.pipeline_parallel, "pipeline stages")->capture_default_str();
@@ -143,12 +226,24 @@ int serve_command(int argc, char** argv) {
   app.add_option("--vocab-file", job.request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
   app.add_option("--merge-file", job.request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
   app.add_option("--accelerator", job.request.accelerator, "cpu or gpu (default: the run's trainer.accelerator)");
+  app.add_option("--bench-out", job.bench_out,
+                 "measure the engine instead of serving: rounds of --bench-batch random prompts, figures as JSON to FILE");
+  app.add_option("--bench-batch", job.bench.batch, "requests per benchmark round (<= --max-batch)")->capture_default_str();
+  app.add_option("--bench-prompt-tokens", job.bench.prompt_tokens, "prompt tokens per benchmark request")
+      ->capture_default_str();
+  app.add_option("--bench-output-tokens", job.bench.output_tokens, "tokens generated per benchmark request")
+      ->capture_default_str();
+  app.add_option("--bench-rounds", job.bench.rounds, "timed benchmark rounds")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (app.count("--iteration")) job.request.iteration = iteration;
+  if (job.request.checkpoint.empty() && job.prompt_checkpoint.empty()) {
+    std::cerr << "loom serve: error: --checkpoint DIR (or --prompt-checkpoint DIR) is required\n";
+    return 2;
+  }
   if (app.count("--tensor-parallel") && job.request.tensor_parallel < 1) {
     std::cerr << "loom serve: error: --tensor-parallel: expected an integer >= 1\n";
     return 2;
@@ -161,7 +256,8 @@ int serve_command(int argc, char** argv) {
   if (job.http.api_key.empty())
     if (const char* key = std::getenv("LOOM_API_KEY")) job.http.api_key = key;
   if (job.model_name.empty()) {
-    auto path = std::filesystem::absolute(job.request.checkpoint).lexically_normal();
+    auto path = std::filesystem::absolute(job.request.checkpoint.empty() ? job.prompt_checkpoint : job.request.checkpoint)
+                    .lexically_normal();
     if (path.filename().empty()) path = path.parent_path();
     job.model_name = path.filename().string();
   }

@@ -9,6 +9,7 @@ tools/test.sh --full: 64 × 500) with every response complete and the memory bou
 server at t = 2 × p = 2 runs with the full switch only: CI checks the same equality in the
 engine (loom_test_serve, t=2 × p=2 = t=p=1), keeping this file within its CI time."""
 import concurrent.futures
+import csv
 import json
 import math
 import os
@@ -22,6 +23,7 @@ import openai
 import pytest
 import requests
 
+from ptune_helpers import METHODS, layout_overrides, run_ptune, write_recipe, write_task
 from serve_helpers import Server, wait_exit
 from test_data_helpers import ROOT, loom_binary
 from train_helpers import make_corpus, run_train, tiny_overrides
@@ -140,6 +142,88 @@ def test_seed_stop_and_streaming(server):
     assert chunks[-1].usage.completion_tokens == a["usage"]["completion_tokens"]
 
 
+def test_streamed_logprobs_add_up_to_the_whole_response(server):
+    """OpenAI's completions stream: each chunk's logprobs hold the tokens whose text it carries
+    (the echoed prompt in the first ones), text_offset relative to the whole text; together they
+    are the non-streamed response's logprobs."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    for extra in ({}, {"echo": True}, {"stop": [" t"]}):
+        body = dict(model="run", prompt=PROMPTS[4], max_tokens=12, temperature=0.8, seed=5, logprobs=3, **extra)
+        whole = client.completions.create(**body).choices[0]
+        chunks = [c.choices[0] for c in client.completions.create(**body, stream=True) if c.choices]
+        assert "".join(c.text for c in chunks) == whole.text
+        assert all(c.logprobs is not None for c in chunks)
+        streamed = {key: sum((getattr(c.logprobs, key) for c in chunks), [])
+                    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+        assert streamed["tokens"] == whole.logprobs.tokens
+        assert streamed["text_offset"] == whole.logprobs.text_offset
+        assert streamed["token_logprobs"] == pytest.approx(whole.logprobs.token_logprobs, abs=1e-6, nan_ok=True)
+        for a, b in zip(streamed["top_logprobs"], whole.logprobs.top_logprobs):
+            assert (a is None) == (b is None) and (a is None or a == pytest.approx(b, abs=1e-6))
+        # Tokens are sent with (or after) the text they spell, never ahead of it.
+        sent_text = 0
+        for c in chunks:
+            sent_text += len(c.text)
+            assert all(o + len(t) <= sent_text for o, t in zip(c.logprobs.text_offset, c.logprobs.tokens)) or \
+                c is chunks[-1]
+        if "echo" in extra:
+            assert chunks[0].logprobs.token_logprobs[0] is None
+
+
+@pytest.fixture(scope="module")
+def prompt_run(run_dir, tmp_path_factory):
+    """A p-tuning run (4 steps) of the 'mood' task on the served checkpoint, and records of its
+    validation set without their answers."""
+    folder = tmp_path_factory.mktemp("ptune")
+    train, valid = write_task(folder)
+    out = folder / "run"
+    run_ptune(write_recipe(folder / "ptune.yaml", run_dir, train, valid), METHODS["mlp"] + layout_overrides(out))
+    records = [{k: v for k, v in json.loads(line).items() if k not in ("label", "taskname")}
+               for line in valid.read_text().splitlines()[:6]]
+    return out, records
+
+
+def test_learned_prompts_are_served_as_loom_generate_runs_them(prompt_run, run_dir, tmp_path):
+    """Requests naming a task (OpenAI's taskname, NeMo's task_ids) get what `loom generate
+    --prompt-checkpoint` generates for the same records, also when they share the batch with
+    each other and with plain requests."""
+    run, records = prompt_run
+    inputs = tmp_path / "records.jsonl"
+    inputs.write_text("".join(json.dumps({"taskname": "mood", **r}) + "\n" for r in records))
+    done = subprocess.run([str(loom_binary()), "generate", "--prompt-checkpoint", str(run), "--input", str(inputs),
+                           "--greedy", "--max-new-tokens", "4"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    expected = [json.loads(line)["prediction"] for line in done.stdout.splitlines()]
+    assert len(expected) == len(records)
+    with Server(run_dir, "--prompt-checkpoint", run, "--max-batch", 8) as s:
+        task_bodies = [{"taskname": "mood", "prompt": r, "max_tokens": 4, "temperature": 0} for r in records]
+        plain_bodies = [{"prompt": p, "max_tokens": 6, "temperature": 0} for p in PROMPTS]
+        single = [complete(s.url, **b)["choices"][0]["text"] for b in task_bodies + plain_bodies]
+        assert single[:len(records)] == expected
+        # Mixed in one batch: tasks and plain prompts at once, and a NeMo request with both.
+        nemo_body = {"sentences": [records[0], PROMPTS[1]], "task_ids": ["mood", None], "tokens_to_generate": 4,
+                     "greedy": True, "compute_logprob": True}
+        with concurrent.futures.ThreadPoolExecutor(len(single) + 1) as pool:
+            mixed = list(pool.map(lambda b: complete(s.url, **b)["choices"][0]["text"], task_bodies + plain_bodies))
+            nemo = pool.submit(lambda: requests.put(s.url + "/generate", json=nemo_body, timeout=120).json()).result()
+        assert mixed == single
+        assert nemo["sentences"][0].endswith(":" + expected[0]) and records[0]["text"] in nemo["sentences"][0]
+        assert "<|endoftext|>" not in nemo["sentences"][0]  # the virtual positions are not shown
+        assert len(nemo["logprob"][0]) == len(nemo["token_ids"][0]) - 1
+        assert nemo["sentences"][1].startswith(PROMPTS[1])
+        # A list of records in one request, by task index.
+        both = complete(s.url, taskname=0, prompt=records[:2], max_tokens=4)
+        assert [c["text"] for c in both["choices"]] == expected[:2]
+        for body, field in [({"taskname": "nope", "prompt": records[0]}, "taskname"),
+                            ({"taskname": "mood", "prompt": {"txt": "x"}}, "prompt"),
+                            ({"taskname": "mood", "prompt": records[0], "echo": True}, "echo"),
+                            ({"taskname": "mood", "prompt": {"text": 3}}, "prompt.text")]:
+            r = requests.post(s.url + "/v1/completions", json=body, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+        r = requests.put(s.url + "/generate", json={**nemo_body, "task_ids": ["mood"]}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "task_ids"
+
+
 def test_nemo_generate(server, run_dir):
     body = {"sentences": PROMPTS[:3], "tokens_to_generate": 8, "greedy": True, "compute_logprob": True,
             "end_strings": ["<|endoftext|>"], "add_BOS": False, "all_probs": False, "temperature": 1.0, "top_k": 0,
@@ -174,6 +258,8 @@ BAD = [
     ("logprobs past 20", json.dumps({"prompt": "x", "logprobs": 50}).encode(), 400, "logprobs"),
     ("another model", json.dumps({"prompt": "x", "model": "gpt-4"}).encode(), 404, "model"),
     ("100 MB body", None, 413, "body"),
+    ("taskname without learned prompts", json.dumps({"prompt": {"text": "x"}, "taskname": "mood"}).encode(), 400,
+     "taskname"),
 ]
 
 
@@ -190,7 +276,8 @@ def test_bad_input_is_refused_and_the_next_request_served(server, name, body, st
 def test_bad_nemo_input_names_the_field(server):
     for body, field in [({"sentences": "x"}, "sentences"), ({"sentences": ["x"], "tokens_to_generate": 1.5},
                                                               "tokens_to_generate"),
-                        ({"sentences": ["x"], "greedy": "yes"}, "greedy"), ({"prompts": ["x"]}, "prompts")]:
+                        ({"sentences": ["x"], "greedy": "yes"}, "greedy"), ({"prompts": ["x"]}, "prompts"),
+                        ({"sentences": [{"text": "x"}], "task_ids": ["mood"]}, "task_ids[0]")]:
         r = requests.put(server.url + "/generate", json=body, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
 
@@ -286,3 +373,84 @@ def test_soak(server):
     grown_mib = (server.rss_kib(pid) - before) / 1024
     assert grown_mib < 200, f"the server grew by {grown_mib:.0f} MiB over the soak"
     assert requests.get(server.url + "/health", timeout=10).json() == {"status": "ok"}
+
+
+def plan_infer(*args, timeout=600):
+    return subprocess.run([str(loom_binary()), "plan", "infer", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cpu_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibrate") / "cpu.json"
+    done = subprocess.run([str(loom_binary()), "plan", "calibrate", "--devices", "2", "--out", str(out),
+                           "--seconds", "0.1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+def test_plan_infer_measures_the_best_layouts_through_the_engine(run_dir, cpu_profile, tmp_path):
+    """`loom plan infer --measure 2` serves the two best predicted layouts of the checkpoint on
+    CPU ranks (the engine's benchmark rounds) and prints measured beside predicted figures; with
+    a deadline no run can meet, each run is classified as a timeout and the next one still runs."""
+    plan = ["--checkpoint", run_dir, "--profile", cpu_profile, "--nodes", 1, "--gpus-per-node", 2,
+            "--prompt-tokens", 12, "--output-tokens", 6, "--tp", "1,2", "--pp", 1, "--batch", "2,4"]
+    ranked = tmp_path / "ranked.csv"
+    table = tmp_path / "measured.csv"
+    done = plan_infer(*plan, "--csv", ranked, "--measure", 2, "--measure-rounds", 2, "--measure-csv", table,
+                      "--measure-dir", tmp_path / "runs")
+    assert done.returncode == 0, done.stderr[-4000:]
+    predicted = list(csv.DictReader(ranked.open()))
+    rows = list(csv.DictReader(table.open()))
+    assert [(r["tp"], r["pp"], r["batch"]) for r in rows] == [(p["tp"], p["pp"], p["batch"]) for p in predicted[:2]]
+    for i, r in enumerate(rows, 1):
+        assert r["status"] == "ok", done.stderr[-3000:]
+        p = predicted[i - 1]
+        assert float(r["predicted_ttft_ms"]) == pytest.approx(float(p["ttft_ms"]), rel=1e-3)
+        assert float(r["predicted_tokens_per_s"]) == pytest.approx(float(p["tokens_per_s_replica"]), rel=1e-3)
+        for figure, column in (("ttft", "ttft_ms"), ("token", "token_ms"), ("tokens_per_s", "tokens_per_s")):
+            meas, pred = float(r["measured_" + column]), float(r["predicted_" + column])
+            assert meas > 0
+            assert float(r[f"{figure}_error"]) == pytest.approx((meas - pred) / pred, rel=1e-3, abs=1e-4)
+        # The engine ran exactly the planned workload: 2 rounds of `batch` requests of 6 tokens.
+        bench = json.loads((tmp_path / "runs" / f"layout-{i}.json").read_text())
+        batch = int(r["batch"])
+        assert bench["requests"] == 2 * batch and bench["generated_tokens"] == 2 * batch * 6
+        assert float(r["measured_tokens_per_s"]) == pytest.approx(bench["tokens_per_s"], rel=1e-3)
+    assert "TTFT ms (pred / meas / err)" in done.stderr and "mean absolute error over 2" in done.stderr
+
+    failed = plan_infer(*plan, "--measure", 2, "--measure-timeout", 0.3, "--measure-csv", table,
+                        "--measure-dir", tmp_path / "late")
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    rows = list(csv.DictReader(table.open()))
+    assert [r["status"] for r in rows] == ["timeout", "timeout"], failed.stderr[-3000:]
+    assert "[measure 2/2]" in failed.stderr and "no measured run succeeded" in failed.stderr
+    # Bad input is named before any run.
+    bad = plan_infer(*plan, "--measure", 2, "--size", 1)
+    assert bad.returncode == 2 and "either by --checkpoint or by --size" in bad.stderr
+    bad = plan_infer("--size", 1, "--prompt-tokens", 8, "--output-tokens", 8, "--measure", 1)
+    assert bad.returncode == 2 and "--measure needs --checkpoint" in bad.stderr
+
+
+def test_bad_flags_exit_2_naming_the_flag(run_dir, tmp_path):
+    """Bad input ends `loom serve` with status 2, whether the flag is checked before the ranks
+    start or only by the engine on the rank (its std::invalid_argument)."""
+    def serve(*flags):
+        return subprocess.run([str(loom_binary()), "serve", *map(str, flags)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+    for flags, expected in [(["--checkpoint", run_dir, "--max-batch", 0], "--max-batch"),
+                            (["--checkpoint", tmp_path / "none"], str(tmp_path / "none")),
+                            ([], "--checkpoint DIR (or --prompt-checkpoint DIR) is required"),
+                            (["--checkpoint", run_dir, "--prompt-checkpoint", tmp_path], "--prompt-checkpoint"),
+                            (["--checkpoint", run_dir, "--max-batch", 2, "--bench-out", tmp_path / "b.json",
+                              "--bench-batch", 3], "--bench-batch 3"),
+                            (["--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-prompt-tokens", 60,
+                              "--bench-output-tokens", 8], "exceed the model's context of 64 tokens")]:
+        done = serve(*flags)
+        assert done.returncode == 2 and expected in done.stderr, (flags, done.returncode, done.stderr[-2000:])
+    done = serve("--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-batch", 2,
+                 "--bench-prompt-tokens", 8, "--bench-output-tokens", 4, "--bench-rounds", 1)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bench = json.loads((tmp_path / "b.json").read_text())
+    assert bench["requests"] == 2 and bench["generated_tokens"] == 8 and bench["tokens_per_s"] > 0
+    assert bench["ttft_ms"] <= bench["request_ms"]
