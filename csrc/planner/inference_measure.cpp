@@ -156,7 +156,7 @@ std::string format_inference_measured_csv(const std::vector<MeasuredInferenceLay
     const InferenceLayout& L = r.candidate.layout;
     const InferenceTime& t = r.candidate.time;
     const InferenceMeasurement& m = r.measured;
-    s += fmt::format("{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.3f},{:.4f},{:.4f},{:.1f},{},{}\n",
+    s += fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.1f},{},{}\n",
                      r.predicted_rank, L.tp, L.pp, L.batch, t.ttft * 1e3, m.ttft_ms,
                      relative_error(m.ttft_ms, t.ttft * 1e3), t.per_token * 1e3, m.token_ms,
                      relative_error(m.token_ms, t.per_token * 1e3), t.tokens_per_s_replica, m.tokens_per_s,

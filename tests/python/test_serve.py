@@ -160,12 +160,14 @@ def test_streamed_logprobs_add_up_to_the_whole_response(server):
         assert streamed["token_logprobs"] == pytest.approx(whole.logprobs.token_logprobs, abs=1e-6, nan_ok=True)
         for a, b in zip(streamed["top_logprobs"], whole.logprobs.top_logprobs):
             assert (a is None) == (b is None) and (a is None or a == pytest.approx(b, abs=1e-6))
-        # Tokens are sent with (or after) the text they spell, never ahead of it.
-        sent_text = 0
-        for c in chunks:
-            sent_text += len(c.text)
-            assert all(o + len(t) <= sent_text for o, t in zip(c.logprobs.text_offset, c.logprobs.tokens)) or \
-                c is chunks[-1]
+        # Tokens are sent with (or after) the text they spell, never ahead of it (offsets are
+        # bytes; compared where text and tokens are ASCII).
+        if whole.text.isascii() and all(t.isascii() for t in whole.logprobs.tokens):
+            sent_text = 0
+            for c in chunks:
+                sent_text += len(c.text)
+                assert all(o + len(t) <= sent_text for o, t in zip(c.logprobs.text_offset, c.logprobs.tokens)) or \
+                    c is chunks[-1]
         if "echo" in extra:
             assert chunks[0].logprobs.token_logprobs[0] is None
 
@@ -204,8 +206,9 @@ def test_learned_prompts_are_served_as_loom_generate_runs_them(prompt_run, run_d
         nemo_body = {"sentences": [records[0], PROMPTS[1]], "task_ids": ["mood", None], "tokens_to_generate": 4,
                      "greedy": True, "compute_logprob": True}
         with concurrent.futures.ThreadPoolExecutor(len(single) + 1) as pool:
+            nemo_reply = pool.submit(lambda: requests.put(s.url + "/generate", json=nemo_body, timeout=120).json())
             mixed = list(pool.map(lambda b: complete(s.url, **b)["choices"][0]["text"], task_bodies + plain_bodies))
-            nemo = pool.submit(lambda: requests.put(s.url + "/generate", json=nemo_body, timeout=120).json()).result()
+            nemo = nemo_reply.result()
         assert mixed == single
         assert nemo["sentences"][0].endswith(":" + expected[0]) and records[0]["text"] in nemo["sentences"][0]
         assert "<|endoftext|>" not in nemo["sentences"][0]  # the virtual positions are not shown
@@ -406,8 +409,10 @@ def test_plan_infer_measures_the_best_layouts_through_the_engine(run_dir, cpu_pr
     for i, r in enumerate(rows, 1):
         assert r["status"] == "ok", done.stderr[-3000:]
         p = predicted[i - 1]
-        assert float(r["predicted_ttft_ms"]) == pytest.approx(float(p["ttft_ms"]), rel=1e-3)
-        assert float(r["predicted_tokens_per_s"]) == pytest.approx(float(p["tokens_per_s_replica"]), rel=1e-3)
+        # The plan's CSV has 3 (ms) and 2 (tokens/s) decimals.
+        assert float(r["predicted_ttft_ms"]) == pytest.approx(float(p["ttft_ms"]), rel=1e-3, abs=1e-3)
+        assert float(r["predicted_tokens_per_s"]) == pytest.approx(float(p["tokens_per_s_replica"]), rel=1e-3,
+                                                                   abs=0.01)
         for figure, column in (("ttft", "ttft_ms"), ("token", "token_ms"), ("tokens_per_s", "tokens_per_s")):
             meas, pred = float(r["measured_" + column]), float(r["predicted_" + column])
             assert meas > 0
