@@ -64,37 +64,46 @@ TEST_CASE("adamw_update matches the float64 formula", "[train][optim]") {
   CHECK_THROWS_WITH(adamw_update(p, half_grad, m, v, 1, 1e-3, cfg, true), Catch::Contains("fp32"));
 }
 
-TEST_CASE("fused_adamw_update (one multi-tensor kernel) equals adamw_update within fp32 rounding", "[train][optim]") {
-  REQUIRE(fused_adamw_supported(at::kCPU));
+TEST_CASE("fused_adamw_update: for-each equals adamw_update bit for bit, ATen's fused kernel within fp32 rounding", "[train][optim]") {
+  CHECK_FALSE(fused_adamw_supported(at::kCPU));  // CPU takes the for-each path (stand-in lane)
   AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
-  for (bool decay : {true, false}) {
-    const std::vector<std::vector<int64_t>> shapes = {{7, 5}, {3}, {130}};
-    AdamWTensors fused;
-    std::vector<at::Tensor> p, m, v;
-    for (size_t k = 0; k < shapes.size(); ++k) {
-      p.push_back(seeded_randn(shapes[k], 10 + k));
-      m.push_back(at::zeros(shapes[k]));
-      v.push_back(at::zeros(shapes[k]));
-      fused.params.push_back(p.back().clone());
-      fused.exp_avgs.push_back(m.back().clone());
-      fused.exp_avg_sqs.push_back(v.back().clone());
-      fused.grads.push_back(at::Tensor());
-    }
-    for (int t = 1; t <= 6; ++t) {
+  for (auto kernel : {AdamWKernel::kAuto, AdamWKernel::kForEach, AdamWKernel::kAtenFused}) {
+    const bool exact = kernel != AdamWKernel::kAtenFused;
+    for (bool decay : {true, false}) {
+      INFO("kernel " << int(kernel) << " decay " << decay);
+      const std::vector<std::vector<int64_t>> shapes = {{7, 5}, {3}, {130}};
+      AdamWTensors fused;
+      std::vector<at::Tensor> p, m, v;
       for (size_t k = 0; k < shapes.size(); ++k) {
-        fused.grads[k] = seeded_randn(shapes[k], 300 + 10 * t + k);
-        adamw_update(p[k], fused.grads[k], m[k], v[k], t, 3e-3, cfg, decay);
+        p.push_back(seeded_randn(shapes[k], 10 + k));
+        m.push_back(at::zeros(shapes[k]));
+        v.push_back(at::zeros(shapes[k]));
+        fused.params.push_back(p.back().clone());
+        fused.exp_avgs.push_back(m.back().clone());
+        fused.exp_avg_sqs.push_back(v.back().clone());
+        fused.grads.push_back(at::Tensor());
       }
-      fused_adamw_update(fused, t, 3e-3, cfg, decay);
-    }
-    for (size_t k = 0; k < shapes.size(); ++k) {
-      CHECK(at::allclose(fused.params[k], p[k], 1e-6, 1e-7));
-      // The kernel's lerp rounds differently where β1·m and (1 − β1)·g nearly cancel: an
-      // absolute fp32-rounding bound at the moments' scale (|m| ~ 0.1..1).
-      CHECK(at::allclose(fused.exp_avgs[k], m[k], 1e-5, 1e-6));
-      CHECK((fused.exp_avgs[k] - m[k]).abs().max().item<float>() < 1e-6f);
-      CHECK(at::allclose(fused.exp_avg_sqs[k], v[k], 1e-6, 1e-10));
-      CHECK_FALSE(at::equal(fused.params[k], seeded_randn(shapes[k], 10 + k)));  // it did update
+      for (int t = 1; t <= 6; ++t) {
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          fused.grads[k] = seeded_randn(shapes[k], 300 + 10 * t + k);
+          adamw_update(p[k], fused.grads[k], m[k], v[k], t, 3e-3, cfg, decay);
+        }
+        fused_adamw_update(fused, t, 3e-3, cfg, decay, kernel);
+      }
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        if (exact) {
+          CHECK(at::equal(fused.params[k], p[k]));
+          CHECK(at::equal(fused.exp_avgs[k], m[k]));
+          CHECK(at::equal(fused.exp_avg_sqs[k], v[k]));
+        } else {
+          CHECK(at::allclose(fused.params[k], p[k], 1e-6, 1e-7));
+          // The lerp rounds differently where β1·m and (1 − β1)·g nearly cancel: an absolute
+          // fp32-rounding bound at the moments' scale (|m| ~ 0.1..1).
+          CHECK((fused.exp_avgs[k] - m[k]).abs().max().item<float>() < 1e-6f);
+          CHECK(at::allclose(fused.exp_avg_sqs[k], v[k], 1e-6, 1e-10));
+        }
+        CHECK_FALSE(at::equal(fused.params[k], seeded_randn(shapes[k], 10 + k)));  // it did update
+      }
     }
   }
   AdamWTensors bad{{at::zeros({2})}, {at::zeros({2}, at::kHalf)}, {at::zeros({2})}, {at::zeros({2})}};

@@ -38,15 +38,24 @@ struct AdamWTensors {
   std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
 };
 
-/// Whether ATen's multi-tensor fused AdamW kernel (_fused_adamw_, torch.optim.AdamW(fused=True))
-/// runs on `device`: CPU and CUDA.
+/// Whether ATen's fused AdamW kernel (_fused_adamw_, torch.optim.AdamW(fused=True)) is the
+/// multi-tensor update on `device`: CUDA. (ATen has it for CPU too, but a CPU run must equal a
+/// run on the stand-in device bit for bit, docs/design/devices.md, so CPU and other devices take
+/// the for-each path.)
 bool fused_adamw_supported(at::Device device);
 
-/// The update of adamw_update on every tensor of `t` in one multi-tensor kernel (ATen's
-/// _fused_adamw_; on devices without it, adamw_update per tensor). Equal to adamw_update within
-/// fp32 rounding: the kernel updates the first moment with lerp (m + (1 − β1)(g − m)) instead of
-/// β1·m + (1 − β1)·g, divides by √(1 − β2^t) after the square root as adamw_update does, and may
-/// contract multiply-adds. Throws std::invalid_argument like adamw_update.
-void fused_adamw_update(AdamWTensors& t, int64_t step, double lr, const AdamWConfig& cfg, bool decay);
+enum class AdamWKernel {
+  kAuto,       ///< ATen's fused kernel where fused_adamw_supported, else for-each
+  kForEach,    ///< ATen's _foreach_ ops in adamw_update's operation order: equal to it bit for bit on CPU
+  kAtenFused,  ///< ATen's _fused_adamw_ (CPU or CUDA)
+};
+
+/// The update of adamw_update on every tensor of `t` in multi-tensor kernels. kForEach runs
+/// adamw_update's operations, each over the whole list (bit for bit adamw_update on CPU).
+/// kAtenFused is one kernel, equal to adamw_update within fp32 rounding: it forms the first
+/// moment with a lerp (m + (1 − β1)(g − m)) instead of β1·m + (1 − β1)·g and may contract
+/// multiply-adds. Throws std::invalid_argument like adamw_update.
+void fused_adamw_update(AdamWTensors& t, int64_t step, double lr, const AdamWConfig& cfg, bool decay,
+                        AdamWKernel kernel = AdamWKernel::kAuto);
 
 }  // namespace loom::train::optim

@@ -115,7 +115,9 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
       return result;
     }
   }
-  result.grad_norm = global_grad_norm(counted, norm_group(), grads_->data().device(), options_.fused_adamw);
+  // The multi-tensor norm on CUDA only: CPU runs equal stand-in device runs bit for bit.
+  const at::Device device = grads_->data().device();
+  result.grad_norm = global_grad_norm(counted, norm_group(), device, options_.fused_adamw && device.is_cuda());
   if (!std::isfinite(result.grad_norm)) {
     result.skipped = true;
     return result;

@@ -42,9 +42,10 @@ struct OptimizerOptions {
   /// last micro-batch's backward (grad_overlap.h) in iterations begun with start_iteration().
   /// Same gradients, bit for bit.
   bool overlap_grad_reduce = false;
-  /// One multi-tensor AdamW kernel per gradient bucket and weight-decay group (adamw.h,
-  /// fused_adamw_update), the model copies written by one multi-tensor copy, and the clipping
-  /// norm from one multi-tensor norm: equal to the per-tensor path within fp32 rounding.
+  /// Multi-tensor AdamW per gradient bucket and weight-decay group (adamw.h, fused_adamw_update):
+  /// on CUDA ATen's fused kernel, the model copies written by one _foreach_copy_ and the clipping
+  /// norm from one _foreach_norm (equal to the per-tensor path within fp32 rounding); elsewhere
+  /// for-each ops in the per-tensor order (bit for bit on CPU).
   bool fused_adamw = false;
   /// model.optim.overlap_param_sync, distributed optimizer only: step() starts the parameter
   /// all-gathers and returns; they are waited for (wait_for_params) before the model is next

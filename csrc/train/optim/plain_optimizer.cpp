@@ -25,7 +25,7 @@ PlainOptimizer::PlainOptimizer(model::ParamList params, std::shared_ptr<runtime:
 
 void PlainOptimizer::publish_params(bool /*async: nothing to gather*/) {
   at::NoGradGuard no_grad;
-  if (options_.fused_adamw) {
+  if (options_.fused_adamw && grads_->data().device().is_cuda()) {
     // One multi-tensor copy (fp32 → bf16/fp16) for all model copies.
     std::vector<at::Tensor> model, main;
     for (auto& piece : pieces_) {
