@@ -448,7 +448,8 @@ def test_bad_flags_exit_2_naming_the_flag(run_dir, tmp_path):
                             ([], "--checkpoint DIR (or --prompt-checkpoint DIR) is required"),
                             (["--checkpoint", run_dir, "--prompt-checkpoint", tmp_path], "--prompt-checkpoint"),
                             (["--checkpoint", run_dir, "--max-batch", 2, "--bench-out", tmp_path / "b.json",
-                              "--bench-batch", 3], "--bench-batch 3"),
+                              "--bench-batch", 3, "--bench-prompt-tokens", 8, "--bench-output-tokens", 4],
+                             "--bench-batch 3"),
                             (["--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-prompt-tokens", 60,
                               "--bench-output-tokens", 8], "exceed the model's context of 64 tokens")]:
         done = serve(*flags)
