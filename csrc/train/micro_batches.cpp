@@ -16,13 +16,9 @@ at::Tensor host_buffer(int64_t b, int64_t s, at::ScalarType dtype, at::Device de
 
 }  // namespace
 
-MicroBatch make_micro_batch(const data::SampleDataset& dataset, const std::vector<int64_t>& ids,
-                            int64_t global_row, at::Device device) {
-  if (ids.empty()) throw std::invalid_argument("make_micro_batch: no sample ids");
-  const int64_t b = static_cast<int64_t>(ids.size());
-  std::vector<data::GptSample> samples;
-  samples.reserve(ids.size());
-  for (int64_t id : ids) samples.push_back(dataset.get(id));
+MicroBatch make_micro_batch(const std::vector<data::GptSample>& samples, int64_t global_row, at::Device device) {
+  if (samples.empty()) throw std::invalid_argument("make_micro_batch: no samples");
+  const int64_t b = static_cast<int64_t>(samples.size());
   const int64_t s = static_cast<int64_t>(samples.front().tokens.size());
   at::Tensor tokens = host_buffer(b, s, at::kLong, device);
   at::Tensor labels = host_buffer(b, s, at::kLong, device);

@@ -21,9 +21,8 @@ struct MicroBatch {
   model::PromptSplice prompt;
 };
 
-/// Reads samples `ids` of `dataset` into one micro-batch on `device`. Throws std::out_of_range
-/// for an id outside the dataset.
-MicroBatch make_micro_batch(const data::SampleDataset& dataset, const std::vector<int64_t>& ids,
-                            int64_t global_row, at::Device device);
+/// `samples` (all of one length S) as one micro-batch on `device`. Throws std::invalid_argument
+/// for no samples, std::logic_error for samples of different lengths.
+MicroBatch make_micro_batch(const std::vector<data::GptSample>& samples, int64_t global_row, at::Device device);
 
 }  // namespace loom::train

@@ -24,6 +24,7 @@
 #include "train/gpt_step.h"
 #include "train/metrics_log.h"
 #include "train/micro_batches.h"
+#include "train/sample_prefetch.h"
 #include "train/model_setup.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
@@ -65,8 +66,9 @@ class TrainingRun {
   void validate(int64_t step);
   void save(int64_t iteration);
   int finish();
-  std::vector<MicroBatch> next_micro_batches(data::PretrainingSampler& sampler,
-                                             const data::SampleDataset& dataset);
+  StepSampleIds next_sample_ids(data::PretrainingSampler& sampler) const;
+  StepSampleIds train_sample_ids(int64_t consumed_samples) const;
+  std::vector<MicroBatch> micro_batches(const StepSamples& samples) const;
   TrainingParts parts() { return {&chunks_, optimizer_.get(), scheduler_.get(), scaler_.get()}; }
   bool is_rank0() const { return groups_->rank() == 0; }
 
@@ -77,6 +79,7 @@ class TrainingRun {
   std::unique_ptr<RunDirectory> dir_;
   std::unique_ptr<MetricsLog> log_;
   data::GptDatasets datasets_;
+  std::unique_ptr<SamplePrefetcher> train_samples_;  // reads the next step's samples ahead
   model::GptConfig model_config_;
   std::vector<model::GptStage> chunks_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -102,7 +105,10 @@ int TrainingRun::run() {
     return finish();
   const int64_t max_steps = r_.trainer.max_steps;
   validate(max_steps);
-  save(max_steps);
+  // NeMo's save_last: the last step is saved even off the every_n_steps grid; without it, only
+  // the grid's steps are (Lightning's ModelCheckpoint).
+  const auto& saving = r_.exp_manager.checkpoint_callback_params;
+  if (saving.save_last || (saving.every_n_steps > 0 && max_steps % saving.every_n_steps == 0)) save(max_steps);
   return finish();
 }
 
@@ -145,6 +151,7 @@ void TrainingRun::build_data() {
   if (!is_rank0()) datasets_ = data::build_gpt_datasets(cfg);
   for (const auto& w : datasets_.warnings) log_->message("[loom] warning: " + w);
   if (!datasets_.train) throw std::invalid_argument("model.data.splits_string gives no training data");
+  train_samples_ = std::make_unique<SamplePrefetcher>(*datasets_.train, r_.model.data.num_workers);
   log_->message(fmt::format("[loom] data: {} training samples, {} validation samples of {} tokens",
                             datasets_.train->size(), datasets_.valid ? datasets_.valid->size() : 0,
                             shape_.seq_length));
@@ -187,27 +194,43 @@ void TrainingRun::resume_if_possible() {
                             position_.iteration, position_.consumed_samples));
 }
 
-std::vector<MicroBatch> TrainingRun::next_micro_batches(data::PretrainingSampler& sampler,
-                                                        const data::SampleDataset& dataset) {
+// This rank's sample ids of up to m micro-batches (fewer where the data ends).
+StepSampleIds TrainingRun::next_sample_ids(data::PretrainingSampler& sampler) const {
+  StepSampleIds ids;
+  for (int k = 0; k < shape_.m; ++k) {
+    auto next = sampler.next();
+    if (!next) break;
+    ids.push_back(std::move(*next));
+  }
+  return ids;
+}
+
+StepSampleIds TrainingRun::train_sample_ids(int64_t consumed_samples) const {
+  data::PretrainingSampler sampler(datasets_.train->size(), consumed_samples, shape_.micro_batch,
+                                   groups_->coords().dp, shape_.d);
+  return next_sample_ids(sampler);
+}
+
+std::vector<MicroBatch> TrainingRun::micro_batches(const StepSamples& samples) const {
   std::vector<MicroBatch> out;
   const int dp_rank = groups_->coords().dp;
-  for (int k = 0; k < shape_.m; ++k) {
-    auto ids = sampler.next();
-    if (!ids) break;
+  for (size_t k = 0; k < samples.size(); ++k) {
     // Megatron's sampler hands out micro_batch·d consecutive ids per micro-step, rank r taking
     // slice r: this micro-batch's rows in the global batch start at (k·d + r)·micro_batch.
     const int64_t row = (int64_t(k) * shape_.d + dp_rank) * shape_.micro_batch;
-    out.push_back(make_micro_batch(dataset, *ids, row, groups_->device()));
+    out.push_back(make_micro_batch(samples[k], row, groups_->device()));
   }
   return out;
 }
 
 void TrainingRun::train_step(int64_t step) {
   const auto start = Clock::now();
-  data::PretrainingSampler sampler(datasets_.train->size(), position_.consumed_samples,
-                                   shape_.micro_batch, groups_->coords().dp, shape_.d);
-  auto batches = next_micro_batches(sampler, *datasets_.train);
-  if (int(batches.size()) != shape_.m) throw std::runtime_error("training data exhausted");
+  const StepSampleIds ids = train_sample_ids(position_.consumed_samples);
+  if (int(ids.size()) != shape_.m) throw std::runtime_error("training data exhausted");
+  auto batches = micro_batches(train_samples_->take(ids));
+  // model.data.num_workers threads read the next step's samples while this one computes.
+  const int64_t next = position_.consumed_samples + shape_.global_batch;
+  if (step + 1 < r_.trainer.max_steps && next < datasets_.train->size()) train_samples_->prefetch(train_sample_ids(next));
 
   model::DropoutContext dropout;
   dropout.seed = static_cast<uint64_t>(r_.model.seed);
@@ -236,7 +259,7 @@ void TrainingRun::validate(int64_t step) {
   int64_t batches_done = 0;
   at::NoGradGuard no_grad;
   for (int64_t b = 0; b < r_.trainer.limit_val_batches; ++b) {
-    auto batches = next_micro_batches(sampler, *datasets_.valid);
+    auto batches = micro_batches(read_step_samples(*datasets_.valid, next_sample_ids(sampler), 1));
     if (int(batches.size()) != shape_.m) break;
     totals += step_->evaluate(batches);
     ++batches_done;

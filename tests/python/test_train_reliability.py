@@ -300,3 +300,30 @@ def test_max_time_saves_and_ends_the_run(corpus, tmp_path):
     assert "trainer.max_time reached" in err
     assert 1 <= tracker(tmp_path) < 100000
     assert [r["step"] for r in metrics(tmp_path)][-1] == tracker(tmp_path)
+
+
+@pytest.mark.parametrize("save_last", [True, False])
+def test_save_last_decides_whether_the_end_off_the_grid_is_saved(corpus, tmp_path, save_last):
+    # NeMo's checkpoint_callback_params.save_last: with it the run's last step is saved even when
+    # it is not on the every_n_steps grid; without it only the grid's steps are.
+    overrides = small(corpus, tmp_path, steps=3, every=2) + [
+        f"exp_manager.checkpoint_callback_params.save_last={'true' if save_last else 'false'}"]
+    run_train(overrides)
+    saved = sorted(p.name for p in (tmp_path / CKPT).glob("iter_*"))
+    assert saved == (["iter_0000002", "iter_0000003"] if save_last else ["iter_0000002"])
+    assert tracker(tmp_path) == (3 if save_last else 2)
+
+
+def test_num_workers_read_ahead_gives_the_same_run(corpus, tmp_path):
+    # model.data.num_workers threads read the next step's samples while a step computes: the
+    # samples, so the losses, equal reading on the training thread (0), also across a resume.
+    def losses(run_dir):
+        return [(r["step"], r["loss"]) for r in metrics(run_dir)]
+
+    base = small(corpus, tmp_path / "w0", steps=4, every=2, d=2, micro=1, global_batch=8) + ["model.data.num_workers=0"]
+    run_train(base)
+    ahead = small(corpus, tmp_path / "w3", steps=4, every=2, d=2, micro=1, global_batch=8) + ["model.data.num_workers=3"]
+    run_train(ahead, "--stop-after-steps", "2")
+    run_train(ahead)
+    assert losses(tmp_path / "w3") == losses(tmp_path / "w0")
+    assert [s for s, _ in losses(tmp_path / "w0")] == [1, 2, 3, 4]
