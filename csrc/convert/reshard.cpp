@@ -87,82 +87,172 @@ std::vector<int64_t> shard_shape(const ParamSpec& spec, int t) {
   return s;
 }
 
-}  // namespace
+// The source run opened and the destination checked: everything the stage loop reads.
+struct Conversion {
+  generate::CheckpointLocation location;
+  generate::CheckpointInfo info;
+  config::Recipe recipe;  // the source's recipe at the new layout
+  model::GptConfig source_config, config;
+  train::CheckpointLayout out_layout;
+  fs::path out_run;
+  std::string out_checkpoints;
+  std::map<std::string, int> source_stage;  // which source pipeline rank holds each parameter
+  bool source_has_copy = false;             // the source's last stage saves the tied copy
 
-ReshardResult reshard_checkpoint(const ReshardRequest& request) {
-  const generate::CheckpointLocation location = generate::locate_checkpoint(request.checkpoint);
+  std::string source_name(const ParamSpec& spec) const {
+    return spec.tied_copy && !source_has_copy ? std::string(kWordEmbedding) : spec.name;
+  }
+};
+
+void check_output_run(const fs::path& out_run, const std::string& output_flag, const std::string& source_run,
+                      const std::string& out_checkpoints) {
+  if (fs::exists(out_run) && fs::equivalent(out_run, fs::absolute(source_run)))
+    throw ConvertInputError("--output " + output_flag + " is the source run: write the new layout to another run directory");
+  if (!train::list_iterations(out_checkpoints).empty() || fs::exists(fs::path(out_checkpoints) / train::kTrackerFile))
+    throw ConvertInputError(out_checkpoints + " holds checkpoints already: convert into a new run directory");
+}
+
+config::Recipe recipe_at_layout(const config::Recipe& source, const Layout& to, const std::string& run_dir,
+                                const fs::path& out_run) {
+  try {
+    return config::load_recipe_from_string(config::to_yaml(source), (fs::path(run_dir) / "config.yaml").string(),
+                                           layout_overrides(to, source, out_run.string()));
+  } catch (const config::RecipeError& e) {
+    throw ConvertInputError(fmt::format("the run's recipe does not fit t={} p={} v={} d={}:\n{}", to.t, to.p, to.v, to.d, e.what()));
+  }
+}
+
+Conversion open_conversion(const ReshardRequest& request, ReshardResult& result) {
+  Conversion c;
+  c.location = generate::locate_checkpoint(request.checkpoint);
   const config::Recipe source_recipe =
-      load_run_recipe(location.run_dir, "the layout conversion (the recipe is rewritten for the new layout)");
-  const generate::CheckpointInfo info = generate::read_checkpoint_info(location.checkpoints, request.iteration);
-  ReshardResult result;
-  result.iteration = info.iteration;
-  result.from = {info.layout.tensor_parallel, info.layout.pipeline_parallel, info.layout.virtual_stages,
-                 info.layout.data_parallel, config::uses_distributed_optimizer(source_recipe)};
+      load_run_recipe(c.location.run_dir, "the layout conversion (the recipe is rewritten for the new layout)");
+  c.info = generate::read_checkpoint_info(c.location.checkpoints, request.iteration);
+  result.iteration = c.info.iteration;
+  const auto& l = c.info.layout;
+  result.from = {l.tensor_parallel, l.pipeline_parallel, l.virtual_stages, l.data_parallel,
+                 config::uses_distributed_optimizer(source_recipe)};
   // The source's uneven stages, as its recipe (which source_config is built from) gives them.
   const Layout source_recipe_layout = recipe_layout(source_recipe);
   result.from.first_stage_layers = source_recipe_layout.first_stage_layers;
   result.from.last_stage_layers = source_recipe_layout.last_stage_layers;
   result.to = resolve_layout(request.layout, result.from);
-  const Layout& from = result.from;
-  const Layout& to = result.to;
 
-  const fs::path out_run = fs::absolute(request.output_run).lexically_normal();
-  if (fs::exists(out_run) && fs::equivalent(out_run, fs::absolute(location.run_dir)))
-    throw ConvertInputError("--output " + request.output_run + " is the source run: write the new layout to another run directory");
-  const std::string out_checkpoints = (out_run / "checkpoints").string();
-  if (!train::list_iterations(out_checkpoints).empty() || fs::exists(fs::path(out_checkpoints) / train::kTrackerFile))
-    throw ConvertInputError(out_checkpoints + " holds checkpoints already: convert into a new run directory");
+  c.out_run = fs::absolute(request.output_run).lexically_normal();
+  c.out_checkpoints = (c.out_run / "checkpoints").string();
+  check_output_run(c.out_run, request.output_run, c.location.run_dir, c.out_checkpoints);
+  c.recipe = recipe_at_layout(source_recipe, result.to, c.location.run_dir, c.out_run);
 
-  config::Recipe recipe;
-  try {
-    recipe = config::load_recipe_from_string(config::to_yaml(source_recipe), (fs::path(location.run_dir) / "config.yaml").string(),
-                                             layout_overrides(to, source_recipe, out_run.string()));
-  } catch (const config::RecipeError& e) {
-    throw ConvertInputError(fmt::format("the run's recipe does not fit t={} p={} v={} d={}:\n{}", to.t, to.p, to.v, to.d, e.what()));
-  }
-  const nlohmann::json& shape = info.layout.model_shape;
+  const nlohmann::json& shape = l.model_shape;
   if (!shape.contains("vocab_size") || !shape["vocab_size"].is_number_integer())
-    throw train::CheckpointError("checkpoint iteration " + std::to_string(info.iteration) + ": metadata.json has no layout.model.vocab_size");
+    throw train::CheckpointError("checkpoint iteration " + std::to_string(c.info.iteration) + ": metadata.json has no layout.model.vocab_size");
   const int64_t vocab = shape["vocab_size"].get<int64_t>();
-  const model::GptConfig source_config = train::gpt_config_from_recipe(source_recipe, vocab);
-  const model::GptConfig config = train::gpt_config_from_recipe(recipe, vocab);
-  const train::CheckpointLayout out_layout = train::checkpoint_layout(train::run_shape(recipe), config);
-  if (out_layout.model_shape != shape)
-    throw ConvertInputError(fmt::format("{}/config.yaml describes a model of shape {}, the checkpoint holds {}", location.run_dir,
-                                        out_layout.model_shape.dump(), shape.dump()));
-
-  // Which source pipeline rank holds each parameter.
-  std::map<std::string, int> source_stage;
+  c.source_config = train::gpt_config_from_recipe(source_recipe, vocab);
+  c.config = train::gpt_config_from_recipe(c.recipe, vocab);
+  c.out_layout = train::checkpoint_layout(train::run_shape(c.recipe), c.config);
+  if (c.out_layout.model_shape != shape)
+    throw ConvertInputError(fmt::format("{}/config.yaml describes a model of shape {}, the checkpoint holds {}", c.location.run_dir,
+                                        c.out_layout.model_shape.dump(), shape.dump()));
+  const Layout& from = result.from;
   for (int pp = 0; pp < from.p; ++pp)
-    for (const auto& spec : stage_param_specs(source_config, from.t, from.p, from.v, pp)) source_stage[spec.name] = pp;
-  const bool source_has_copy = source_stage.count(kTiedCopy) > 0;
-  auto source_name = [&](const ParamSpec& spec) {
-    return spec.tied_copy && !source_has_copy ? std::string(kWordEmbedding) : spec.name;
-  };
+    for (const auto& spec : stage_param_specs(c.source_config, from.t, from.p, from.v, pp)) c.source_stage[spec.name] = pp;
+  c.source_has_copy = c.source_stage.count(kTiedCopy) > 0;
+  return c;
+}
 
-  nlohmann::json values;
-  std::set<std::string> source_names_seen, consumed;
-  CheckpointWriter writer(out_checkpoints, info.iteration, out_layout);
-  for (int pp = 0; pp < to.p; ++pp) {
-    const std::vector<ParamSpec> specs = stage_param_specs(config, to.t, to.p, to.v, pp);
-    // targets[tp][kind + name]
-    std::vector<std::map<std::string, Target>> targets(to.t);
-    std::set<int> stages;
-    for (const auto& spec : specs) {
-      const auto it = source_stage.find(source_name(spec));
-      if (it == source_stage.end())
-        throw ConvertInputError("the source model has no parameter " + source_name(spec));
-      stages.insert(it->second);
-      for (int tp = 0; tp < to.t; ++tp) {
-        const nlohmann::json record = shard_record(spec, tp, to.t);
-        for (const char* kind : kKinds) targets[tp][kind + spec.name].offset = record["offset"].get<std::vector<int64_t>>();
+// One output pipeline stage: its parameters, and per output tensor-parallel rank the tensors
+// being filled (targets[tp][kind + name]).
+struct StageTargets {
+  std::vector<ParamSpec> specs;
+  std::vector<std::map<std::string, Target>> targets;
+  std::set<int> source_stages;  // the source pipeline ranks holding its parameters
+};
+
+StageTargets stage_targets(const Conversion& c, const Layout& to, int pp) {
+  StageTargets st;
+  st.specs = stage_param_specs(c.config, to.t, to.p, to.v, pp);
+  st.targets.resize(to.t);
+  for (const auto& spec : st.specs) {
+    const auto it = c.source_stage.find(c.source_name(spec));
+    if (it == c.source_stage.end()) throw ConvertInputError("the source model has no parameter " + c.source_name(spec));
+    st.source_stages.insert(it->second);
+    for (int tp = 0; tp < to.t; ++tp) {
+      const nlohmann::json record = shard_record(spec, tp, to.t);
+      for (const char* kind : kKinds) st.targets[tp][kind + spec.name].offset = record["offset"].get<std::vector<int64_t>>();
+    }
+  }
+  return st;
+}
+
+// Copies what one source shard file holds of the stage's parameters (and their optimizer
+// state) into every output tensor-parallel rank's targets; returns the source names it used.
+std::set<std::string> place_shard(const Conversion& c, const train::RankCheckpoint& shard, int src_pp,
+                                  const std::string& file, const Layout& to, StageTargets& st) {
+  std::set<std::string> used;
+  for (const auto& spec : st.specs) {
+    const std::string src = c.source_name(spec);
+    if (c.source_stage.at(src) != src_pp) continue;
+    if (!shard.shard_info.contains(src)) throw train::CheckpointError(file + ": no shard record (global_shape/offset) of " + src);
+    const auto& record = shard.shard_info[src];
+    const std::string what = file + ": " + src;
+    const auto offset = ints(record.value("offset", nlohmann::json()), what + " offset");
+    const auto global = ints(record.value("global_shape", nlohmann::json()), what + " global_shape");
+    for (const char* kind : kKinds) {
+      const std::string key = kind + src;
+      const auto& pool = *kind ? shard.optimizer : shard.model;
+      const auto found = pool.find(key);
+      if (found == pool.end())
+        throw ConvertInputError(fmt::format("{}: no {} tensor '{}'", file, *kind ? "optimizer" : "model", key));
+      for (int tp = 0; tp < to.t; ++tp)
+        place(st.targets[tp][kind + spec.name], shard_shape(spec, to.t), found->second, offset, global, what);
+    }
+    used.insert(src);
+  }
+  return used;
+}
+
+// The output rank (tp, pp)'s checkpoint, once every target is fully covered.
+train::RankCheckpoint output_rank(const Conversion& c, const Layout& to, int tp, StageTargets& st,
+                                  const nlohmann::json& values) {
+  train::RankCheckpoint state;
+  for (const auto& spec : st.specs) {
+    for (const char* kind : kKinds) {
+      Target& target = st.targets[tp][kind + spec.name];
+      const auto want = shard_shape(spec, to.t);
+      if (!target.tensor.defined() || target.covered != expected_cover(target, want))
+        throw train::CheckpointError(fmt::format("checkpoint iteration {}: the shards of {}{} do not cover its part [{}] at "
+                                                 "offset [{}] of the new layout",
+                                                 c.info.iteration, kind, c.source_name(spec), fmt::join(want, ", "),
+                                                 fmt::join(target.offset, ", ")));
+      if (*kind) {
+        state.optimizer[kind + spec.name] = target.tensor;
+      } else {
+        state.model[spec.name] = target.tensor;
+        state.shard_info[spec.name] = shard_record(spec, tp, to.t);
       }
     }
-    for (int src_pp : stages) {
+  }
+  state.values = values;
+  return state;
+}
+
+}  // namespace
+
+ReshardResult reshard_checkpoint(const ReshardRequest& request) {
+  ReshardResult result;
+  const Conversion c = open_conversion(request, result);
+  const Layout& from = result.from;
+  const Layout& to = result.to;
+  nlohmann::json values;  // the training position and optimizer scalars, from the first shard
+  std::set<std::string> source_names_seen, consumed;
+  CheckpointWriter writer(c.out_checkpoints, c.info.iteration, c.out_layout);
+  for (int pp = 0; pp < to.p; ++pp) {
+    StageTargets st = stage_targets(c, to, pp);
+    for (int src_pp : st.source_stages) {
       for (int src_tp = 0; src_tp < from.t; ++src_tp) {
         const std::string rel = train::model_parallel_dir_name(src_tp, src_pp, from.p) + "/" + train::kShardFileName;
-        const std::string file = (fs::path(location.checkpoints) / train::iteration_dir_name(info.iteration) / rel).string();
-        const train::RankCheckpoint shard = train::read_checkpoint_shard(location.checkpoints, info.iteration, rel, info.metadata);
+        const std::string file = (fs::path(c.location.checkpoints) / train::iteration_dir_name(c.info.iteration) / rel).string();
+        const train::RankCheckpoint shard = train::read_checkpoint_shard(c.location.checkpoints, c.info.iteration, rel, c.info.metadata);
         ++result.files_read;
         if (values.is_null()) {
           values = shard.values;
@@ -170,56 +260,16 @@ ReshardResult reshard_checkpoint(const ReshardRequest& request) {
             throw ConvertInputError(file + " is not a training checkpoint (no optimizer state or data position)");
         }
         for (const auto& [name, tensor] : shard.model) source_names_seen.insert(name);
-        for (const auto& spec : specs) {
-          const std::string src = source_name(spec);
-          if (source_stage.at(src) != src_pp) continue;
-          if (!shard.shard_info.contains(src))
-            throw train::CheckpointError(file + ": no shard record (global_shape/offset) of " + src);
-          const auto& record = shard.shard_info[src];
-          const std::string what = file + ": " + src;
-          const auto offset = ints(record.value("offset", nlohmann::json()), what + " offset");
-          const auto global = ints(record.value("global_shape", nlohmann::json()), what + " global_shape");
-          for (const char* kind : kKinds) {
-            const std::string key = kind + src;
-            const auto& pool = *kind ? shard.optimizer : shard.model;
-            const auto found = pool.find(key);
-            if (found == pool.end())
-              throw ConvertInputError(fmt::format("{}: no {} tensor '{}'", file, *kind ? "optimizer" : "model", key));
-            for (int tp = 0; tp < to.t; ++tp)
-              place(targets[tp][kind + spec.name], shard_shape(spec, to.t), found->second, offset, global, what);
-          }
-          consumed.insert(src);
-        }
+        consumed.merge(place_shard(c, shard, src_pp, file, to, st));
       }
     }
-    for (int tp = 0; tp < to.t; ++tp) {
-      train::RankCheckpoint state;
-      for (const auto& spec : specs) {
-        for (const char* kind : kKinds) {
-          Target& target = targets[tp][kind + spec.name];
-          const auto want = shard_shape(spec, to.t);
-          if (!target.tensor.defined() || target.covered != expected_cover(target, want))
-            throw train::CheckpointError(fmt::format("checkpoint iteration {}: the shards of {}{} do not cover its part [{}] at "
-                                                     "offset [{}] of the new layout",
-                                                     info.iteration, kind, source_name(spec), fmt::join(want, ", "),
-                                                     fmt::join(target.offset, ", ")));
-          if (*kind) {
-            state.optimizer[kind + spec.name] = target.tensor;
-          } else {
-            state.model[spec.name] = target.tensor;
-            state.shard_info[spec.name] = shard_record(spec, tp, to.t);
-          }
-        }
-      }
-      state.values = values;
-      writer.write_rank(tp, pp, state);
-    }
+    for (int tp = 0; tp < to.t; ++tp) writer.write_rank(tp, pp, output_rank(c, to, tp, st, values));
   }
   for (const auto& name : source_names_seen)
     if (!consumed.count(name) && name != kTiedCopy)
       throw ConvertInputError("the checkpoint holds parameter " + name + " that the model of its recipe does not have");
   writer.commit();
-  train::write_text_atomically((out_run / "config.yaml").string(), config::to_yaml(recipe));
+  train::write_text_atomically((c.out_run / "config.yaml").string(), config::to_yaml(c.recipe));
   return result;
 }
 
