@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/gpt2_tokenizer.h"
 #include "eval/eval_error.h"
 #include "eval/metrics.h"
 #include "eval/python_random.h"

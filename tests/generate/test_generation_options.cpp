@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/gpt2_tokenizer.h"
 #include "generate/generate_run.h"
 #include "generate/sampling.h"
 #include "generate/token_generator.h"

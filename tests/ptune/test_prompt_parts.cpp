@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "data/gpt2_tokenizer.h"
 #include "harness/multiprocess.h"
 #include "harness/worker_groups.h"
 #include "launch/file_util.h"
