@@ -88,7 +88,9 @@ fix_up_prefix() {
   rm -rf "$usr/share/doc" "$usr/share/man" "$usr/share/lintian" "$usr/bin/pcre2-config"
   # Gloo's CMake package names libgloo.so, which is not bundled (Loom uses only its headers).
   rm -rf "$usr/share/cmake/Gloo"
-  find "$BUNDLE/prefix" -name '*.a' -delete
+  # Static archives are not needed, except libprotobuf.a: csrc/runlog links protobuf statically
+  # (its symbols would clash with the protobuf-lite inside libsentencepiece).
+  find "$BUNDLE/prefix" -name '*.a' ! -name libprotobuf.a -delete
   # libpcre2-dev also ships the 16/32-bit and POSIX variants, whose libraries are not bundled.
   rm -f "$lib"/libpcre2-16* "$lib"/libpcre2-32* "$lib"/libpcre2-posix* \
         "$lib"/pkgconfig/libpcre2-16.pc "$lib"/pkgconfig/libpcre2-32.pc "$lib"/pkgconfig/libpcre2-posix.pc
@@ -136,7 +138,8 @@ set(CLI11_DIR "\${_loom_usr}/share/cmake/CLI11" CACHE PATH "" FORCE)
 set(nlohmann_json_DIR "\${_loom_usr}/share/cmake/nlohmann_json" CACHE PATH "" FORCE)
 set(Protobuf_PROTOC_EXECUTABLE "\${_loom_usr}/bin/protoc" CACHE FILEPATH "" FORCE)
 set(Protobuf_INCLUDE_DIR "\${_loom_usr}/include" CACHE PATH "" FORCE)
-set(Protobuf_LIBRARY "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.so" CACHE FILEPATH "" FORCE)
+set(Protobuf_LIBRARY "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.a" CACHE FILEPATH "" FORCE)
+set(Protobuf_LIBRARY_RELEASE "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.a" CACHE FILEPATH "" FORCE)
 EOF
   cat > "$BUNDLE/env.sh" <<'EOF'
 # Sourced by tools/gpu_bringup.sh (written by tools/gpu_bundle.sh): compiler, linker,
