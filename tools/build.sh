@@ -3,11 +3,17 @@
 # unit needs ~1 GB and the reference machine has 2 cores).
 #   tools/build.sh            everything (library, `loom`, tests, benchmarks)
 #   tools/build.sh loom       only the `loom` executable
+# LOOM_DEBUG_INFO=0 configures without -g (same -O2 code, faster to compile and link: what CI's
+# tools/test.sh uses); the default keeps debug information for developers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LOOM_BUILD_JOBS:-2}
 if [ ! -f build/build.ninja ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_ONLY= >&2
+  flags=()
+  if [ "${LOOM_DEBUG_INFO:-1}" = 0 ]; then
+    flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+  fi
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_ONLY= "${flags[@]}" >&2
 fi
 start=$(date +%s)
 if [ $# -gt 0 ]; then
