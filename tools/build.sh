@@ -3,15 +3,15 @@
 # unit needs ~1 GB and the reference machine has 2 cores).
 #   tools/build.sh            everything (library, `loom`, tests, benchmarks)
 #   tools/build.sh loom       only the `loom` executable
-# LOOM_DEBUG_INFO=0 configures without -g (same -O2 code, faster to compile and link: what CI's
-# tools/test.sh uses); the default keeps debug information for developers.
+# LOOM_DEBUG_INFO=0 configures without line tables (-g1; same -O2 code, faster to compile and
+# link: what CI's tools/test.sh uses); the default keeps them for developers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${LOOM_BUILD_JOBS:-2}
 if [ ! -f build/build.ninja ]; then
   flags=()
   if [ "${LOOM_DEBUG_INFO:-1}" = 0 ]; then
-    flags=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG")
+    flags=(-DLOOM_DEBUG_INFO=OFF)
   fi
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_ONLY= "${flags[@]}" >&2
 fi
