@@ -121,13 +121,10 @@ RingFit fit_ring_model(const std::vector<CollectiveSample>& samples, int ranks) 
   return {alpha, 1.0 / beta / 1e9};
 }
 
-CalibrationResult run_calibration(runtime::Communicator& world, const CalibrationOptions& opt) {
-  CalibrationResult r;
-  const c10::Device dev = opt.device;
-  r.cuda = dev.is_cuda();
-  r.dtype = dtype_name(opt.dtype);
-  r.ranks = world.size();
-  r.threads_per_rank = at::get_num_threads();
+namespace {
+
+// The device's name and memory (per rank: CPU ranks and the stand-in share the host's RAM).
+void describe_device(CalibrationResult& r, c10::Device dev) {
   if (r.cuda) {
     const auto* prop = at::cuda::getDeviceProperties(dev.index());
     r.device_name = prop->name;
@@ -138,18 +135,23 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     r.memory_gib = ram / 1073741824.0 / std::max(1, r.ranks);  // ranks share the node's RAM
   }
-  const auto opts = at::TensorOptions().device(dev).dtype(opt.dtype);
-  at::manual_seed(1234);
+}
 
+void measure_gemms(runtime::Communicator& world, const CalibrationOptions& opt, at::TensorOptions opts,
+                   CalibrationResult& r) {
   for (const auto& s : opt.gemm_shapes.empty() ? default_shapes(r.cuda) : opt.gemm_shapes) {
     at::Tensor a = at::randn({s[0], s[2]}, opts), b = at::randn({s[2], s[1]}, opts);
     at::Tensor c = at::empty({s[0], s[1]}, opts);
-    const double sec = seconds_per_call(world, dev, opt.target_seconds, [&] { at::mm_out(c, a, b); });
+    const double sec = seconds_per_call(world, opt.device, opt.target_seconds, [&] { at::mm_out(c, a, b); });
     r.gemm.push_back({s[0], s[1], s[2], 2.0 * double(s[0]) * double(s[1]) * double(s[2]) / sec / 1e12});
   }
+}
 
-  // Fused attention (model.use_flash_attention's kernel): forward alone, then forward and
-  // backward; the backward is the difference.
+// Fused attention (model.use_flash_attention's kernel): forward alone, then forward and
+// backward; the backward is the difference.
+void measure_fused_attention(runtime::Communicator& world, const CalibrationOptions& opt, at::TensorOptions opts,
+                             CalibrationResult& r) {
+  const c10::Device dev = opt.device;
   for (const auto& s : opt.attention_shapes.empty() ? default_attention_shapes(r.cuda) : opt.attention_shapes) {
     const auto leaf = [&] { return at::randn({s[0], s[1], s[2], s[3]}, opts).requires_grad_(true); };
     at::Tensor q = leaf(), k = leaf(), v = leaf();
@@ -165,7 +167,12 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
     r.attention.push_back({s[0], s[1], s[2], s[3], flops / fwd / 1e12,
                            2.5 * flops / std::max(both - fwd, 1e-9) / 1e12});
   }
+}
 
+// Memory bandwidth (a copy) and the cost of one tiny operation.
+void measure_memory_bound(runtime::Communicator& world, const CalibrationOptions& opt, at::TensorOptions opts,
+                          CalibrationResult& r) {
+  const c10::Device dev = opt.device;
   // Larger than the last-level cache on CPUs, large enough for full speed on GPUs.
   const int64_t copy_bytes = r.cuda ? (int64_t(1) << 30) : (int64_t(64) << 20);
   {
@@ -174,43 +181,60 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
     const double sec = seconds_per_call(world, dev, opt.target_seconds, [&] { dst.copy_(src); });
     r.copy_gbs = 2.0 * double(copy_bytes) / sec / 1e9;
   }
-  {
-    at::Tensor x = at::ones({1}, opts), y = at::ones({1}, opts);
-    at::Tensor out;
-    const double sec = seconds_per_call(world, dev, opt.target_seconds, [&] { out = at::add(x, y); });
-    r.op_overhead_us = sec * 1e6;
-  }
+  at::Tensor x = at::ones({1}, opts), y = at::ones({1}, opts);
+  at::Tensor out;
+  const double sec = seconds_per_call(world, dev, opt.target_seconds, [&] { out = at::add(x, y); });
+  r.op_overhead_us = sec * 1e6;
+}
 
-  if (r.ranks > 1) {
-    // All-reduce, all-gather and reduce-scatter over the sizes training sends (activations of
-    // tensor parallelism up to gradient buckets). Gloo's cost per byte falls with size (chunking,
-    // thread hand-offs: on 2 cores 64 KiB and 1 MiB both take ~1.6 ms) and its all-gather and
-    // reduce-scatter cost about what an all-reduce does, so the ring model is fitted to all of them.
-    const std::vector<int64_t> sizes =
-        r.cuda ? std::vector<int64_t>{4096, 1 << 20, 16 << 20, 64 << 20, 256 << 20}
-               : std::vector<int64_t>{4096, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
-    const int64_t n = r.ranks;
-    for (int64_t full : sizes) {
-      const int64_t elems = std::max<int64_t>(n, full / 4 / n * n);  // divisible by the ranks
-      at::Tensor whole = at::ones({elems}, opts.dtype(at::kFloat));
-      at::Tensor part = at::ones({elems / n}, opts.dtype(at::kFloat));
-      at::Tensor out;
-      const double ar = seconds_per_call(world, dev, opt.target_seconds, [&] { world.all_reduce(whole); });
-      const double ag = seconds_per_call(world, dev, opt.target_seconds, [&] { out = world.all_gather_dim0(part); });
-      const double rs = seconds_per_call(world, dev, opt.target_seconds, [&] { out = world.reduce_scatter_dim0(whole); });
-      r.collectives.push_back({CollectiveKind::all_reduce, elems * 4, ar});
-      r.collectives.push_back({CollectiveKind::all_gather, elems * 4, ag});
-      r.collectives.push_back({CollectiveKind::reduce_scatter, elems * 4, rs});
-    }
-    // The fit covers the sizes the step time depends on (activations and gradient buckets,
-    // 64 KiB and up; the 4 KiB samples stay in the profile as the bare call cost).
-    std::vector<CollectiveSample> fitted;
-    for (const auto& s : r.collectives)
-      if (s.bytes >= (64 << 10)) fitted.push_back(s);
-    const RingFit fit = fit_ring_model(fitted, r.ranks);
-    r.collective_latency_us = fit.latency_s * 1e6;
-    r.allreduce_busbw_gbs = fit.bus_gbs;
+// All-reduce, all-gather and reduce-scatter over the sizes training sends (activations of
+// tensor parallelism up to gradient buckets). Gloo's cost per byte falls with size (chunking,
+// thread hand-offs: on 2 cores 64 KiB and 1 MiB both take ~1.6 ms) and its all-gather and
+// reduce-scatter cost about what an all-reduce does, so the ring model is fitted to all of them.
+void measure_collectives(runtime::Communicator& world, const CalibrationOptions& opt, at::TensorOptions opts,
+                         CalibrationResult& r) {
+  const c10::Device dev = opt.device;
+  const std::vector<int64_t> sizes =
+      r.cuda ? std::vector<int64_t>{4096, 1 << 20, 16 << 20, 64 << 20, 256 << 20}
+             : std::vector<int64_t>{4096, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
+  const int64_t n = r.ranks;
+  for (int64_t full : sizes) {
+    const int64_t elems = std::max<int64_t>(n, full / 4 / n * n);  // divisible by the ranks
+    at::Tensor whole = at::ones({elems}, opts.dtype(at::kFloat));
+    at::Tensor part = at::ones({elems / n}, opts.dtype(at::kFloat));
+    at::Tensor out;
+    const double ar = seconds_per_call(world, dev, opt.target_seconds, [&] { world.all_reduce(whole); });
+    const double ag = seconds_per_call(world, dev, opt.target_seconds, [&] { out = world.all_gather_dim0(part); });
+    const double rs = seconds_per_call(world, dev, opt.target_seconds, [&] { out = world.reduce_scatter_dim0(whole); });
+    r.collectives.push_back({CollectiveKind::all_reduce, elems * 4, ar});
+    r.collectives.push_back({CollectiveKind::all_gather, elems * 4, ag});
+    r.collectives.push_back({CollectiveKind::reduce_scatter, elems * 4, rs});
   }
+  // The fit covers the sizes the step time depends on (activations and gradient buckets,
+  // 64 KiB and up; the 4 KiB samples stay in the profile as the bare call cost).
+  std::vector<CollectiveSample> fitted;
+  for (const auto& s : r.collectives)
+    if (s.bytes >= (64 << 10)) fitted.push_back(s);
+  const RingFit fit = fit_ring_model(fitted, r.ranks);
+  r.collective_latency_us = fit.latency_s * 1e6;
+  r.allreduce_busbw_gbs = fit.bus_gbs;
+}
+
+}  // namespace
+
+CalibrationResult run_calibration(runtime::Communicator& world, const CalibrationOptions& opt) {
+  CalibrationResult r;
+  r.cuda = opt.device.is_cuda();
+  r.dtype = dtype_name(opt.dtype);
+  r.ranks = world.size();
+  r.threads_per_rank = at::get_num_threads();
+  describe_device(r, opt.device);
+  const auto opts = at::TensorOptions().device(opt.device).dtype(opt.dtype);
+  at::manual_seed(1234);
+  measure_gemms(world, opt, opts, r);
+  measure_fused_attention(world, opt, opts, r);
+  measure_memory_bound(world, opt, opts, r);
+  if (r.ranks > 1) measure_collectives(world, opt, opts, r);
   return r;
 }
 

@@ -19,6 +19,72 @@ enum class Need {
   kDerived,   ///< absent or null: computed by apply_derived_defaults()
 };
 
+/// model.data: pretraining corpora, or prompt learning's base, tasks and JSONL data.
+template <class V>
+void visit_model_data(ModelConfig& m, V& v, bool pretraining) {
+  auto& d = m.data;
+  if (pretraining) {
+    v("model.data.data_prefix", d.data_prefix, Need::kRequired);
+    v("model.data.splits_string", d.splits_string, Need::kDefault);
+    v("model.data.seq_length", d.seq_length, Need::kDerived);
+    v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
+    v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
+    v("model.data.num_workers", d.num_workers, Need::kDefault);
+  } else {
+    auto& p = m.prompt;
+    v("model.language_model_path", p.language_model_path, Need::kRequired);
+    v("model.virtual_prompt_style", p.virtual_prompt_style, Need::kDefault);
+    v("model.task_templates", p.task_templates, Need::kRequired);
+    v("model.new_tasks", p.new_tasks, Need::kDerived);
+    v("model.existing_tasks", p.existing_tasks, Need::kDefault);
+    v("model.restore_path", p.restore_path, Need::kDefault);
+    v("model.p_tuning.encoder_type", p.p_tuning.encoder_type, Need::kDefault);
+    v("model.p_tuning.encoder_hidden", p.p_tuning.encoder_hidden, Need::kDefault);
+    v("model.p_tuning.num_layers", p.p_tuning.num_layers, Need::kDefault);
+    v("model.p_tuning.dropout", p.p_tuning.dropout, Need::kDefault);
+    v("model.p_tuning.init_std", p.p_tuning.init_std, Need::kDefault);
+    v("model.prompt_tuning.new_prompt_init_methods", p.prompt_tuning.new_prompt_init_methods, Need::kDefault);
+    v("model.prompt_tuning.new_prompt_init_text", p.prompt_tuning.new_prompt_init_text, Need::kDefault);
+    v("model.data.train_ds", d.train_ds, Need::kRequired);
+    v("model.data.validation_ds", d.validation_ds, Need::kDefault);
+    v("model.data.test_ds", d.test_ds, Need::kDefault);
+    v("model.data.add_bos", d.add_bos, Need::kDefault);
+    v("model.data.add_eos", d.add_eos, Need::kDefault);
+    v("model.data.max_seq_length", d.max_seq_length, Need::kDefault);
+  }
+
+}
+
+/// model.tokenizer and model.optim.
+template <class V>
+void visit_model_tokenizer_and_optim(ModelConfig& m, V& v, bool pretraining) {
+  // Prompt learning reads the tokenizer of the base's run unless the recipe names one.
+  auto& k = m.tokenizer;
+  v("model.tokenizer.library", k.library, Need::kDefault);
+  // The GPT-2 files are required of the megatron library only (read before them: the visitor
+  // goes in this order).
+  const Need files = pretraining && k.library == TokenizerLibrary::kMegatron ? Need::kRequired : Need::kDefault;
+  v("model.tokenizer.type", k.type, Need::kDefault);
+  v("model.tokenizer.model", k.model, Need::kDefault);
+  v("model.tokenizer.vocab_file", k.vocab_file, files);
+  v("model.tokenizer.merge_file", k.merge_file, files);
+
+  auto& o = m.optim;
+  v("model.optim.name", o.name, Need::kDefault);
+  v("model.optim.lr", o.lr, Need::kRequired);
+  v("model.optim.weight_decay", o.weight_decay, Need::kDefault);
+  v("model.optim.betas", o.betas, Need::kDefault);
+  v("model.optim.eps", o.eps, Need::kDefault);
+  v("model.optim.sched.name", o.sched.name, Need::kDefault);
+  v("model.optim.sched.warmup_steps", o.sched.warmup_steps, Need::kDefault);
+  v("model.optim.sched.constant_steps", o.sched.constant_steps, Need::kDefault);
+  v("model.optim.sched.min_lr", o.sched.min_lr, Need::kDefault);
+  v("model.optim.sched.max_steps", o.sched.max_steps, Need::kDerived);
+  v("model.optim.overlap_grad_sync", o.overlap_grad_sync, Need::kDefault);
+  v("model.optim.overlap_param_sync", o.overlap_param_sync, Need::kDefault);
+  v("model.optim.ddp_bucket_size", o.ddp_bucket_size, Need::kDefault);
+}
+
 /// The model section in dump order. Pretraining recipes hold the model's shape and their data;
 /// prompt-learning recipes (docs/design/ptuning.md; NeMo's megatron_gpt_prompt_learning_config
 /// keys) take the shape from the base checkpoint and hold the base, the tasks and JSONL data.
@@ -56,62 +122,8 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   v("model.use_distributed_optimizer", m.use_distributed_optimizer, Need::kDerived);
   v("model.collective_timeout_s", m.collective_timeout_s, Need::kDefault);
 
-  auto& d = m.data;
-  if (pretraining) {
-    v("model.data.data_prefix", d.data_prefix, Need::kRequired);
-    v("model.data.splits_string", d.splits_string, Need::kDefault);
-    v("model.data.seq_length", d.seq_length, Need::kDerived);
-    v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
-    v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
-    v("model.data.num_workers", d.num_workers, Need::kDefault);
-  } else {
-    auto& p = m.prompt;
-    v("model.language_model_path", p.language_model_path, Need::kRequired);
-    v("model.virtual_prompt_style", p.virtual_prompt_style, Need::kDefault);
-    v("model.task_templates", p.task_templates, Need::kRequired);
-    v("model.new_tasks", p.new_tasks, Need::kDerived);
-    v("model.existing_tasks", p.existing_tasks, Need::kDefault);
-    v("model.restore_path", p.restore_path, Need::kDefault);
-    v("model.p_tuning.encoder_type", p.p_tuning.encoder_type, Need::kDefault);
-    v("model.p_tuning.encoder_hidden", p.p_tuning.encoder_hidden, Need::kDefault);
-    v("model.p_tuning.num_layers", p.p_tuning.num_layers, Need::kDefault);
-    v("model.p_tuning.dropout", p.p_tuning.dropout, Need::kDefault);
-    v("model.p_tuning.init_std", p.p_tuning.init_std, Need::kDefault);
-    v("model.prompt_tuning.new_prompt_init_methods", p.prompt_tuning.new_prompt_init_methods, Need::kDefault);
-    v("model.prompt_tuning.new_prompt_init_text", p.prompt_tuning.new_prompt_init_text, Need::kDefault);
-    v("model.data.train_ds", d.train_ds, Need::kRequired);
-    v("model.data.validation_ds", d.validation_ds, Need::kDefault);
-    v("model.data.test_ds", d.test_ds, Need::kDefault);
-    v("model.data.add_bos", d.add_bos, Need::kDefault);
-    v("model.data.add_eos", d.add_eos, Need::kDefault);
-    v("model.data.max_seq_length", d.max_seq_length, Need::kDefault);
-  }
-
-  // Prompt learning reads the tokenizer of the base's run unless the recipe names one.
-  auto& k = m.tokenizer;
-  v("model.tokenizer.library", k.library, Need::kDefault);
-  // The GPT-2 files are required of the megatron library only (read before them: the visitor
-  // goes in this order).
-  const Need files = pretraining && k.library == TokenizerLibrary::kMegatron ? Need::kRequired : Need::kDefault;
-  v("model.tokenizer.type", k.type, Need::kDefault);
-  v("model.tokenizer.model", k.model, Need::kDefault);
-  v("model.tokenizer.vocab_file", k.vocab_file, files);
-  v("model.tokenizer.merge_file", k.merge_file, files);
-
-  auto& o = m.optim;
-  v("model.optim.name", o.name, Need::kDefault);
-  v("model.optim.lr", o.lr, Need::kRequired);
-  v("model.optim.weight_decay", o.weight_decay, Need::kDefault);
-  v("model.optim.betas", o.betas, Need::kDefault);
-  v("model.optim.eps", o.eps, Need::kDefault);
-  v("model.optim.sched.name", o.sched.name, Need::kDefault);
-  v("model.optim.sched.warmup_steps", o.sched.warmup_steps, Need::kDefault);
-  v("model.optim.sched.constant_steps", o.sched.constant_steps, Need::kDefault);
-  v("model.optim.sched.min_lr", o.sched.min_lr, Need::kDefault);
-  v("model.optim.sched.max_steps", o.sched.max_steps, Need::kDerived);
-  v("model.optim.overlap_grad_sync", o.overlap_grad_sync, Need::kDefault);
-  v("model.optim.overlap_param_sync", o.overlap_param_sync, Need::kDefault);
-  v("model.optim.ddp_bucket_size", o.ddp_bucket_size, Need::kDefault);
+  visit_model_data(m, v, pretraining);
+  visit_model_tokenizer_and_optim(m, v, pretraining);
 }
 
 template <class V>

@@ -23,6 +23,23 @@ constexpr const char* kFitted = "fitted";
 constexpr const char* kHeldH100 = "held-out H100";
 constexpr const char* kHeld5B = "held-out 5B";
 
+// A row of a published per-GPU TFLOP/s table (Narayanan 2021's, Megatron-LM's H100 one).
+struct TflopsRow {
+  const char* name;
+  int a, h, L, t, p, gpus, gbs;
+  double tflops;
+};
+
+PublishedRow tflops_row(const TflopsRow& x, const char* group, const char* source, PublishedRow::Metric metric) {
+  PublishedRow r;
+  r.group = group;
+  r.source = source;
+  r.gpus = x.gpus; r.tp = x.t; r.pp = x.p; r.global_batch = x.gbs;
+  r.metric = metric;
+  r.published = x.tflops;
+  return r;
+}
+
 void add_fitted(std::vector<PublishedRow>& rows) {
   using M = PublishedRow::Metric;
   struct K { const char* name; int L, h, a, gpus, t, p, v, gbs, b; double full, sel; };
@@ -45,8 +62,7 @@ void add_fitted(std::vector<PublishedRow>& rows) {
       rows.push_back(r);
     }
   }
-  struct N { const char* name; int a, h, L, t, p, gpus, gbs; double tflops; };
-  const N nar[] = {{"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137},
+  const TflopsRow nar[] = {{"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137},
                    {"3.6B", 32, 3072, 30, 2, 1, 64, 512, 138},
                    {"7.5B", 32, 4096, 36, 4, 1, 128, 512, 142},
                    {"18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135},
@@ -57,15 +73,10 @@ void add_fitted(std::vector<PublishedRow>& rows) {
                    {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163},
                    {"1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163}};
   for (const auto& n : nar) {
-    PublishedRow r;
-    r.group = kFitted;
-    r.source = "Narayanan 2021";
+    PublishedRow r = tflops_row(n, kFitted, "Narayanan 2021", M::tflops_per_gpu);
     r.label = fmt::format("{} full recompute", n.name);
     r.shape = gpt(n.L, n.h, n.a);
-    r.gpus = n.gpus; r.tp = n.t; r.pp = n.p; r.global_batch = n.gbs;
     r.recompute = RecomputeGranularity::kFull;
-    r.metric = M::tflops_per_gpu;
-    r.published = n.tflops;
     rows.push_back(r);
   }
 }
@@ -74,8 +85,7 @@ void add_fitted(std::vector<PublishedRow>& rows) {
 // images/model_table.png (commit f2e5db402c, 2024-07-15; unchanged since): Megatron-Core
 // r0.8.0 on H100 with DP 48, s = 4096, V = 131072, BF16, the README's overlap flags.
 void add_h100(std::vector<PublishedRow>& rows) {
-  struct H { const char* name; int a, h, L, t, p, gpus, gbs; double tflops; };
-  const H table[] = {{"1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8},
+  const TflopsRow table[] = {{"1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8},
                      {"7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9},
                      {"16B", 48, 6144, 32, 4, 1, 192, 192, 489.1},
                      {"32B", 56, 7168, 48, 8, 1, 384, 192, 459.6},
@@ -85,13 +95,10 @@ void add_h100(std::vector<PublishedRow>& rows) {
                      {"314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4},
                      {"462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9}};
   for (const auto& x : table) {
-    PublishedRow r;
-    r.group = kHeldH100;
-    r.source = "Megatron-LM README";
+    PublishedRow r = tflops_row(x, kHeldH100, "Megatron-LM README", PublishedRow::Metric::model_tflops_per_gpu);
     r.label = fmt::format("{} t{} p{} d48", x.name, x.t, x.p);
     r.gpu = "H100";
     r.shape = gpt(x.L, x.h, x.a, 4096, 131072);
-    r.gpus = x.gpus; r.tp = x.t; r.pp = x.p; r.global_batch = x.gbs;
     // Assumed (published_assumptions): the planner's fastest micro-batch and interleaving, as
     // for Narayanan's rows; no recompute (Megatron's default).
     r.micro_batch = 0;
@@ -102,8 +109,6 @@ void add_h100(std::vector<PublishedRow>& rows) {
     r.fused_attention = true;         // Transformer Engine's fused attention
     r.overlap_tp_comm = x.t > 1;
     r.overlap_dp_comm = true;
-    r.metric = PublishedRow::Metric::model_tflops_per_gpu;
-    r.published = x.tflops;
     rows.push_back(r);
   }
 }

@@ -203,10 +203,8 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
   }
 }
 
-int serve_command(int argc, char** argv) {
-  CLI::App app{"Serve a training checkpoint over HTTP (NeMo and OpenAI completion APIs, continuous batching)."};
-  ServeJob job;
-  int64_t iteration = -1, max_body_mb = 8;
+// Every flag of `loom serve`, bound to the job (and to the two that need checking after parsing).
+void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& max_body_mb) {
   app.add_option("--checkpoint", job.request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory");
   app.add_option("--prompt-checkpoint", job.prompt_checkpoint,
                  "a prompt-learning run (or its prompt_tables/): requests may name its tasks "
@@ -234,23 +232,23 @@ int serve_command(int argc, char** argv) {
   app.add_option("--bench-output-tokens", job.bench.output_tokens, "tokens generated per benchmark request")
       ->capture_default_str();
   app.add_option("--bench-rounds", job.bench.rounds, "timed benchmark rounds")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+}
+
+// The flags CLI11 cannot check alone, and the defaults that depend on others; false (with the
+// error printed) for a bad flag.
+bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, int64_t max_body_mb) {
   if (app.count("--iteration")) job.request.iteration = iteration;
   if (job.request.checkpoint.empty() && job.prompt_checkpoint.empty()) {
     std::cerr << "loom serve: error: --checkpoint DIR (or --prompt-checkpoint DIR) is required\n";
-    return 2;
+    return false;
   }
   if (app.count("--tensor-parallel") && job.request.tensor_parallel < 1) {
     std::cerr << "loom serve: error: --tensor-parallel: expected an integer >= 1\n";
-    return 2;
+    return false;
   }
   if (max_body_mb < 1 || max_body_mb > 4096) {
     std::cerr << "loom serve: error: --max-body-mb: expected 1..4096, found " << max_body_mb << "\n";
-    return 2;
+    return false;
   }
   job.http.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
   if (job.http.api_key.empty())
@@ -261,6 +259,20 @@ int serve_command(int argc, char** argv) {
     if (path.filename().empty()) path = path.parent_path();
     job.model_name = path.filename().string();
   }
+  return true;
+}
+
+int serve_command(int argc, char** argv) {
+  CLI::App app{"Serve a training checkpoint over HTTP (NeMo and OpenAI completion APIs, continuous batching)."};
+  ServeJob job;
+  int64_t iteration = -1, max_body_mb = 8;
+  add_serve_flags(app, job, iteration, max_body_mb);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!finish_serve_flags(app, job, iteration, max_body_mb)) return 2;
 
   loom::launch::RendezvousInfo info;
   try {

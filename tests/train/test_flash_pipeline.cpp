@@ -16,15 +16,13 @@
 #include "model/gpt_stage.h"
 #include "train/gpt_step.h"
 #include "train/model_setup.h"
+#include "train/pipeline_reference.h"
 
 using namespace loom;
 
 namespace {
 constexpr int kBatch = 4, kSeq = 8;
 
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
-}
 }  // namespace
 
 LOOM_WORKER("flash_pipeline_step") {
@@ -48,15 +46,7 @@ LOOM_WORKER("flash_pipeline_step") {
   }
   auto chunks = train::build_model_chunks(cfg, *groups, 1, at::kCPU);
 
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
-  at::Tensor tokens = at::randint(cfg.vocab_size, {kBatch, kSeq}, gen, at::kLong);
-  at::Tensor labels = at::randint(cfg.vocab_size, {kBatch, kSeq}, gen, at::kLong);
-  at::Tensor mask = (at::rand({kBatch, kSeq}, gen) > 0.2).to(at::kFloat);
-  at::Tensor positions = at::arange(kSeq, at::kLong).unsqueeze(0).expand({kBatch, kSeq}).contiguous();
-  std::vector<train::MicroBatch> batches;
-  for (int k = 0; k < kBatch; ++k)
-    batches.push_back({tokens.slice(0, k, k + 1), labels.slice(0, k, k + 1), mask.slice(0, k, k + 1),
-                       positions.slice(0, k, k + 1), k, {}});
+  const test::ReferenceBatch batch = test::reference_batch(cfg.vocab_size, kBatch, kSeq);
   model::DropoutContext dropout;
   dropout.step = 3;
   dropout.global_batch = kBatch;
@@ -68,31 +58,9 @@ LOOM_WORKER("flash_pipeline_step") {
   shape.global_batch = kBatch;
   shape.seq_length = kSeq;
   train::GptStep step(chunks, *groups, shape);
-  const double loss = step.train(batches, dropout, 1.0, {}).item<double>();
+  const double loss = step.train(batch.micro_batches, dropout, 1.0, {}).item<double>();
 
-  model::GptStage whole(reference_cfg, runtime::Communicator::solo());
-  model::StageInputs in;
-  in.tokens = tokens;
-  in.position_ids = positions;
-  in.labels = labels;
-  at::Tensor want_loss = (whole.forward(in, dropout) * mask).sum() / mask.sum();
-  want_loss.backward();
-  std::map<std::string, at::Tensor> want;
-  for (const auto& param : whole.parameters()) want[param.name] = param.tensor.grad();
-  LOOM_WCHECK(std::abs(loss - want_loss.item<double>()) <= 1e-5 * std::abs(want_loss.item<double>()),
-              "(loss " + std::to_string(loss) + ", unfused single process " + std::to_string(want_loss.item<double>()) + ")");
-  int checked = 0;
-  for (const auto& param : train::chunk_parameters(chunks)) {
-    at::Tensor g = param.tensor.grad().detach().clone();
-    const bool tied = param.word_embedding;  // p = 2: each end stage holds a part of the tied gradient
-    if (tied) groups->embedding().all_reduce(g);
-    const std::string name = tied ? "embedding.word_embeddings.weight" : param.name;
-    LOOM_WCHECK(want.count(name), "(no reference gradient of " + name + ")");
-    const double err = rel_err(g, want[name]);
-    LOOM_WCHECK(err < 1e-5, "(" + param.name + ": rel. error " + std::to_string(err) + ")");
-    ++checked;
-  }
-  LOOM_WCHECK(checked > 0);
+  test::check_against_whole_model(chunks, *groups, reference_cfg, batch, dropout, loss, /*tied_split=*/true, "");
   groups->world().barrier();
   groups->shutdown();
 }
