@@ -246,6 +246,8 @@ ReshardResult reshard_checkpoint(const ReshardRequest& request) {
   nlohmann::json values;  // the training position and optimizer scalars, from the first shard
   std::set<std::string> source_names_seen, consumed;
   CheckpointWriter writer(c.out_checkpoints, c.info.iteration, c.out_layout);
+  int64_t files_to_read = 0;  // a source stage's shards are read once per output stage needing them
+  for (int pp = 0; pp < to.p; ++pp) files_to_read += int64_t(stage_targets(c, to, pp).source_stages.size()) * from.t;
   for (int pp = 0; pp < to.p; ++pp) {
     StageTargets st = stage_targets(c, to, pp);
     for (int src_pp : st.source_stages) {
@@ -254,6 +256,7 @@ ReshardResult reshard_checkpoint(const ReshardRequest& request) {
         const std::string file = (fs::path(c.location.checkpoints) / train::iteration_dir_name(c.info.iteration) / rel).string();
         const train::RankCheckpoint shard = train::read_checkpoint_shard(c.location.checkpoints, c.info.iteration, rel, c.info.metadata);
         ++result.files_read;
+        if (request.on_progress) request.on_progress(result.files_read, files_to_read);
         if (values.is_null()) {
           values = shard.values;
           if (!values.is_object() || !values.contains("consumed_samples") || !values.contains("optimizer"))

@@ -14,6 +14,7 @@
 // stage.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,8 @@ struct ReshardRequest {
   std::optional<int64_t> iteration;  ///< default: the tracker's
   std::string output_run;            ///< destination run directory
   LayoutRequest layout;
+  /// Called after each source shard file is read with (files read, files to read in all).
+  std::function<void(int64_t, int64_t)> on_progress;
 };
 
 struct ReshardResult {

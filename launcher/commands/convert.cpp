@@ -25,6 +25,7 @@
 #include "convert/reshard.h"
 #include "error_text.h"
 #include "input_errors.h"
+#include "runlog/progress_line.h"
 
 namespace {
 
@@ -95,7 +96,13 @@ int reshard(const ConvertFlags& f) {
   request.output_run = f.output;
   request.layout = f.layout;
   request.iteration = f.iteration;
+  loom::runlog::ProgressLine::Options line_options;
+  line_options.label = "loom convert:";
+  line_options.unit = "shard files";
+  loom::runlog::ProgressLine line(line_options);
+  request.on_progress = [&line](int64_t done, int64_t total) { line.update(double(done), double(total)); };
   const auto r = loom::convert::reshard_checkpoint(request);
+  line.end_line();
   std::cerr << fmt::format("loom convert: iteration {} rewritten from t={} p={} v={} d={} to t={} p={} v={} d={}{} in {} "
                            "({} source shard reads)\n",
                            r.iteration, r.from.t, r.from.p, r.from.v, r.from.d, r.to.t, r.to.p, r.to.v, r.to.d,
