@@ -113,9 +113,11 @@ def bench_hf(model, prompts, n, batch, total):
         for i in range(0, total, batch):
             ids = torch.tensor([prompts[(i + k) % len(prompts)] for k in range(min(batch, total - i))])  # host: bench input
             t0 = time.perf_counter()
-            model.generate(ids, max_new_tokens=1, min_new_tokens=1, do_sample=False, pad_token_id=0)
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, min_new_tokens=1, do_sample=False,
+                           pad_token_id=0)
             t1 = time.perf_counter()
-            out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                                 do_sample=False, pad_token_id=0)  # equal lengths: no padding
             t2 = time.perf_counter()
             # The first-token run is repeated inside the full one; per-token latency excludes it.
             ttft += [t1 - t0] * ids.shape[0]
