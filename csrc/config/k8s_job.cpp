@@ -78,7 +78,7 @@ std::string k8s_pytorchjob(const Recipe& r, const std::string& recipe_path, cons
                            const K8sJobOptions& o) {
   const std::string image = !o.image.empty() ? o.image : r.cluster.container_image.value_or("");
   if (image.empty())
-    throw std::invalid_argument("loom k8s needs the container image: set cluster.container_image or pass --image");
+    throw std::invalid_argument("no container image: set cluster.container_image or pass --image");
   std::string command = fmt::format(
       "exec {} --nnodes {} --nproc-per-node {} --node-rank \"$RANK\" --master-addr \"$MASTER_ADDR\" "
       "--master-port \"$MASTER_PORT\" --no-python {} train {}",
