@@ -13,6 +13,7 @@
 #include "model/layer_norm.h"
 #include "model/mappings.h"
 #include "model/parallel_linear.h"
+#include "model/pipeline_split.h"
 #include "model/recompute.h"
 #include "model/transformer_layer.h"
 #include "rules/layout_rules.h"
@@ -28,14 +29,19 @@ at::ScalarType scalar_type(Precision d) {
   return at::kFloat;
 }
 
-std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
-                                                int pp_rank) {
+rules::PipelineSplit pipeline_split(const GptConfig& config, int64_t p, int64_t v) {
   rules::PipelineSplit split;
   split.num_layers = config.num_layers;
   split.pipeline = p;
   split.virtual_stages = v;
   split.first_stage_layers = config.num_layers_in_first_pipeline_stage;
   split.last_stage_layers = config.num_layers_in_last_pipeline_stage;
+  return split;
+}
+
+std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
+                                                int pp_rank) {
+  const rules::PipelineSplit split = pipeline_split(config, p, v);
   rules::throw_if_any(rules::pipeline_violations(split), "pipeline_stage_layouts:");
   if (pp_rank < 0 || pp_rank >= p)
     throw std::invalid_argument("pipeline_stage_layouts: expected 0 <= rank < p = " + std::to_string(p) +

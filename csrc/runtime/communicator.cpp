@@ -212,6 +212,19 @@ void check_dim0_out(const std::string& group, const char* what, const at::Tensor
                                 std::string(c10::toString(t.scalar_type())) + " tensor of shape " + c10::str(sizes) +
                                 ", got " + c10::str(out.sizes()));
 }
+
+// Where a dim-0 collective writes: `out` itself, or a host buffer on a host-staged group (the
+// stand-in device's Gloo path), copied into `out` when the work is waited for.
+struct StagedOutput {
+  at::Tensor buf;
+  std::function<void()> finish;
+};
+
+StagedOutput staged_output(at::Tensor& out, bool host_staged) {
+  if (!host_staged) return {out, {}};
+  at::Tensor buf = at::empty(out.sizes(), out.options().device(at::kCPU));
+  return {buf, [out, buf]() mutable { out.copy_(buf); }};
+}
 }  // namespace
 
 std::unique_ptr<AsyncWork> Communicator::all_reduce_async(at::Tensor& t, ReduceOp op) {
@@ -241,11 +254,9 @@ std::unique_ptr<AsyncWork> Communicator::reduce_scatter_dim0_async(const at::Ten
     return std::make_unique<DoneWork>();
   }
   at::Tensor in = to_backend(t);
-  at::Tensor buf = host_staged_ ? at::empty(out.sizes(), out.options().device(at::kCPU)) : out;
-  std::function<void()> finish;
-  if (!buf.is_same(out)) finish = [out, buf]() mutable { out.copy_(buf); };
-  return std::make_unique<C10dWork>(live()._reduce_scatter_base(buf, in), std::vector<at::Tensor>{in, buf, out},
-                                    "reduce_scatter on process group '" + name_ + "'", std::move(finish));
+  StagedOutput o = staged_output(out, host_staged_);
+  return std::make_unique<C10dWork>(live()._reduce_scatter_base(o.buf, in), std::vector<at::Tensor>{in, o.buf, out},
+                                    "reduce_scatter on process group '" + name_ + "'", std::move(o.finish));
 }
 
 std::unique_ptr<AsyncWork> Communicator::all_gather_dim0_async(const at::Tensor& t, at::Tensor& out) {
@@ -257,11 +268,9 @@ std::unique_ptr<AsyncWork> Communicator::all_gather_dim0_async(const at::Tensor&
     return std::make_unique<DoneWork>();
   }
   at::Tensor in = to_backend(t);
-  at::Tensor buf = host_staged_ ? at::empty(out.sizes(), out.options().device(at::kCPU)) : out;
-  std::function<void()> finish;
-  if (!buf.is_same(out)) finish = [out, buf]() mutable { out.copy_(buf); };
-  return std::make_unique<C10dWork>(live()._allgather_base(buf, in), std::vector<at::Tensor>{in, buf, out},
-                                    "all_gather on process group '" + name_ + "'", std::move(finish));
+  StagedOutput o = staged_output(out, host_staged_);
+  return std::make_unique<C10dWork>(live()._allgather_base(o.buf, in), std::vector<at::Tensor>{in, o.buf, out},
+                                    "all_gather on process group '" + name_ + "'", std::move(o.finish));
 }
 
 std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, int tag) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "model/pipeline_split.h"
 #include "rules/layout_rules.h"
 
 namespace loom::train {
@@ -20,12 +21,7 @@ CheckpointLayout checkpoint_layout(const RunShape& shape, const model::GptConfig
                    {"num_attention_heads", config.num_attention_heads},
                    {"vocab_size", config.vocab_size},
                    {"max_position_embeddings", config.max_position_embeddings}};
-  rules::PipelineSplit split;
-  split.num_layers = config.num_layers;
-  split.pipeline = shape.p;
-  split.virtual_stages = shape.v;
-  split.first_stage_layers = config.num_layers_in_first_pipeline_stage;
-  split.last_stage_layers = config.num_layers_in_last_pipeline_stage;
+  const rules::PipelineSplit split = model::pipeline_split(config, shape.p, shape.v);
   l.stage_layers = rules::stage_layer_counts(split);
   l.first_stage_layers = split.first_stage_layers;
   l.last_stage_layers = split.last_stage_layers;
