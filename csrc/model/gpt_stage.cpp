@@ -89,6 +89,15 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLa
                                           0, tp_->rank(), tp_->size()),
                                     options);
   }
+  // The read hook's parts, in parameters() order: embedding, each layer, the head.
+  ParamList scratch;
+  if (embedding_) embedding_->collect(scratch);
+  part_end_.push_back(scratch.size());
+  for (const auto& layer : layers_) {
+    layer->collect(scratch);
+    part_end_.push_back(scratch.size());
+  }
+  part_end_.push_back(parameters().size());
 }
 
 GptStage::~GptStage() = default;
@@ -96,17 +105,27 @@ GptStage::GptStage(GptStage&&) noexcept = default;
 
 int64_t GptStage::padded_vocab_size() const { return config_.padded_vocab_size(tp_->size()); }
 
+void GptStage::before_reading(size_t part) const {
+  if (read_hook_) read_hook_(part == 0 ? 0 : part_end_[part - 1], part_end_[part]);
+}
+
 at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) const {
   const int n = static_cast<int>(layers_.size());
   if (config_.activations_checkpoint_granularity != RecomputeGranularity::kFull) {
-    for (const auto& layer : layers_) x = layer->forward(x, dropout);
+    for (int i = 0; i < n; ++i) {
+      before_reading(1 + i);
+      x = layers_[i]->forward(x, dropout);
+    }
     return x;
   }
   const int k = config_.activations_checkpoint_num_layers;
   auto chunk_fn = [this, dropout](int begin, int end) -> ChunkForward {
     return [this, dropout, begin, end](const at::Tensor& input) {
       at::Tensor h = input;
-      for (int i = begin; i < end; ++i) h = layers_[i]->forward(h, dropout);
+      for (int i = begin; i < end; ++i) {
+        before_reading(1 + i);
+        h = layers_[i]->forward(h, dropout);
+      }
       return h;
     };
   };
@@ -124,6 +143,7 @@ at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) con
         ActivationScope scope(layers_[i]->layer());
         x = checkpoint(chunk_fn(i, i + 1), x);
       } else {
+        before_reading(1 + i);
         x = layers_[i]->forward(x, dropout);
       }
     }
@@ -142,6 +162,7 @@ at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropou
       throw std::invalid_argument("GptStage::forward: sequence_parallel needs the sequence length " +
                                   std::to_string(in.tokens.size(1)) +
                                   " divisible by tensor_model_parallel_size " + std::to_string(t));
+    before_reading(0);
     x = embedding_->forward(in.tokens, in.position_ids, dropout, in.prompt);
   } else {
     if (!in.hidden.defined() || in.hidden.dim() != 3 || in.hidden.size(2) != config_.hidden_size)
@@ -153,6 +174,8 @@ at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropou
   x = run_layers(x, dropout);
   if (!layout_.post_process) return x;
 
+  if (layout_.pre_process) before_reading(0);  // the output layer is the word embedding
+  before_reading(part_end_.size() - 1);
   x = final_ln_->forward(x);
   const at::Tensor& word = layout_.pre_process ? embedding_->word_weight() : output_word_;
   at::Tensor logits = sp ? linear_with_sequence_parallel_gather(x, word, std::nullopt, tp_)

@@ -7,6 +7,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -83,6 +85,17 @@ class GptStage {
 
   /// This stage's parameters with their parallel attributes, in a fixed order.
   ParamList parameters() const;
+
+  /// Called by forward() just before it reads a part of this stage's parameters, with the
+  /// part's range [first, end) in parameters() order: the embedding, then each transformer
+  /// layer (again when full recomputation reruns it in backward), then the final LayerNorm with
+  /// the output layer (preceded by the embedding's range again when the output layer is this
+  /// stage's word embedding). The distributed optimizer's overlapped parameter all-gather is
+  /// waited for here, per bucket (train/param_gather_wait.h; Megatron-Core's forward pre-hooks).
+  /// Empty (the default): nothing is called. Not called by forward_cached().
+  using ParamReadHook = std::function<void(size_t first, size_t end)>;
+  void set_param_read_hook(ParamReadHook hook) { read_hook_ = std::move(hook); }
+  const ParamReadHook& param_read_hook() const { return read_hook_; }
   const GptConfig& config() const { return config_; }
   const StageLayout& layout() const { return layout_; }
   int64_t padded_vocab_size() const;
@@ -90,6 +103,8 @@ class GptStage {
 
  private:
   at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout) const;
+  /// Runs the read hook for part `part`: 0 the embedding, 1 + k local layer k, then the head.
+  void before_reading(size_t part) const;
 
   GptConfig config_;
   runtime::CommunicatorPtr tp_;
@@ -98,6 +113,8 @@ class GptStage {
   std::vector<std::shared_ptr<TransformerLayer>> layers_;
   std::unique_ptr<LayerNorm> final_ln_;
   at::Tensor output_word_;  ///< the last stage's own copy when it has no embedding
+  std::vector<size_t> part_end_;  ///< end of each part's range in parameters() (before_reading)
+  ParamReadHook read_hook_;
 };
 
 }  // namespace loom::model
