@@ -145,6 +145,9 @@ void add_model_and_search_flags(CLI::App& app, PlanArgs& a) {
                "Model TP collectives overlapped with their GEMMs under SP (Megatron-Core's --tp-comm-overlap)");
   app.add_flag("--overlap-dp-comm", a.setup.overlap_dp_comm,
                "Model DP gradient reduction overlapped with the last backward");
+  app.add_flag("--overlap-param-gather", a.setup.overlap_param_gather,
+               "Model the distributed optimizer's parameter all-gather overlapped with the first forward "
+               "(Megatron-Core's --overlap-param-gather)");
   app.add_option("--tp", a.tp, "Allowed tensor-parallel sizes (list)")->delimiter(',');
   app.add_option("--pp", a.pp, "Allowed pipeline sizes (list)")->delimiter(',');
   app.add_option("--vp", a.vp, "Allowed virtual stages per pipeline rank (list; 1 = no interleaving)")
@@ -255,6 +258,8 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
   a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
   // --overlap-dp-comm, or what the recipe trains with (model.optim.overlap_grad_sync).
   a.setup.overlap_dp_comm = a.setup.overlap_dp_comm || in.setup.overlap_dp_comm;
+  a.setup.overlap_param_gather = a.setup.overlap_param_gather || in.setup.overlap_param_gather;
+  if (a.setup.dp_bucket_params == 0) a.setup.dp_bucket_params = in.setup.dp_bucket_params;
   if (!a.nodes_given) a.hw.nodes = in.num_nodes;
   if (!a.gpus_per_node_given) a.hw.gpus_per_node = in.devices;
   if (a.measure > 0 && (a.hw.nodes != 1 || a.hw.gpus_per_node != in.devices))

@@ -150,9 +150,18 @@ std::vector<GpuSpec> load_gpu_table_file(const std::string& path) {
   return parse_gpu_table(read_file(path), path);
 }
 
-GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples) {
+GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples, double element_bytes) {
   if (samples.size() < 2)
     throw std::invalid_argument("measured profile: 'gemm' needs at least 2 samples to fit the curve");
+  // The time model charges a GEMM's result write at the memory-bound bandwidth on top of the
+  // shape curve (time_model.h): take it out of each measurement, so that the fitted curve is the
+  // compute part only (at most 90% of a measurement is taken as the write).
+  std::vector<double> compute_tflops;
+  for (const auto& s : samples) {
+    const double seconds = 2 * s.m * s.n * s.k / (s.tflops * 1e12);
+    const double write = element_bytes * s.m * s.n / (gpu.memory_bandwidth_gbs * 1e9 * gpu.efficiency.memory_fraction);
+    compute_tflops.push_back(2 * s.m * s.n * s.k / std::max(seconds - write, 0.1 * seconds) / 1e12);
+  }
   // For a trial half-dimension x0 the best log-space scale is closed-form; scan x0 on a
   // fine logarithmic grid (1..4096) and keep the minimum squared error.
   double best_err = INFINITY, best_x0 = 0, best_frac = 0;
@@ -160,9 +169,10 @@ GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples) {
     const double x0 = std::exp(lx);
     double sum = 0;
     std::vector<double> r;
-    for (const auto& s : samples) {
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const auto& s = samples[i];
       const double shape = (s.m / (s.m + x0)) * (s.n / (s.n + x0)) * (s.k / (s.k + x0));
-      r.push_back(std::log(s.tflops / (gpu.peak_tflops * shape)));
+      r.push_back(std::log(compute_tflops[i] / (gpu.peak_tflops * shape)));
       sum += r.back();
     }
     const double log_frac = sum / r.size();
@@ -191,6 +201,9 @@ GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const 
     (std::string(key) == "kernel_launch_us" ? gpu.efficiency.kernel_launch_us
                                             : gpu.efficiency.collective_latency_us) = doc[key].get<double>();
   }
+  if (doc.contains("memory_bandwidth_gbs"))
+    gpu.efficiency.memory_fraction =
+        std::min(1.0, number_field(doc, "memory_bandwidth_gbs", source) / gpu.memory_bandwidth_gbs);
   if (doc.contains("gemm")) {
     std::vector<GemmSample> samples;
     const auto& arr = doc["gemm"];
@@ -200,7 +213,10 @@ GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const 
       samples.push_back({number_field(arr[i], "m", w), number_field(arr[i], "n", w),
                          number_field(arr[i], "k", w), number_field(arr[i], "tflops", w)});
     }
-    gpu = fit_gemm_curve(gpu, samples);
+    // The samples' element type (measured.dtype of `loom plan calibrate`; bf16 when not said).
+    const bool fp32 = doc.contains("measured") && doc["measured"].is_object() &&
+                      doc["measured"].value("dtype", std::string()) == "fp32";
+    gpu = fit_gemm_curve(gpu, samples, fp32 ? 4.0 : 2.0);
   }
   if (doc.contains("fused_attention")) {
     const auto& arr = doc["fused_attention"];
@@ -217,9 +233,6 @@ GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const 
     gpu.efficiency.fused_attention_fwd_fraction = std::min(1.0, fwd / arr.size());
     gpu.efficiency.fused_attention_bwd_fraction = std::min(1.0, bwd / arr.size());
   }
-  if (doc.contains("memory_bandwidth_gbs"))
-    gpu.efficiency.memory_fraction =
-        std::min(1.0, number_field(doc, "memory_bandwidth_gbs", source) / gpu.memory_bandwidth_gbs);
   if (doc.contains("allreduce_busbw_gbs")) {
     const auto& bw = doc["allreduce_busbw_gbs"];
     const std::string w = source + ": allreduce_busbw_gbs";

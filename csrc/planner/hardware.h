@@ -9,11 +9,13 @@ namespace loom::planner {
 
 /// How much of a peak the hardware achieves; the few physical parameters of the speed model.
 struct Efficiency {
-  /// GEMM throughput = peak · gemm_max_fraction · Π_{x∈{M,N,K}} x/(x + gemm_half_dim).
+  /// GEMM compute throughput = peak · gemm_max_fraction · Π_{x∈{M,N,K}} x/(x + gemm_half_dim);
+  /// the result's write is charged on top at memory_fraction (time_model.h).
   /// Defaults are the A100 calibration (docs/planner.md), used for user GPUs without one.
   double gemm_max_fraction = 0.78;
-  double gemm_half_dim = 64;            ///< matrix dimension at which one factor is 1/2
-  double memory_fraction = 0.65;        ///< achieved / peak HBM bandwidth, memory-bound kernels
+  double gemm_half_dim = 16;            ///< matrix dimension at which one factor is 1/2
+  /// Achieved / peak HBM bandwidth of memory-bound kernels (and of a GEMM's result write).
+  double memory_fraction = 0.65;
   double intra_node_comm_fraction = 0.8;  ///< NCCL bus bandwidth / NVLink bandwidth
   double inter_node_comm_fraction = 0.7;  ///< NCCL bus bandwidth / network bandwidth
   double collective_latency_us = 10;    ///< per ring step of a collective or per p2p message
@@ -64,8 +66,10 @@ struct GemmSample {
 
 /// Replaces the GEMM curve of `gpu` by the least-squares fit (in log throughput) of
 /// gemm_max_fraction and gemm_half_dim to measured samples (at least 2), so that a measured
-/// profile from the real machine overrides the built-in efficiencies. Returns the fitted GPU.
-GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples);
+/// profile from the real machine overrides the built-in efficiencies. The result write the time
+/// model adds (C[m,n] of `element_bytes` at `gpu`'s memory-bound bandwidth) is taken out of each
+/// sample first. Returns the fitted GPU.
+GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples, double element_bytes = 2);
 
 /// Applies a measured profile JSON (written by `loom plan calibrate`) to a GPU:
 /// {"device": {GPU-table entry}, "gemm": [{"m","n","k","tflops"}...], "memory_bandwidth_gbs":
@@ -73,7 +77,8 @@ GpuSpec fit_gemm_curve(GpuSpec gpu, const std::vector<GemmSample>& samples);
 /// "kernel_launch_us", "fused_attention": [{"seq", "fwd_tflops", "bwd_tflops"}...]} (all keys
 /// optional). A "device" entry replaces `gpu` as the base (CPU ranks, or a GPU not in the
 /// table); measured bandwidths set the matching *_fraction as measured/peak; the latencies
-/// replace the efficiency's; fused-attention samples set fused_attention_{fwd,bwd}_fraction to
+/// replace the efficiency's (the bandwidth is applied before the GEMM fit, which uses it; the
+/// samples' element type is "measured": {"dtype"}, bf16 when absent); fused-attention samples set fused_attention_{fwd,bwd}_fraction to
 /// their mean of tflops / (peak · seq/(seq + gemm_half_dim)). Throws std::invalid_argument
 /// naming `source` and the key.
 GpuSpec apply_measured_profile(GpuSpec gpu, const std::string& json_text, const std::string& source);

@@ -35,6 +35,8 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   in.setup.global_batch = int(m.global_batch_size);
   in.setup.precision = r.trainer.precision;
   in.setup.overlap_dp_comm = r.model.optim.overlap_grad_sync;
+  in.setup.overlap_param_gather = r.model.optim.overlap_param_sync;
+  in.setup.dp_bucket_params = double(r.model.optim.ddp_bucket_size.value_or(0));
   in.setup.fused_attention = m.use_flash_attention;
   in.num_nodes = int(r.trainer.num_nodes);
   in.devices = int(r.trainer.devices);

@@ -16,9 +16,10 @@ double exposed(const Efficiency& e, double comm, double compute) {
 
 double shape_factor(const Efficiency& e, double x) { return x / (x + e.gemm_half_dim); }
 
-// Stage components before the pipeline combines them.
+// Stage components before the pipeline combines them. `forward`: the part of total() that is
+// forward passes (what an overlapped parameter gather can hide behind; the rest is backward).
 struct StageTime {
-  double gemm = 0, attention = 0, memory = 0, tp_comm = 0, pp_comm = 0, recompute = 0;
+  double gemm = 0, attention = 0, memory = 0, tp_comm = 0, pp_comm = 0, recompute = 0, forward = 0;
   double total() const { return gemm + attention + memory + tp_comm + pp_comm + recompute; }
   void add(const PassCost& c, double times) {
     gemm += times * c.gemm;
@@ -26,22 +27,31 @@ struct StageTime {
     memory += times * c.memory;
     tp_comm += times * c.comm;
   }
+  void add_forward(const PassCost& c, double times) {
+    add(c, times);
+    forward += times * c.total();
+  }
 };
 
 }  // namespace
 
-double batched_gemm_seconds(const GpuSpec& g, double count, double m, double n, double k) {
+double gemm_output_seconds(const GpuSpec& g, double count, double m, double n, double eb) {
+  return count * eb * m * n / (g.memory_bandwidth_gbs * 1e9 * g.efficiency.memory_fraction);
+}
+
+double batched_gemm_seconds(const GpuSpec& g, double count, double m, double n, double k, double eb) {
   const Efficiency& e = g.efficiency;
   const double eff = e.gemm_max_fraction * shape_factor(e, m) * shape_factor(e, n) * shape_factor(e, k);
-  return count * 2 * m * n * k / (g.peak_tflops * 1e12 * eff) + e.kernel_launch_us * 1e-6;
+  return count * 2 * m * n * k / (g.peak_tflops * 1e12 * eff) + gemm_output_seconds(g, count, m, n, eb) +
+         e.kernel_launch_us * 1e-6;
 }
 
-double gemm_seconds(const GpuSpec& g, double m, double n, double k) {
-  return batched_gemm_seconds(g, 1, m, n, k);
+double gemm_seconds(const GpuSpec& g, double m, double n, double k, double eb) {
+  return batched_gemm_seconds(g, 1, m, n, k, eb);
 }
 
-double gemm_tflops(const GpuSpec& g, double m, double n, double k) {
-  return 2 * m * n * k / gemm_seconds(g, m, n, k) / 1e12;
+double gemm_tflops(const GpuSpec& g, double m, double n, double k, double eb) {
+  return 2 * m * n * k / gemm_seconds(g, m, n, k, eb) / 1e12;
 }
 
 double fused_attention_fwd_flops(double count, double s, double dh) {
@@ -83,9 +93,9 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
   double dgrad[4], wgrad[4];
   for (int i = 0; i < 4; ++i) {
     const double M = gemms[i][0], N = gemms[i][1], K = gemms[i][2];
-    out.fwd.gemm += gemm_seconds(g, M, N, K);
-    dgrad[i] = gemm_seconds(g, M, K, N);  // dX[M,K] = dY[M,N]·Wᵀ
-    wgrad[i] = gemm_seconds(g, K, N, M);  // dW[K,N] = Xᵀ·dY
+    out.fwd.gemm += gemm_seconds(g, M, N, K, eb);
+    dgrad[i] = gemm_seconds(g, M, K, N, eb);  // dX[M,K] = dY[M,N]·Wᵀ
+    wgrad[i] = gemm_seconds(g, K, N, M, eb);  // dW[K,N] = Xᵀ·dY
     out.bwd.gemm += dgrad[i] + wgrad[i];
   }
 
@@ -104,10 +114,10 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
     out.bwd.attention = 2.5 * fwd_flops / (g.peak_tflops * 1e12 * e.fused_attention_bwd_fraction * fill) +
                         2 * e.kernel_launch_us * 1e-6;  // with its rowsum(dO∘O) pre-pass
   } else {
-    out.fwd.attention = batched_gemm_seconds(g, batches, s, s, dh) + batched_gemm_seconds(g, batches, s, dh, s);
-    out.bwd.attention = 2 * batched_gemm_seconds(g, batches, s, dh, s) +   // dQ, dK
-                        batched_gemm_seconds(g, batches, s, s, dh) +       // dP
-                        batched_gemm_seconds(g, batches, dh, s, s);        // dV
+    out.fwd.attention = batched_gemm_seconds(g, batches, s, s, dh, eb) + batched_gemm_seconds(g, batches, s, dh, s, eb);
+    out.bwd.attention = 2 * batched_gemm_seconds(g, batches, s, dh, s, eb) +   // dQ, dK
+                        batched_gemm_seconds(g, batches, s, s, dh, eb) +       // dP
+                        batched_gemm_seconds(g, batches, dh, s, s, eb);        // dV
   }
 
   // Memory-bound kernels, bytes moved (activations 2 B, masks 1 B).
@@ -158,8 +168,8 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
       // --tp-comm-overlap: each all-gather is split and pipelined with the GEMM that consumes it,
       // each reduce-scatter with the GEMM that produces it, forward and backward.
       const Efficiency& e = g.efficiency;
-      out.fwd.comm = exposed(e, ag, gemm_seconds(g, n, 3 * h / t, h)) + exposed(e, rs, gemm_seconds(g, n, h, h / t)) +
-                     exposed(e, ag, gemm_seconds(g, n, f / t, h)) + exposed(e, rs, gemm_seconds(g, n, h, f / t));
+      out.fwd.comm = exposed(e, ag, gemm_seconds(g, n, 3 * h / t, h, eb)) + exposed(e, rs, gemm_seconds(g, n, h, h / t, eb)) +
+                     exposed(e, ag, gemm_seconds(g, n, f / t, h, eb)) + exposed(e, rs, gemm_seconds(g, n, h, f / t, eb));
       out.bwd.comm = exposed(e, ag, dgrad[1]) + exposed(e, ag, dgrad[3]) + exposed(e, ag, dgrad[0]) +
                      exposed(e, rs, wgrad[0]) + exposed(e, ag, dgrad[2]) + exposed(e, rs, wgrad[2]);
     }
@@ -185,13 +195,16 @@ EndCost end_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int b, 
     if (sp) out.embedding_bwd.comm = collective_seconds(c, Collective::all_gather, act, t, 1);
   }
 
-  // Final LayerNorm, logits GEMM [n, V/t] over h, vocab-parallel cross entropy in fp32
-  // (convert, max, exp-sum, then softmax gradient and convert back).
-  out.logits_fwd.gemm = gemm_seconds(g, n, v_shard, h);
-  const double wgrad = gemm_seconds(g, h, v_shard, n);
-  out.logits_bwd.gemm = gemm_seconds(g, n, h, v_shard) + wgrad;
-  out.logits_fwd.memory = memory_seconds(g, scale * 4 * e_sp + 18 * n * v_shard, 5);
-  out.logits_bwd.memory = memory_seconds(g, scale * 6 * e_sp + 14 * n * v_shard, 4);
+  // Final LayerNorm, logits GEMM [n, V/t] over h, vocab-parallel cross entropy in fp32, pass by
+  // pass as Loom's model/cross_entropy.cpp and Megatron-Core's unfused VocabParallelCrossEntropy
+  // run it, bytes per logit: convert to fp32 (eb + 4), row max (4), subtract the max (8), exp in
+  // place (8), row sum (4), divide in place into the saved softmax (8); backward: scale by the
+  // loss gradient in place (8) and convert back (4 + eb).
+  out.logits_fwd.gemm = gemm_seconds(g, n, v_shard, h, eb);
+  const double wgrad = gemm_seconds(g, h, v_shard, n, eb);
+  out.logits_bwd.gemm = gemm_seconds(g, n, h, v_shard, eb) + wgrad;
+  out.logits_fwd.memory = memory_seconds(g, scale * 4 * e_sp + (eb + 36) * n * v_shard, 7);
+  out.logits_bwd.memory = memory_seconds(g, scale * 6 * e_sp + (eb + 12) * n * v_shard, 4);
   if (t > 1) {
     // Three all-reduces of per-token scalars (max, target logit, sum of exp).
     out.logits_fwd.comm = 3 * collective_seconds(c, Collective::all_reduce, 4 * n, t, 1);
@@ -233,7 +246,7 @@ StageTime common_stage_time(const ModelShape& md, const Cluster& c, const Traini
   const int p = L.pp, v = L.vp;
   const int layers_chunk = layers_stage / v;
   StageTime common;
-  common.add(layer.fwd, layers_stage);
+  common.add_forward(layer.fwd, layers_stage);
   common.add(layer.bwd, layers_stage);
   if (L.recompute == RecomputeGranularity::kFull) {
     const int recomputed = L.method == RecomputeMethod::kUniform
@@ -243,24 +256,54 @@ StageTime common_stage_time(const ModelShape& md, const Cluster& c, const Traini
   } else if (L.recompute == RecomputeGranularity::kSelective) {
     common.recompute = layers_stage * layer.attention_core.total();
   }
-  if (p > 1) common.pp_comm = 2.0 * v * pipeline_message_seconds(md, c, setup, L);
+  if (p > 1) {
+    common.pp_comm = 2.0 * v * pipeline_message_seconds(md, c, setup, L);
+    common.forward += v * pipeline_message_seconds(md, c, setup, L);
+  }
   return common;
 }
 
-// Data-parallel gradient reduction (fp32 gradients), parameter all-gather with the
+// A collective of `comm` seconds on a group (size, stride) overlapped with `window` seconds of
+// compute on other streams: what exceeds the window stays exposed, and the hidden part still
+// slows the compute by the SMs and HBM traffic it takes. That contention is comm_overlap_fraction's
+// complement at NVLink rate (fitted on the TP collectives) and scales with the group's bus
+// bandwidth: a NIC-bound collective moves a fraction of the bytes per second an NVLink one does.
+double exposed_behind(const Cluster& c, double comm, double window, int size, int stride) {
+  const Efficiency& e = c.gpu.efficiency;
+  const double nvlink = c.gpu.intra_node_gbs * e.intra_node_comm_fraction;
+  const double rate = std::min(1.0, group_bus_gbs(c, size, stride) / nvlink);
+  const double hidden = std::min(comm, window);
+  return comm - hidden + (1 - e.comm_overlap_fraction) * rate * hidden;
+}
+
+// Data-parallel gradient reduction (fp32 gradients), parameter all-gather (bf16) with the
 // distributed optimizer; all-reduce of the tied embedding between the end stages. `params`:
-// parameters of the larger end stage; `critical_s`: the critical stage's time it may overlap.
+// parameters of the larger end stage; `critical`: the critical stage, per micro-batch.
+// Overlapped as Megatron-Core does it (docs/planner.md, "DP communication"): bucket by bucket, the
+// gradient reduction during the last micro-batch's backward (overlap_dp_comm) and the parameter
+// gather during the first micro-batch's forward (overlap_param_gather); the last gradient bucket
+// (the first layers, reduced after the backward ends) and the first parameter bucket (needed
+// before the forward starts) are exposed whole.
 double data_parallel_seconds(const ModelShape& md, const Cluster& c, const TrainingSetup& setup, const Layout& L,
-                             double params, double critical_s) {
+                             double params, const StageTime& critical) {
   const int t = L.tp, p = L.pp, d = L.dp;
   double dp = 0;
   if (d > 1) {
-    if (L.distributed_optimizer)
-      dp = collective_seconds(c, Collective::reduce_scatter, 4 * params, d, t) +
-           collective_seconds(c, Collective::all_gather, 2 * params, d, t);
-    else
-      dp = collective_seconds(c, Collective::all_reduce, 4 * params, d, t);
-    if (setup.overlap_dp_comm) dp = exposed(c.gpu.efficiency, dp, critical_s);
+    const double bucket = std::min(params, setup.dp_bucket_params > 0 ? setup.dp_bucket_params
+                                                                      : std::max(40e6, 1e6 * d));
+    const Collective reduce = L.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
+    const double grads = collective_seconds(c, reduce, 4 * params, d, t);
+    const double backward = critical.total() - critical.forward;
+    dp += setup.overlap_dp_comm
+              ? std::max(exposed_behind(c, grads, backward, d, t), collective_seconds(c, reduce, 4 * bucket, d, t))
+              : grads;
+    if (L.distributed_optimizer) {
+      const double gather = collective_seconds(c, Collective::all_gather, 2 * params, d, t);
+      dp += setup.overlap_param_gather
+                ? std::max(exposed_behind(c, gather, critical.forward, d, t),
+                           collective_seconds(c, Collective::all_gather, 2 * bucket, d, t))
+                : gather;
+    }
   }
   if (p > 1) {
     const double embedding = std::ceil(double(md.vocab_size) / t) * md.hidden_size;
@@ -280,16 +323,16 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
   const StageTime common = common_stage_time(md, c, setup, L, layer, L.stage_layers(md.num_layers, p > 2 ? 1 : 0));
   StageTime first = common_stage_time(md, c, setup, L, layer, L.stage_layers(md.num_layers, 0));
   StageTime last = common_stage_time(md, c, setup, L, layer, L.stage_layers(md.num_layers, p - 1));
-  first.add(ends.embedding_fwd, 1);
+  first.add_forward(ends.embedding_fwd, 1);
   first.add(ends.embedding_bwd, 1);
-  last.add(ends.logits_fwd, 1);
+  last.add_forward(ends.logits_fwd, 1);
   last.add(ends.logits_bwd, 1);
 
   StageTime critical;
   double sum_stages;
   if (p == 1) {
     critical = first;
-    critical.add(ends.logits_fwd, 1);
+    critical.add_forward(ends.logits_fwd, 1);
     critical.add(ends.logits_bwd, 1);
     sum_stages = critical.total();
   } else {
@@ -308,7 +351,7 @@ TimeBreakdown step_time(const ModelShape& md, const Cluster& c, const TrainingSe
   out.bubble = (sum_stages - critical.total()) / v;
   const double params = std::max({stage_params(md, L, 0), stage_params(md, L, p - 1),
                                   p > 2 ? stage_params(md, L, 1) : 0.0});
-  out.dp_comm = data_parallel_seconds(md, c, setup, L, params, critical.total());
+  out.dp_comm = data_parallel_seconds(md, c, setup, L, params, critical);
 
   // Adam on the owned shard (read grad, param, m, v; write param, m, v; write bf16 copy: 30 B),
   // gradient-norm read (4 B) of the owned shard, zeroing the local gradient buffer (4 B).

@@ -1,10 +1,15 @@
 // Speed model: seconds per training step of a layout, broken into the terms of docs/planner.md.
 //
 // Primitive costs (hardware.h's Efficiency holds the parameters):
-//   GEMM  C[M,N] = A[M,K]·B[K,N]:  2MNK / (peak · f_max · Π_{x∈{M,N,K}} x/(x + x0)) + launch
+//   GEMM  C[M,N] = A[M,K]·B[K,N]:  2MNK / (peak · f_max · Π_{x∈{M,N,K}} x/(x + x0))
+//         + e·M·N / (HBM · memory_fraction) + launch
 //         (f_max = gemm_max_fraction, x0 = gemm_half_dim: small dimensions under-fill the
-//         tensor cores and tiles; the attention score GEMMs use the same curve with their head
-//         dimension, so no separate attention efficiency is needed)
+//         tensor cores and tiles; the second term writes the result C (e bytes per element) in
+//         the tiles' epilogue, which the main loop's pipelined operand loads do not hide: its
+//         share grows as K shrinks and with the GPU's peak / bandwidth ratio (Hopper's is ~1.9×
+//         Ampere's), the "arithmetic intensity" the Megatron-LM README gives for small models'
+//         lower MFU. The attention score GEMMs use the same curve with their head dimension, so
+//         no separate attention efficiency is needed)
 //   memory-bound kernel: bytes / (HBM bandwidth · memory_fraction) + launch
 //   ring collective over n GPUs of B bytes: all-reduce 2(n−1)/n·B/bw + 2(n−1)·α,
 //         all-gather / reduce-scatter (n−1)/n·B/bw + (n−1)·α, with bw the NCCL bus bandwidth of
@@ -18,10 +23,11 @@
 // Pipeline: with per-micro-batch stage times T_i, step = m·max T_i + (Σ T_i − max T_i)/v, i.e.
 // the (p−1)/(v·m) bubble of docs/design/parallel_layout.md generalised to unequal end stages.
 // Calibrated A100 parameters (data/gpus.json "a100"; docs/planner.md, "Speed model"):
-// gemm_max_fraction 0.78, gemm_half_dim 64, memory_fraction 0.65, NVLink bus fraction 0.8,
+// gemm_max_fraction 0.78, gemm_half_dim 16, memory_fraction 0.65, NVLink bus fraction 0.8,
 // network bus fraction 0.7, 10 µs per collective step, 4 µs per kernel, 50% of an overlapped
-// collective hidden. They reproduce Korthikanti et al. 2022 and Narayanan et al. 2021 with
-// mean error 3.4% and worst 6.9% (tests/planner/test_validation.cpp).
+// collective hidden (at NVLink rate). They reproduce Korthikanti et al. 2022 and Narayanan et
+// al. 2021 with mean error 3.4% (tests/planner/test_validation.cpp, which also asserts the
+// held-out groups' targets).
 #pragma once
 #include "planner/hardware.h"
 #include "planner/layout.h"
@@ -53,12 +59,17 @@ struct PassCost {
 };
 
 /// Seconds of a GEMM on `gpu` (see header comment).
-double gemm_seconds(const GpuSpec& gpu, double m, double n, double k);
+double gemm_seconds(const GpuSpec& gpu, double m, double n, double k, double element_bytes = 2);
 /// Seconds of `count` independent GEMMs of one shape run as one batched kernel (one launch),
 /// e.g. the attention score and context products over b·a/t heads.
-double batched_gemm_seconds(const GpuSpec& gpu, double count, double m, double n, double k);
+double batched_gemm_seconds(const GpuSpec& gpu, double count, double m, double n, double k,
+                            double element_bytes = 2);
 /// Achieved TFLOP/s of the GEMM model at a shape.
-double gemm_tflops(const GpuSpec& gpu, double m, double n, double k);
+double gemm_tflops(const GpuSpec& gpu, double m, double n, double k, double element_bytes = 2);
+/// Seconds of writing the results C[M,N] of `count` GEMMs (`element_bytes` per element) at the
+/// memory-bound kernels' bandwidth: the epilogue that the tile pipeline does not overlap with
+/// its main loop (see the header comment).
+double gemm_output_seconds(const GpuSpec& gpu, double count, double m, double n, double element_bytes);
 /// FLOPs a fused causal attention kernel executes forward over `count` heads × samples of
 /// sequence length s and head dimension d: 4·count·s²·d·(s + 128)/(2s) (the causal tiles, the
 /// 128-wide diagonal ones whole); its backward executes 2.5× that (Dao 2023, §3.1).

@@ -14,6 +14,14 @@ struct TrainingSetup {
   /// DP gradient reduction overlapped with the last micro-batch's backward (Megatron-Core's
   /// overlap_grad_reduce). Off: reduced after the backward, as docs/design/parallel_layout.md prescribes.
   bool overlap_dp_comm = false;
+  /// Distributed optimizer: the parameter all-gather after the step is overlapped with the next
+  /// step's first forward, bucket by bucket (Megatron-Core's overlap_param_gather, Loom's
+  /// model.optim.overlap_param_sync). Off: gathered before the forward.
+  bool overlap_param_gather = false;
+  /// Parameters per DP bucket; 0: Megatron-Core's default max(40 000 000, 1 000 000 · d)
+  /// (model.optim.ddp_bucket_size). With overlap, the last gradient bucket's reduction and the
+  /// first parameter bucket's gather have nothing left to hide behind.
+  double dp_bucket_params = 0;
   /// The attention core runs as one fused kernel (model.use_flash_attention): no s×s scores in
   /// memory or HBM traffic, its time from the fused-attention efficiencies (time_model.h);
   /// selective recompute is then illegal (rules::fused_attention_violations).

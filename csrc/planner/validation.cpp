@@ -108,7 +108,8 @@ void add_h100(std::vector<PublishedRow>& rows) {
     r.distributed_optimizer = true;   // --overlap-param-gather needs --use-distributed-optimizer
     r.fused_attention = true;         // Transformer Engine's fused attention
     r.overlap_tp_comm = x.t > 1;
-    r.overlap_dp_comm = true;
+    r.overlap_dp_comm = true;         // --overlap-grad-reduce
+    r.overlap_param_gather = true;    // --overlap-param-gather
     rows.push_back(r);
   }
 }
@@ -195,6 +196,7 @@ std::vector<RowCheck> check_published(bool search_best, const std::vector<GpuSpe
     setup.fused_attention = row.fused_attention;
     setup.overlap_tp_comm = row.overlap_tp_comm;
     setup.overlap_dp_comm = row.overlap_dp_comm;
+    setup.overlap_param_gather = row.overlap_param_gather;
 
     SearchSpace fixed;
     fixed.tp = {row.tp};

@@ -29,7 +29,7 @@ struct PublishedRow {
   RecomputeGranularity recompute = RecomputeGranularity::kFull;  ///< full = uniform, 1 layer per checkpoint
   bool distributed_optimizer = false;
   /// The software the run used (TrainingSetup): fused attention, overlapped TP and DP communication.
-  bool fused_attention = false, overlap_tp_comm = false, overlap_dp_comm = false;
+  bool fused_attention = false, overlap_tp_comm = false, overlap_dp_comm = false, overlap_param_gather = false;
   enum class Metric {
     iteration_seconds,       ///< seconds per step
     tflops_per_gpu,          ///< hardware TFLOP/s counting full recompute (Narayanan's 96·B·L·s·h² count)

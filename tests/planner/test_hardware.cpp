@@ -52,9 +52,12 @@ TEST_CASE("fit_gemm_curve recovers the curve from measured samples", "[planner]"
   std::vector<GemmSample> samples;
   for (double m : {256.0, 1024.0, 8192.0})
     for (double k : {128.0, 2048.0}) {
-      // Exact throughput of the curve (launch cost removed by using huge work units).
+      // Exact throughput of the model (no launch cost): the curve's compute time plus the bf16
+      // result write at the memory-bound bandwidth, which the fit must take out again.
       const double eff = 0.7 * (m / (m + 100)) * (4096 / (4096 + 100.0)) * (k / (k + 100));
-      samples.push_back({m, 4096, k, 312 * eff});
+      const double flops = 2 * m * 4096 * k;
+      const double seconds = flops / (312e12 * eff) + 2 * m * 4096 / (2039e9 * 0.65);
+      samples.push_back({m, 4096, k, flops / seconds / 1e12});
     }
   GpuSpec start = find_gpu("A100-80GB");
   const GpuSpec fitted = fit_gemm_curve(start, samples);
@@ -80,8 +83,11 @@ TEST_CASE("primitive costs follow their formulas", "[planner]") {
   const GpuSpec g = find_gpu("A100-80GB");
   const Efficiency& e = g.efficiency;
   const double M = 8192, N = 2304, K = 6144;
-  const double eff = e.gemm_max_fraction * (M / (M + 64)) * (N / (N + 64)) * (K / (K + 64));
-  CHECK(gemm_seconds(g, M, N, K) == Approx(2 * M * N * K / (312e12 * eff) + 4e-6));
+  const double x0 = e.gemm_half_dim;
+  const double eff = e.gemm_max_fraction * (M / (M + x0)) * (N / (N + x0)) * (K / (K + x0));
+  // Compute on the shape curve, the bf16 result C[M,N] written at the memory-bound bandwidth, launch.
+  CHECK(gemm_seconds(g, M, N, K) == Approx(2 * M * N * K / (312e12 * eff) + 2 * M * N / (2039e9 * 0.65) + 4e-6));
+  CHECK(gemm_seconds(g, M, N, K, 4) - gemm_seconds(g, M, N, K) == Approx(2 * M * N / (2039e9 * 0.65)));
   CHECK(memory_seconds(g, 1e9, 2) == Approx(1e9 / (2039e9 * 0.65) + 8e-6));
   Cluster c;
   c.gpu = g;
