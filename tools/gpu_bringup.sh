@@ -12,6 +12,10 @@
 #               tools/gpu_bundle.sh; fp32 within 1e-3 relative at every step, bf16 within 3%)
 #   throughput  recipes/gpt3_126m.yaml on the GPU (bf16, s 2048, selective recompute, t=p=d=1)
 #               at the largest micro-batch that fits, beside `loom plan` and the formula
+#   calibrate   `loom plan calibrate` on the device (GEMM shapes, fused attention, copy bandwidth,
+#               per-op cost; collectives with more than one rank) into a profile, then `loom plan`'s
+#               prediction for the throughput step's measured 126m run with that profile, beside
+#               the built-in profile's and the measurement
 #   mcore       the same model and micro-batch in Megatron-Core (tools/bench_mcore_gpt.py)
 #   layout      the tiny recipe as t=2 x p=2 with sequence parallelism, 4 ranks sharing the GPU
 #               (LOOM_DEVICE_COLLECTIVES=gloo), against the 1-rank GPU fp32 run (1e-3)
@@ -19,9 +23,10 @@
 #
 #   tools/gpu_bringup.sh                          # everything, within LOOM_BRINGUP_DEADLINE_S
 #   tools/gpu_bringup.sh --steps build            # only the build (a second call reuses it)
-#   tools/gpu_bringup.sh --steps ops,tiny,layout,throughput,mcore,overlap
+#   tools/gpu_bringup.sh --steps ops,tiny,layout,throughput,calibrate,mcore,overlap
 #   tools/gpu_bringup.sh --dry-run                # here, on CPU: reuses build/, small shapes,
 #                                                 # results in runs/bringup-dryrun/
+#                                                 # (LOOM_BRINGUP_BUILD=DIR: another build)
 # A hard deadline for the whole call (LOOM_BRINGUP_DEADLINE_S, default 570 s: under the device
 # tool's 600-s command limit) and one per step (timeout) keep a hang from eating the session:
 # a step that does not fit in the time left is recorded as not run, and the next one starts.
@@ -36,7 +41,7 @@ ROOT=$(pwd)
 # ---------------------------------------------------------------- options and paths
 DRY=0
 MAKE_REF=""
-STEPS="env,build,tiny,throughput,mcore,layout,overlap,ops"
+STEPS="env,build,tiny,throughput,calibrate,mcore,layout,overlap,ops"
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) DRY=1 ;;
@@ -57,7 +62,7 @@ elif [ "$DRY" = 1 ]; then
   DEADLINE=${LOOM_BRINGUP_DEADLINE_S:-600}
   WORK=runs/bringup-dryrun
   RESULTS=$WORK/gpu_results.md          # a scratch file: never docs/ for a dry run
-  BUILD=build                           # reuse the development build, do not rebuild
+  BUILD=${LOOM_BRINGUP_BUILD:-build}    # reuse the development build, do not rebuild
   TINY_STEPS=${LOOM_BRINGUP_TINY_STEPS:-5}
   TPUT_STEPS=${LOOM_BRINGUP_TPUT_STEPS:-4}
   TPUT_SKIP=2
@@ -150,7 +155,7 @@ assemble_results() {
     echo "|---|---|---|---|"
     awk -F'\t' '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' "$WORK/summary.tsv"
     echo ""
-    for s in env build tiny throughput mcore layout ops; do
+    for s in env build tiny throughput calibrate mcore layout ops overlap; do
       [ -f "$SECTIONS/$s.md" ] && cat "$SECTIONS/$s.md"
     done
   } > "$RESULTS"
@@ -467,15 +472,21 @@ gpu_profile() {
   esac
 }
 
-# plan_for MBS: `loom plan` for exactly this layout and micro-batch -> $WORK/plan_bMBS.csv.
+# plan_for MBS [PROFILE]: `loom plan` for exactly this layout and micro-batch ->
+# $WORK/plan_bMBS.csv; with a measured PROFILE (--profile) -> $WORK/plan_cal_bMBS.csv.
 plan_for() {
-  local b=$1 mem_args=(--gpu "$(gpu_profile)") ov=()
+  local b=$1 profile=${2:-} mem_args=(--gpu "$(gpu_profile)") ov=() tag=plan
   # The plan describes the GPU (an analytic model), whatever device a dry run trains on.
   mapfile -t ov < <(tput_overrides "$b"; echo trainer.accelerator=gpu)
   [ "$DRY" = 1 ] && mem_args=(--gpu H200 --gpu-memory-gib "$DRY_MEM_GIB" --reserve-gib 0.5 --fragmentation 0)
-  echo "${mem_args[1]}" > "$WORK/plan_gpu.txt"
+  if [ -n "$profile" ]; then
+    tag=plan_cal
+    mem_args+=(--profile "$profile")
+  else
+    echo "${mem_args[1]}" > "$WORK/plan_gpu.txt"
+  fi
   "$LOOM" plan --recipe recipes/gpt3_126m.yaml "${ov[@]}" "${mem_args[@]}" --tp 1 --pp 1 --vp 1 --mbs "$b" \
-    --sp off --recompute selective --dist-opt off --csv "$WORK/plan_b$b.csv" > "$LOGS/plan_b$b.log" 2>&1
+    --sp off --recompute selective --dist-opt off --csv "$WORK/${tag}_b$b.csv" > "$LOGS/${tag}_b$b.log" 2>&1
 }
 
 # tput_run MBS: trains TPUT_STEPS steps; echoes ok, oom, timeout or error.
@@ -623,6 +634,96 @@ for line in open(sys.argv[1]):
 EOF
 }
 
+# ---------------------------------------------------------------- 5. calibrated profile
+# `loom plan calibrate` measures the device (docs/planner.md, "Measured profiles"); the planner
+# then predicts the throughput step's measured run (its micro-batch, from this call or the last
+# one: $WORK/last_throughput.txt) with that profile and with the built-in one.
+step_calibrate() {
+  begin_step calibrate "4b. Measured planner profile (\`loom plan calibrate\`) against the measured 126m run"
+  DRY_MEM_GIB=${DRY_MEM_GIB:-1}
+  local log=$LOGS/calibrate.log profile=$WORK/calibrate.json rc b tput
+  local -a env_args=() secs=()
+  [ "$ACCEL" = gpu ] && env_args=("${DEVICE_ENV[@]}")
+  # The dtype the throughput step trains in: bf16 on the GPU, fp32 in a dry run (short measurements).
+  [ "$DRY" = 1 ] && secs=(--seconds 0.03 --dtype fp32)
+  rm -f "$profile"
+  run_timed "$log" "$(budget 150)" env "${env_args[@]}" "$LOOM" plan calibrate --devices 1 --accelerator "$ACCEL" \
+    "${secs[@]}" --out "$profile"
+  rc=$?
+  md "\`loom plan calibrate --devices 1 --accelerator $ACCEL\` on $ACCEL_NOTE (one rank: no collectives): exit $rc$([ "$rc" -ge 124 ] && echo ' (timed out)'). $(grep -m1 'loom plan calibrate:' "$log" | sed 's/^loom plan calibrate: //')"
+  if [ "$rc" -ne 0 ] || [ ! -s "$profile" ]; then md_log_tail "$log" 20; end_step FAIL "calibrate exit $rc"; return 1; fi
+  md ""
+  "$PY" - "$profile" >> "$SECTIONS/calibrate.md" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+d = p.get("device", {})
+print(f"Profile device entry: {d.get('name')} (peak {d.get('peak_tflops')} TFLOP/s, HBM {d.get('memory_bandwidth_gbs')} GB/s); "
+      f"copy {p.get('memory_bandwidth_gbs', 0):.1f} GB/s, per-op cost {p.get('kernel_launch_us', 0):.1f} us, "
+      f"dtype {p.get('measured', {}).get('dtype')}.")
+print("")
+print("| GEMM m x n x k | TFLOP/s |")
+print("|---|---|")
+for g in p.get("gemm", []):
+    print(f"| {g['m']} x {g['n']} x {g['k']} | {g['tflops']:.3g} |")
+if p.get("fused_attention"):
+    print("")
+    print("| fused attention batch x heads x seq x head_dim | forward TFLOP/s | backward TFLOP/s |")
+    print("|---|---|---|")
+    for a in p["fused_attention"]:
+        print(f"| {a['batch']} x {a['heads']} x {a['seq']} x {a['head_dim']} | {a['fwd_tflops']:.3g} | {a['bwd_tflops']:.3g} |")
+print("")
+EOF
+  b=${WINNER:-}
+  tput=${LOOM_TPUT:-}
+  if [ -z "$b" ] && [ -f "$WORK/last_throughput.txt" ]; then
+    b=$(sed -n 1p "$WORK/last_throughput.txt"); tput=$(sed -n 2p "$WORK/last_throughput.txt")
+  fi
+  if [ -z "$b" ] || [ -z "$tput" ]; then
+    md "No measured 126m run to compare with (the throughput step did not run or failed)."
+    end_step FAIL "profile written; no measured run to compare with"
+    return 1
+  fi
+  # `loom plan` exits 1 when the layout does not fit (the dry run's pretend memory): its CSV
+  # still has the layout's predicted time, which is what is compared here.
+  [ -f "$WORK/plan_b$b.csv" ] || plan_for "$b" || true
+  rm -f "$WORK/plan_cal_b$b.csv"
+  plan_for "$b" "$profile" || true
+  if [ ! -s "$WORK/plan_cal_b$b.csv" ]; then
+    md_log_tail "$LOGS/plan_cal_b$b.log" 15
+    end_step FAIL "loom plan --profile wrote no prediction"
+    return 1
+  fi
+  local builtin calibrated summary
+  builtin=$("$PY" "$METRICS" plan "$WORK/plan_b$b.csv" --mbs "$b" 2>/dev/null || echo '{}')
+  calibrated=$("$PY" "$METRICS" plan "$WORK/plan_cal_b$b.csv" --mbs "$b" 2>/dev/null || echo '{}')
+  summary=$("$PY" - "$tput" "$builtin" "$calibrated" "$(cat "$WORK/plan_gpu.txt" 2>/dev/null || echo H200)" <<'EOF'
+import json, sys
+meas, builtin, cal = (json.loads(x or "{}") or {} for x in sys.argv[1:4])
+m = meas.get("tokens_per_s")
+def err(t):
+    return (t / m - 1) if (t and m) else None
+def f(v, spec):
+    return "-" if v is None else format(v, spec)
+rows = [("measured (throughput step)", m, meas.get("mfu"), None)]
+for name, p in ((f"loom plan, built-in {sys.argv[4]} profile", builtin), ("loom plan, measured profile", cal)):
+    t = p.get("tokens_per_second")
+    rows.append((name, t, p.get("mfu"), err(t)))
+print("| | tokens/s | MFU | error vs measured |")
+print("|---|---|---|---|")
+for name, t, mfu, e in rows:
+    print(f"| {name} | {f(t, '.0f')} | {f(mfu, '.3f')} | {'-' if e is None else format(100 * e, '+.1f') + '%'} |")
+pct = lambda e: "-" if e is None else format(100 * e, "+.1f") + "%"
+print(f"SUMMARY measured profile {pct(rows[2][3])} vs measured tokens/s (built-in profile {pct(rows[1][3])})")
+EOF
+)
+  md "Micro-batch $b (the throughput step's largest that ran), the plans for that step's layout (t=p=d=1, selective recompute)$([ "$DRY" = 1 ] && echo "; a dry run's shrunk shape and CPU or stand-in profile check the plumbing only")."
+  md ""
+  grep -v '^SUMMARY' <<< "$summary" >> "$SECTIONS/calibrate.md"
+  md ""
+  md "Profile: \`$profile\` (also under \$OUT/bringup/); \`loom plan --profile\` it to plan for this machine."
+  end_step pass "$(grep '^SUMMARY' <<< "$summary" | sed 's/^SUMMARY //')"
+}
+
 # ---------------------------------------------------------------- 7. Megatron-Core
 # megatron-core from the bundle's tar.gz; what it imports beyond torch (numpy, packaging) from
 # the host's python, which has them.
@@ -721,6 +822,7 @@ if [ -n "$MAKE_REF" ]; then
   exit 0
 fi
 declare -A TITLE=([tiny]="3. Tiny recipe on one device" [throughput]="4. GPT-3 126m throughput"
+                  [calibrate]="4b. Measured planner profile"
                   [mcore]="5. Megatron-Core" [layout]="6. t=2 × p=2 on one device"
                   [overlap]="8. Overlapped gradient reduction" [ops]="7. Op library check")
 not_run() { begin_step "$1" "${TITLE[$1]}"; end_step "not run" "$2"; }
@@ -730,7 +832,7 @@ BUILD_OK=1
 if want build; then step_build || BUILD_OK=0; fi
 [ -x "$LOOM" ] || BUILD_OK=0
 if [ "$BUILD_OK" = 0 ]; then
-  for step in tiny throughput mcore layout ops overlap; do
+  for step in tiny throughput calibrate mcore layout ops overlap; do
     want "$step" && not_run "$step" "no usable $LOOM"
   done
   assemble_results
@@ -739,7 +841,7 @@ fi
 WINNER=""
 LOOM_TPUT=""
 # The scarcest figures first (a call that runs out of time loses the least useful steps).
-for step in tiny throughput mcore layout ops overlap; do
+for step in tiny throughput calibrate mcore layout ops overlap; do
   want "$step" || continue
   if [ "$(remaining)" -lt 20 ]; then not_run "$step" "out of time (deadline ${DEADLINE} s)"; continue; fi
   "step_$step"
