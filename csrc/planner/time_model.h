@@ -20,6 +20,11 @@
 // under SP). Backward GEMMs cost twice the forward (dgrad + wgrad); the backward collectives at
 // the column-parallel inputs overlap the weight-gradient GEMM (Megatron's asynchronous
 // all-reduce) and the SP re-gather of the LayerNorm output overlaps the input-gradient GEMM.
+// DP: gradient all-reduce (or reduce-scatter + parameter all-gather with the distributed
+// optimizer); overlapped (TrainingSetup::overlap_dp_comm, overlap_param_gather) bucket by bucket
+// behind the last micro-batch's backward / the first one's forward, the last / first bucket and
+// what exceeds the window exposed, the hidden part slowing compute by (1 − comm_overlap_fraction)
+// at NVLink rate scaled by the group's bus bandwidth (docs/planner.md, "DP communication").
 // Pipeline: with per-micro-batch stage times T_i, step = m·max T_i + (Σ T_i − max T_i)/v, i.e.
 // the (p−1)/(v·m) bubble of docs/design/parallel_layout.md generalised to unequal end stages.
 // Calibrated A100 parameters (data/gpus.json "a100"; docs/planner.md, "Speed model"):
