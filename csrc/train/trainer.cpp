@@ -26,6 +26,7 @@
 #include "train/micro_batches.h"
 #include "train/sample_prefetch.h"
 #include "train/model_setup.h"
+#include "train/param_gather_wait.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 #include "train/run_directory.h"
@@ -161,6 +162,8 @@ void TrainingRun::build_model() {
   model_config_ = gpt_config_from_recipe(r_, data::recipe_vocab_size(r_.model.tokenizer));
   chunks_ = build_model_chunks(model_config_, *groups_, shape_.v, groups_->device());
   optimizer_ = optim::Optimizer::create(chunk_parameters(chunks_), groups_, optimizer_options(r_));
+  // model.optim.overlap_param_sync: each layer's forward waits for its own buckets' gathers.
+  if (optimizer_->options().overlap_param_gather) wait_for_params_in_forward(chunks_, *optimizer_);
   scheduler_ = std::make_unique<optim::LrScheduler>(lr_schedule_config(r_));
   if (r_.trainer.precision == config::Precision::kFp16)
     scaler_ = std::make_unique<optim::LossScaler>();

@@ -7,7 +7,12 @@
 // with dynamic loss scaling; and a run resumed from the optimizer state after step 2 repeats
 // step 3 of the uninterrupted run bit for bit. Each case also checks that buckets really started
 // inside backward. With the distributed optimizer the "on" runs also overlap the parameter
-// all-gather (model.optim.overlap_param_sync): the next step waits for it before its forward.
+// all-gather (model.optim.overlap_param_sync): the next step's forward waits per bucket, each
+// layer for its own parameters (train/param_gather_wait.h). A second test follows those waits
+// call by call: the gathers are completed in the forward's order, only as far as each layer
+// needs, the later layers' buckets still in flight (d = 2 and d = 2 x p = 2 interleaved, with
+// full recomputation rerunning the hooks in backward), and the run equals the one without
+// overlap bit for bit.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -20,6 +25,7 @@
 #include "model/gpt_stage.h"
 #include "train/gpt_step.h"
 #include "train/model_setup.h"
+#include "train/param_gather_wait.h"
 #include "train/optim/loss_scaler.h"
 #include "train/optim/optimizer.h"
 
@@ -107,6 +113,7 @@ Trained train_steps(const Case& c, runtime::ProcessGroups& groups, const std::sh
   o.overlap_grad_reduce = overlap;
   o.overlap_param_gather = overlap && c.distributed;  // the next step's forward waits for the gather
   auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, o);
+  if (o.overlap_param_gather) wait_for_params_in_forward(chunks, *opt);
   std::optional<optim::LossScaler> scaler;
   if (c.dtype == Precision::kFp16) {
     optim::LossScalerConfig sc;
@@ -197,6 +204,145 @@ TEST_CASE("overlapped gradient reduction equals the reduction after backward, bi
                                {{"T", std::to_string(r.t)}, {"P", std::to_string(r.p)}, {"V", std::to_string(r.v)},
                                 {"M", std::to_string(r.m)}, {"DIST", std::to_string(r.dist)},
                                 {"DTYPE", std::to_string(static_cast<int>(r.dtype))}});
+    REQUIRE(res.exit_code() == 0);
+  }
+}
+
+namespace {
+
+// One read-hook call of the training forward: the part's range in optimizer.params() and the
+// gathers still in flight before and after its wait.
+struct HookCall {
+  size_t first, end;
+  int pending_before, pending_after;
+};
+
+struct WaitedRun {
+  std::vector<at::Tensor> losses, params;
+  std::vector<std::vector<HookCall>> calls;  // per step
+  int buckets = 0;
+  std::vector<size_t> bucket_of;  // parameter -> bucket
+};
+
+// Full recomputation (one layer per group) so that backward reruns the layers' hooks too.
+WaitedRun train_recorded(const Case& c, runtime::ProcessGroups& groups, const std::shared_ptr<runtime::ProcessGroups>& g,
+                         bool overlap) {
+  model::GptConfig cfg = config_for(c);
+  cfg.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
+  cfg.activations_checkpoint_num_layers = 1;
+  RunShape shape;
+  shape.t = c.t, shape.p = c.p, shape.v = c.v, shape.d = c.d, shape.m = c.m;
+  shape.micro_batch = 2;
+  shape.global_batch = 2 * c.m * c.d;
+  shape.seq_length = cfg.seq_length;
+  auto chunks = build_model_chunks(cfg, groups, c.v, groups.device());
+  optim::OptimizerOptions o;
+  o.adamw = optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1};
+  o.distributed = true;
+  o.bucket_bytes = 4 * 3000;  // each layer spans several buckets
+  o.overlap_grad_reduce = overlap;
+  o.overlap_param_gather = overlap;
+  auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, o);
+  WaitedRun out;
+  out.buckets = static_cast<int>(opt->grads().buckets().size());
+  out.bucket_of.assign(opt->params().size(), 0);
+  for (size_t b = 0; b < opt->grads().buckets().size(); ++b)
+    for (size_t i : opt->grads().buckets()[b].params) out.bucket_of[i] = b;
+  if (overlap) {
+    wait_for_params_in_forward(chunks, *opt);
+    size_t offset = 0;
+    for (auto& chunk : chunks) {  // record around the production hook
+      auto inner = chunk.param_read_hook();
+      chunk.set_param_read_hook([&, inner, offset](size_t first, size_t end) {
+        const int before = opt->param_gathers_pending();
+        inner(first, end);
+        out.calls.back().push_back({offset + first, offset + end, before, opt->param_gathers_pending()});
+      });
+      offset += chunk.parameters().size();
+    }
+  }
+  GptStep step(chunks, groups, shape);
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<MicroBatch> batches;
+    for (int k = 0; k < c.m; ++k) batches.push_back(micro_batch(cfg, s, groups.coords().dp, k, c.d, shape.micro_batch));
+    model::DropoutContext dropout;
+    dropout.seed = 11;
+    dropout.step = s;
+    dropout.global_batch = shape.global_batch;
+    out.calls.emplace_back();
+    opt->start_iteration(c.m);
+    out.losses.push_back(step.train(batches, dropout, at::Tensor(), [&] { opt->accumulate_grads(); }).clone());
+    LOOM_WCHECK(opt->param_gathers_pending() == 0, "(gathers left after the step's forward and backward)");
+    opt->step(1e-3);
+  }
+  opt->wait_for_params();
+  for (const auto& p : opt->params()) out.params.push_back(p.tensor.detach().clone());
+  return out;
+}
+
+}  // namespace
+
+LOOM_WORKER("optim_param_wait_per_bucket") {
+  Case c = case_from_env();
+  auto g = test::worker_groups(c.t, c.p);
+  c.d = g->layout().data_parallel();
+  const WaitedRun off = train_recorded(c, *g, g, false);
+  const WaitedRun on = train_recorded(c, *g, g, true);
+  for (int s = 0; s < kSteps; ++s)
+    LOOM_WCHECK(at::equal(off.losses[s], on.losses[s]), "(loss of step " + std::to_string(s + 1) + ")");
+  for (size_t i = 0; i < off.params.size(); ++i)
+    LOOM_WCHECK(at::equal(off.params[i], on.params[i]), "(parameter " + std::to_string(i) + ")");
+
+  LOOM_WCHECK(on.buckets >= 4, "(" + std::to_string(on.buckets) + " buckets: too few to see per-bucket waits)");
+  // Step 1 follows no overlapped step: nothing is pending.
+  for (const auto& call : on.calls[0]) LOOM_WCHECK(call.pending_before == 0 && call.pending_after == 0);
+  for (int s = 1; s < kSteps; ++s) {
+    const auto& calls = on.calls[s];
+    const std::string at_step = "step " + std::to_string(s + 1);
+    LOOM_WCHECK(!calls.empty(), "(" + at_step + ": no hook call)");
+    // start_iteration() left every bucket in flight for the forward.
+    LOOM_WCHECK(calls.front().pending_before == on.buckets, "(" + at_step + ": " + std::to_string(calls.front().pending_before) +
+                                                                " pending at the first hook, expected all " +
+                                                                std::to_string(on.buckets) + ")");
+    std::vector<char> read(on.bucket_of.size(), 0);
+    bool later_layers_pending = false;
+    for (const auto& call : calls) {
+      // Issued in forward order (bucket n-1 first), completed only down to the lowest bucket
+      // this part needs: exactly the buckets below it stay in flight.
+      int expected = call.pending_before;
+      for (size_t i = call.first; i < call.end; ++i) {
+        expected = std::min(expected, static_cast<int>(on.bucket_of[i]));
+        read[i] = 1;
+      }
+      LOOM_WCHECK(call.pending_after == expected, "(" + at_step + ": part [" + std::to_string(call.first) + ", " +
+                                                      std::to_string(call.end) + ") left " +
+                                                      std::to_string(call.pending_after) + " pending, expected " +
+                                                      std::to_string(expected) + ")");
+      if (call.end > call.first && call.pending_after > 0) later_layers_pending = true;
+    }
+    LOOM_WCHECK(later_layers_pending, "(" + at_step + ": no part ran while later buckets were in flight)");
+    for (size_t i = 0; i < read.size(); ++i)
+      LOOM_WCHECK(read[i], "(" + at_step + ": parameter " + std::to_string(i) + " read without its hook)");
+  }
+  g->world().barrier();
+  g->shutdown();
+}
+
+TEST_CASE("the overlapped parameter all-gather is waited per bucket by the next forward", "[train][optim][multiprocess]") {
+  struct Run {
+    const char* name;
+    int world, p, v, m;
+  };
+  const Run runs[] = {
+      {"d=2 distributed fp32", 2, 1, 1, 2},
+      {"d=2 x p=2 v=2 distributed fp32 (interleaved)", 4, 2, 2, 2},
+  };
+  for (const auto& r : runs) {
+    INFO(r.name);
+    auto res = test::run_ranks("optim_param_wait_per_bucket", r.world,
+                               {{"T", "1"}, {"P", std::to_string(r.p)}, {"V", std::to_string(r.v)},
+                                {"M", std::to_string(r.m)}, {"DIST", "1"},
+                                {"DTYPE", std::to_string(static_cast<int>(Precision::kFp32))}});
     REQUIRE(res.exit_code() == 0);
   }
 }

@@ -51,6 +51,10 @@ DistributedOptimizer::DistributedOptimizer(model::ParamList params,
       pieces_.push_back(std::move(piece));
     }
   }
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t b = 0; b < grads_->buckets().size(); ++b)
+    for (size_t i : grads_->buckets()[b].params) bucket_of_[i] = b;
+  issue_index_.assign(grads_->buckets().size(), 0);
   init_main_from_params();
 }
 
@@ -64,7 +68,9 @@ void DistributedOptimizer::publish_params(bool async) {
   finish_publish();  // never two rounds in flight
   if (params_.empty()) return;
   const auto dtype = params_.front().tensor.scalar_type();
-  for (size_t b = 0; b < grads_->buckets().size(); ++b) {
+  // The forward's order: the last bucket holds the first parameters (grad_buffer.h).
+  for (size_t b = grads_->buckets().size(); b-- > 0;) {
+    issue_index_[b] = gathers_.size();
     PendingGather g;
     g.bucket = b;
     g.shard = bucket_shard(0, b).to(dtype);
@@ -75,17 +81,31 @@ void DistributedOptimizer::publish_params(bool async) {
   if (!async) finish_publish();
 }
 
-void DistributedOptimizer::finish_publish() {
+void DistributedOptimizer::finish_publish() { complete_gathers(gathers_.size()); }
+
+void DistributedOptimizer::finish_publish_of(size_t first, size_t end) {
+  if (completed_ == gathers_.size()) return;
+  size_t until = completed_;
+  for (size_t i = first; i < end; ++i) until = std::max(until, issue_index_[bucket_of_[i]] + 1);
+  complete_gathers(until);
+}
+
+void DistributedOptimizer::complete_gathers(size_t until) {
   at::NoGradGuard no_grad;
-  for (auto& g : gathers_) {
+  for (; completed_ < until; ++completed_) {
+    PendingGather& g = gathers_[completed_];
     g.work->wait();
     const auto& bucket = grads_->buckets()[g.bucket];
     for (size_t i : bucket.params) {
       at::Tensor p = params_[i].tensor.detach();
       p.copy_(g.full.narrow(0, grads_->offset(i) - bucket.offset, p.numel()).view(p.sizes()));
     }
+    g = PendingGather{};  // frees the gathered bucket now, not at the end of the round
   }
-  gathers_.clear();
+  if (completed_ == gathers_.size()) {
+    gathers_.clear();
+    completed_ = 0;
+  }
 }
 
 std::vector<at::Tensor> DistributedOptimizer::gather_state(int kind) {

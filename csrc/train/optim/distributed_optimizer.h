@@ -5,6 +5,12 @@
 // only (12/d bytes per parameter instead of 12), receives their gradients by reduce-scatter,
 // updates them, and all-gathers the updated shards, cast to the model dtype, into the model
 // parameters. See optimizer.h.
+//
+// With overlap_param_gather the all-gathers are issued in the order the next forward reads the
+// parameters: the buckets hold them in backprop order (grad_buffer.h), so the last bucket (the
+// first layers' parameters) goes first. Every data-parallel rank has the same buckets and so
+// issues the same sequence (fixed at step()). wait_for_params_of() completes them in that order
+// up to the last one the parameters need (Megatron-Core's per-bucket forward pre-hook wait).
 #pragma once
 #include "train/optim/optimizer.h"
 
@@ -18,10 +24,12 @@ class DistributedOptimizer : public Optimizer {
 
   /// Elements of optimizer state this rank holds (per kind), padding included.
   int64_t shard_numel() const { return shard_[0].numel(); }
+  int param_gathers_pending() const override { return static_cast<int>(gathers_.size() - completed_); }
 
  protected:
   void publish_params(bool async = false) override;
   void finish_publish() override;
+  void finish_publish_of(size_t first, size_t end) override;
   std::vector<at::Tensor> gather_state(int kind) override;
 
  private:
@@ -33,7 +41,12 @@ class DistributedOptimizer : public Optimizer {
     at::Tensor shard, full;  ///< the model-dtype shard sent and the gathered bucket
     size_t bucket = 0;
   };
-  std::vector<PendingGather> gathers_;  ///< publish_params(true)'s all-gathers in flight
+  /// Waits for gathers_[completed_, until) in order and copies them into the parameters.
+  void complete_gathers(size_t until);
+  std::vector<PendingGather> gathers_;  ///< publish_params(true)'s all-gathers, in issue order
+  size_t completed_ = 0;                ///< gathers_[0, completed_) are done and copied
+  std::vector<size_t> bucket_of_;       ///< parameter → bucket
+  std::vector<size_t> issue_index_;     ///< bucket → its index in gathers_
 };
 
 }  // namespace loom::train::optim

@@ -63,11 +63,19 @@ int Optimizer::buckets_started_in_backward() const { return overlap_ ? overlap_-
 
 void Optimizer::wait_for_params() { finish_publish(); }
 
+void Optimizer::wait_for_params_of(size_t first, size_t end) {
+  if (first > end || end > params_.size())
+    throw std::out_of_range("optimizer: parameter range [" + std::to_string(first) + ", " + std::to_string(end) +
+                            ") is not inside the " + std::to_string(params_.size()) + " parameters");
+  finish_publish_of(first, end);
+}
+
 void Optimizer::start_iteration(int num_microbatches) {
   if (num_microbatches < 1)
     throw std::invalid_argument("optimizer: num_microbatches must be >= 1, got " + std::to_string(num_microbatches));
-  wait_for_params();
-  zero_grad();
+  // Zeroing the gradient buffer touches no parameter, so the gathers may stay in flight.
+  if (!forward_waits_for_params_) wait_for_params();
+  grads_->zero();
   if (overlap_) overlap_->begin(num_microbatches);
 }
 
@@ -88,6 +96,7 @@ void Optimizer::init_main_from_params() {
 
 StepResult Optimizer::step(double lr, LossScaler* scaler) {
   at::NoGradGuard no_grad;
+  wait_for_params();  // any the forward did not read: the update rewrites their shards
   const auto sync_start = std::chrono::steady_clock::now();
   if (overlap_ && overlap_->armed())
     overlap_->finish();

@@ -47,10 +47,13 @@ struct OptimizerOptions {
   /// norm from one _foreach_norm (equal to the per-tensor path within fp32 rounding); elsewhere
   /// for-each ops in the per-tensor order (bit for bit on CPU).
   bool fused_adamw = false;
-  /// model.optim.overlap_param_sync, distributed optimizer only: step() starts the parameter
-  /// all-gathers and returns; they are waited for (wait_for_params) before the model is next
-  /// read: start_iteration(), state_dict(), load_state_dict(), or the caller before evaluation
-  /// and checkpoints. Same parameters, bit for bit.
+  /// model.optim.overlap_param_sync, distributed optimizer only: step() starts one parameter
+  /// all-gather per bucket, in the order the next forward reads them (the first layers' buckets
+  /// first), and returns. They are waited for before the model is next read: per bucket by the
+  /// forward when set_forward_waits_for_params(true) (train/param_gather_wait.h), otherwise all
+  /// at start_iteration(); and all at zero_grad(), step(), state_dict(), load_state_dict(), or
+  /// by the caller (wait_for_params) before evaluation and checkpoints. Same parameters, bit for
+  /// bit.
   bool overlap_param_gather = false;
 };
 
@@ -81,7 +84,8 @@ class Optimizer {
   /// zero_grad() for an iteration of `num_microbatches` backward passes per parameter; with
   /// options.overlap_grad_reduce it also arms the overlapped reduction (grad_overlap.h), whose
   /// hooks then accumulate each gradient as autograd produces it (accumulate_grads() finds
-  /// nothing left). Throws std::invalid_argument for num_microbatches < 1.
+  /// nothing left). With set_forward_waits_for_params(true) it leaves the parameter all-gathers
+  /// in flight for the forward. Throws std::invalid_argument for num_microbatches < 1.
   void start_iteration(int num_microbatches);
   /// Adds every param.grad into the fp32 buffer and drops it: call after each micro-batch backward.
   void accumulate_grads();
@@ -97,6 +101,15 @@ class Optimizer {
   /// Completes the parameter all-gathers step() left in flight (overlap_param_gather); a no-op
   /// otherwise. Collective order is fixed at step(), so this does not communicate itself.
   void wait_for_params();
+  /// Completes, in issue order, the all-gathers up to the last one holding a parameter of
+  /// params()[first, end), and copies them into the parameters; the later ones stay in flight.
+  /// A no-op when none is pending. Throws std::out_of_range unless first <= end <= params().size().
+  void wait_for_params_of(size_t first, size_t end);
+  /// Bucket all-gathers still in flight (0 without overlap_param_gather).
+  virtual int param_gathers_pending() const { return 0; }
+  /// The caller's forward waits for each part's parameters (wait_for_params_of) before reading
+  /// them, so start_iteration() need not wait for all of them (train/param_gather_wait.h).
+  void set_forward_waits_for_params(bool on) { forward_waits_for_params_ = on; }
 
   int64_t step_count() const { return step_count_; }  ///< successful updates so far
   /// Buckets whose data-parallel collective started inside the last iteration's backward
@@ -135,6 +148,8 @@ class Optimizer {
   virtual void publish_params(bool async = false) = 0;
   /// Completes what publish_params(true) left in flight (default: nothing).
   virtual void finish_publish() {}
+  /// Completes what the parameters [first, end) need of it (see wait_for_params_of).
+  virtual void finish_publish_of(size_t /*first*/, size_t /*end*/) {}
   /// Whole-parameter fp32 copies of one kind of state (0 main, 1 exp_avg, 2 exp_avg_sq), in
   /// parameter order.
   virtual std::vector<at::Tensor> gather_state(int kind) = 0;
@@ -147,6 +162,7 @@ class Optimizer {
   std::unique_ptr<GradBuffer> grads_;
   std::unique_ptr<OverlappedGradReduction> overlap_;  ///< with options.overlap_grad_reduce
   std::vector<Piece> pieces_;
+  bool forward_waits_for_params_ = false;  ///< set_forward_waits_for_params
   int64_t step_count_ = 0;
 
  private:
