@@ -311,7 +311,7 @@ void PromptRun::build_model() {
   }
   optimizer_ = train::optim::Optimizer::create(prompt_params_, groups_, train::optimizer_options(r_));
   scheduler_ = std::make_unique<train::optim::LrScheduler>(train::lr_schedule_config(r_));
-  if (r_.trainer.precision == config::Precision::kFp16) scaler_ = std::make_unique<train::optim::LossScaler>();
+  if (r_.trainer.precision == config::Precision::kFp16) scaler_ = std::make_unique<train::optim::LossScaler>(train::optim::LossScalerConfig{}, groups_->device());
   step_ = std::make_unique<train::GptStep>(chunks_, *groups_, shape_);
 
   train::StepLogConfig lc;
@@ -384,6 +384,7 @@ PromptMicroBatch PromptRun::micro_batch(const prompt_data::PromptDataset& datase
 }
 
 void PromptRun::train_step(int64_t step) {
+  step_log_->begin_step();
   const auto start = Clock::now();
   const int64_t stream = r_.trainer.max_steps * shape_.global_batch;
   data::PretrainingSampler sampler(stream, position_.consumed_samples, shape_.micro_batch, groups_->coords().dp, shape_.d);
@@ -400,7 +401,7 @@ void PromptRun::train_step(int64_t step) {
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = shape_.global_batch;
   optimizer_->zero_grad();
-  at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale() : 1.0, [&] { optimizer_->accumulate_grads(); });
+  at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(), [&] { optimizer_->accumulate_grads(); });
   const train::optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
   scheduler_->advance();
   position_.iteration = step + 1;

@@ -27,6 +27,7 @@ DevicePlugin load(const std::string& path) {
   plugin.path = path;
   plugin.device_name = name();
   plugin.make_backend = make;
+  plugin.host_waits = reinterpret_cast<int64_t (*)()>(dlsym(handle, "loom_device_plugin_host_waits"));
   return plugin;  // the handle stays open for the life of the process
 }
 

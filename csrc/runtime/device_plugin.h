@@ -10,6 +10,9 @@
 //   c10d::Backend* loom_device_plugin_make_backend(c10d::Store* store, int rank, int size,
 //                                                 int64_t timeout_ms, int device_index);
 // make_backend returns a new reference (Loom reclaims it) bound to device `device_index`.
+// Optional:
+//   int64_t loom_device_plugin_host_waits(void);  // times the host waited for the device
+// (the stand-in counts them so that CI can check a training step never waits: docs/design/devices.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,6 +30,8 @@ struct DevicePlugin {
   std::string path;         ///< the library's path, as given
   std::string device_name;  ///< its PrivateUse1 backend name, e.g. "standin"
   MakeBackend make_backend = nullptr;
+  /// The optional host-wait counter; nullptr when the library does not export it.
+  int64_t (*host_waits)() = nullptr;
 };
 
 /// The plugin named by LOOM_DEVICE_PLUGIN, loaded (dlopen, RTLD_GLOBAL) on the first call;

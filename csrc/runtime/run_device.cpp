@@ -86,6 +86,12 @@ std::optional<int64_t> peak_device_memory_bytes(c10::Device device) {
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
 }
 
+std::optional<int64_t> device_host_waits() {
+  const DevicePlugin* plugin = device_plugin();
+  if (!plugin || !plugin->host_waits) return std::nullopt;
+  return plugin->host_waits();
+}
+
 void synchronize(c10::Device device) {
   if (device.is_cpu()) return;
   c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());

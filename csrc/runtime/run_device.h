@@ -45,6 +45,12 @@ RunDevice select_run_device(DeviceKind kind, int local_rank);
 /// nullopt on the CPU or when the allocator keeps no statistics.
 std::optional<int64_t> peak_device_memory_bytes(c10::Device device);
 
+/// How many times this process has waited for the device so far (.item(), copies to the host,
+/// blocking copies from it, synchronize), as counted by a device plugin that exports the
+/// counter (the stand-in does); nullopt otherwise (CPU, CUDA). The step log records it per
+/// step, and CI checks that a training step between log intervals never waits.
+std::optional<int64_t> device_host_waits();
+
 /// Waits for all work queued on `device` (no-op on the CPU). For timing at log intervals only.
 void synchronize(c10::Device device);
 

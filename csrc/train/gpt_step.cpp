@@ -57,12 +57,12 @@ at::Tensor GptStep::forward(int chunk, const MicroBatch& mb, const at::Tensor& i
   at::Tensor masked = (out.to(at::kFloat) * mb.loss_mask).sum();
   if (evaluation) return at::stack({masked, mb.loss_mask.sum()});
   at::Tensor loss = masked * token_scale_;
-  if (loss_scale_ != 1.0) loss = loss * loss_scale_;
+  if (loss_scale_.defined()) loss = loss * loss_scale_;
   return loss;
 }
 
 at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
-                          const model::DropoutContext& dropout, double loss_scale,
+                          const model::DropoutContext& dropout, const at::Tensor& loss_scale,
                           const std::function<void()>& after_backward) {
   if (static_cast<int>(batches.size()) != shape_.m)
     throw std::logic_error("GptStep::train: expected one micro-batch per schedule slot");
@@ -74,7 +74,8 @@ at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
     // d / tokens rounded once to float32, as a host scalar would be.
     token_scale_ = (double(shape_.d) / tokens.clamp_min(1.0)).to(at::kFloat).squeeze();
   }
-  loss_scale_ = loss_scale;
+  // Rounded to fp32 once, as a host scalar would be when it multiplies the fp32 loss.
+  loss_scale_ = loss_scale.defined() ? loss_scale.to(at::kFloat) : at::Tensor();
   ScheduleConfig sc = train_schedule_;
   sc.after_backward = after_backward;
   auto result = run_pipeline_schedule(sc, groups_.pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
@@ -87,7 +88,7 @@ at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
   at::Tensor loss = device_zeros(1, device);
   if (last_stage_) {
     for (const auto& l : result.losses) loss += l.to(at::kDouble);
-    loss /= double(shape_.d) * loss_scale;
+    loss /= loss_scale.defined() ? loss_scale * double(shape_.d) : at::scalar_tensor(double(shape_.d), loss.options());
     groups_.data().all_reduce(loss);
   }
   groups_.pipeline().all_reduce(loss);

@@ -36,11 +36,12 @@ class GptStep {
 
   /// Forward and backward of one training step over this data-parallel rank's m micro-batches,
   /// dropout keyed by `dropout` (seed, step, global batch); the loss is multiplied by
-  /// `loss_scale` (fp16) before backward; `after_backward` runs after each micro-batch's
+  /// `loss_scale` (fp16: the scaler's float64 0-dim device tensor; undefined for none) before
+  /// backward; `after_backward` runs after each micro-batch's
   /// backward. Returns the global batch's mean loss (unscaled), a one-element float64 tensor on
   /// the device, the same on every rank. Collective over the data and pipeline groups.
   at::Tensor train(const std::vector<MicroBatch>& batches, const model::DropoutContext& dropout,
-                   double loss_scale, const std::function<void()>& after_backward);
+                   const at::Tensor& loss_scale, const std::function<void()>& after_backward);
 
   /// Forward only, no dropout: [Σ masked token loss, Σ loss-mask tokens] of `batches` as a
   /// float64 [2] tensor on the device, nonzero on the last pipeline stage only.
@@ -60,7 +61,7 @@ class GptStep {
   bool last_stage_;
   ScheduleConfig train_schedule_, eval_schedule_;
   at::Tensor token_scale_;  ///< d / (global batch tokens), float32 0-dim, per training step
-  double loss_scale_ = 1.0;
+  at::Tensor loss_scale_;  ///< fp32 0-dim during train() with a scaler, else undefined
 };
 
 }  // namespace loom::train

@@ -39,15 +39,19 @@ bool printed_step(int64_t step, int64_t every) { return step % std::max<int64_t>
 StepLog::StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLog* log)
     : config_(config), groups_(groups), log_(log), last_loss_(NAN) {}
 
+void StepLog::begin_step() { waits_at_step_start_ = runtime::device_host_waits(); }
+
 void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
                   double seconds, int64_t consumed_samples) {
+  std::optional<int64_t> waits;
+  if (const auto now = runtime::device_host_waits(); now && waits_at_step_start_) waits = *now - *waits_at_step_start_;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   seconds_timed_ += seconds;
   ++steps_timed_;
   // The ETA counts training steps only (validation and saves excluded), at their mean time.
   const double eta = seconds_timed_ / double(steps_timed_) * double(std::max<int64_t>(0, config_.max_steps - step));
-  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta});
+  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta, waits});
   if (printed_step(step, config_.print_every)) {
     flush();
   } else if (log_) {
@@ -61,16 +65,23 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
 
 void StepLog::flush(bool collective) {
   if (pending_.empty()) return;
-  std::vector<at::Tensor> losses;
-  for (const auto& p : pending_) losses.push_back(p.loss.reshape({1}));
-  const at::Tensor host = at::cat(losses).to(at::kCPU);  // the one sync
+  // [pending, 4]: loss, grad norm, skipped, loss scale of every pending step, in one copy.
+  std::vector<at::Tensor> rows;
+  for (const auto& p : pending_) {
+    const auto& r = p.result;
+    rows.push_back(at::stack({p.loss.reshape({}).to(at::kDouble), r.grad_norm.to(at::kDouble),
+                              r.skipped.to(at::kDouble), r.loss_scale.to(at::kDouble)}));
+  }
+  const at::Tensor host = at::stack(rows).to(at::kCPU).contiguous();  // the one sync
+  const double* values = host.data_ptr<double>();
   const double peak_device = peak_device_mib(groups_, collective);
   const double rss = max_rss_mib();
   std::vector<Pending> done;
   done.swap(pending_);
   for (size_t i = 0; i < done.size(); ++i) {
     const auto& p = done[i];
-    const double loss = host[static_cast<int64_t>(i)].item<double>();
+    const double* v = values + 4 * i;
+    const double loss = v[0];
     if (log_) {
       const double tflops = config_.model_flops_per_step / p.seconds / config_.world_size / 1e12;
       nlohmann::json rec = {{"kind", "train"},
@@ -78,10 +89,10 @@ void StepLog::flush(bool collective) {
                             {"max_steps", config_.max_steps},
                             {"loss", loss},
                             {"lr", p.lr},
-                            {"grad_norm", p.result.grad_norm},
+                            {"grad_norm", float(v[1])},
                             {"grad_sync_s", p.result.grad_sync_s},
-                            {"loss_scale", p.result.loss_scale},
-                            {"skipped", p.result.skipped},
+                            {"loss_scale", v[3]},
+                            {"skipped", v[2] != 0.0},
                             {"step_time_s", p.seconds},
                             // wall clock since training began: throughput over many steps
                             // includes what a step leaves queued on the device
@@ -92,6 +103,7 @@ void StepLog::flush(bool collective) {
                             {"consumed_samples", p.consumed_samples},
                             {"max_rss_mib", rss}};
       if (peak_device >= 0) rec["peak_device_memory_mib"] = peak_device;
+      if (p.host_waits) rec["host_waits"] = *p.host_waits;
       if (config_.peak_tflops) rec["mfu"] = tflops / *config_.peak_tflops;
       if (config_.max_time_s) rec["max_time_left_s"] = std::max(0.0, *config_.max_time_s - p.elapsed);
       log_->write(rec, printed_step(p.step, config_.print_every));

@@ -5,6 +5,9 @@
 // step loop). Every rank keeps and flushes the same steps, so a non-finite loss stops all ranks
 // at once, at the flush that reads it (the updates of such steps were already skipped by the
 // optimizer: its gradient norm is non-finite too); only the rank given a MetricsLog writes.
+// The optimizer's gradient norm, skip flag and loss scale are device tensors too, read in the
+// same copy. With a device plugin that counts host waits (the stand-in), each record carries
+// `host_waits`: how often the step itself waited for the device (0 between flushes).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -37,6 +40,8 @@ class StepLog {
   /// `log`: rank 0's metrics log, null elsewhere.
   StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLog* log);
 
+  /// Marks the start of a step (for its host_waits count).
+  void begin_step();
   /// Records step `step` (1-based, done) with its device loss and the optimizer's result;
   /// `seconds` is the host time of the step itself (data, forward, backward, optimizer).
   /// Flushes when `step` is a multiple of print_every (or the first step); those steps are the
@@ -60,6 +65,7 @@ class StepLog {
     int64_t consumed_samples;
     double elapsed;  ///< seconds since the log was made, when the step was added
     double eta;      ///< seconds to max_steps at the mean step time so far
+    std::optional<int64_t> host_waits;  ///< waits from begin_step() to add(), when counted
   };
   StepLogConfig config_;
   runtime::ProcessGroups& groups_;
@@ -69,6 +75,7 @@ class StepLog {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double seconds_timed_ = 0;  ///< host seconds of the steps added so far (for the ETA)
   int64_t steps_timed_ = 0;
+  std::optional<int64_t> waits_at_step_start_;
 };
 
 }  // namespace loom::train

@@ -166,7 +166,7 @@ void TrainingRun::build_model() {
   if (optimizer_->options().overlap_param_gather) wait_for_params_in_forward(chunks_, *optimizer_);
   scheduler_ = std::make_unique<optim::LrScheduler>(lr_schedule_config(r_));
   if (r_.trainer.precision == config::Precision::kFp16)
-    scaler_ = std::make_unique<optim::LossScaler>();
+    scaler_ = std::make_unique<optim::LossScaler>(optim::LossScalerConfig{}, groups_->device());
   step_ = std::make_unique<GptStep>(chunks_, *groups_, shape_);
 
   StepLogConfig lc;
@@ -228,6 +228,7 @@ std::vector<MicroBatch> TrainingRun::micro_batches(const StepSamples& samples) c
 
 void TrainingRun::train_step(int64_t step) {
   const auto start = Clock::now();
+  step_log_->begin_step();
   const StepSampleIds ids = train_sample_ids(position_.consumed_samples);
   if (int(ids.size()) != shape_.m) throw std::runtime_error("training data exhausted");
   auto batches = micro_batches(train_samples_->take(ids));
@@ -241,7 +242,7 @@ void TrainingRun::train_step(int64_t step) {
   dropout.global_batch = shape_.global_batch;
   dropout.training = true;
   optimizer_->start_iteration(shape_.m);
-  at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale() : 1.0,
+  at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(),
                                  [&] { optimizer_->accumulate_grads(); });
   const optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
   scheduler_->advance();

@@ -148,6 +148,31 @@ def test_ranks_share_one_device_with_host_staged_gloo(corpus, cpu_runs, tmp_path
     assert checkpoint_files(tmp_path) == checkpoint_files(cpu_runs[layout, precision])
 
 
+@pytest.mark.parametrize("layout,precision,extra", [
+    ("t2p2_sp_selective", "bf16", []),
+    # fp16: the loss scaler's overflow check and skip decision stay on the device too; with
+    # both overlaps the gradient buckets and parameter gathers run asynchronously.
+    ("t1p2d2_distopt", "fp32", ["trainer.precision=16", "model.optim.overlap_grad_sync=true",
+                                "model.optim.overlap_param_sync=true", "model.optim.ddp_bucket_size=20000"]),
+])
+def test_a_training_step_never_waits_for_the_device(corpus, tmp_path, layout, precision, extra):
+    # The stand-in counts what would stall a GPU's queue (.item(), copies to the host, blocking
+    # copies from it, synchronize); the step log records the count of each step's own work.
+    # Losses, norms and skip flags are read at the flushes (every 3 steps here), outside steps.
+    train(corpus, tmp_path, "standin", layout, precision, steps=6,
+          extra=["trainer.log_every_n_steps=3", *extra])
+    waits = [(r["step"], r["host_waits"]) for r in metrics(tmp_path)]
+    assert [s for s, _ in waits] == list(range(1, 7))
+    assert waits == [(s, 0) for s in range(1, 7)], waits
+
+
+def test_the_host_wait_count_sees_host_staged_collectives(corpus, tmp_path):
+    # The counter is live: Gloo staging copies every collective through host memory.
+    train(corpus, tmp_path, "standin", "t2p2_sp_selective", "fp32", steps=2,
+          env_extra={"LOOM_DEVICE_COLLECTIVES": "gloo", "LOOM_STANDIN_DEVICE_COUNT": "1"})
+    assert all(r["host_waits"] > 0 for r in metrics(tmp_path))
+
+
 def test_more_ranks_than_devices_is_refused_naming_the_remedy(corpus, tmp_path):
     done = loom(["train", str(RECIPE), f"model.data.data_prefix=[1.0,{corpus}]",
                  "trainer.accelerator=gpu", f"exp_manager.explicit_log_dir={tmp_path}"],

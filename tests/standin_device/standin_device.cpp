@@ -100,6 +100,13 @@ struct Counter {
 };
 std::array<Counter, kMaxDevices> g_counters;
 
+// Times the host waited for the device, as it would on CUDA: a scalar read (.item()), a copy to
+// host memory, a blocking copy from host memory (non_blocking false or a pageable source) and a
+// synchronize call. The device itself never queues work, so these are counted, not timed.
+std::atomic<int64_t> g_host_waits{0};
+
+void count_host_wait() { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
+
 void raise_peak(std::atomic<int64_t>& peak, int64_t now) {
   int64_t p = peak.load();
   while (now > p && !peak.compare_exchange_weak(p, now)) {
@@ -393,9 +400,9 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
     return static_cast<c10::DeviceIndex>(device_count());
   }
   bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeEvent(void*) const override {}
-  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  void synchronizeStream(const c10::Stream&) const override { count_host_wait(); }
+  void synchronizeEvent(void*) const override { count_host_wait(); }
+  void synchronizeDevice(const c10::DeviceIndex) const override { count_host_wait(); }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
   double elapsedTime(void*, void*, const c10::DeviceIndex) const override { return 0.0; }
 };
@@ -919,6 +926,10 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  const bool to_host = self.device().type() != kDevice && src.device().type() == kDevice;
+  const bool blocking_from_host = self.device().type() == kDevice && src.device().type() != kDevice &&
+                                  (!non_blocking || !src.is_pinned());
+  if (to_host || blocking_from_host) count_host_wait();
   at::Tensor dst = self.device().type() == kDevice ? alias_as_cpu(self) : self;
   at::Tensor from = src.device().type() == kDevice ? alias_as_cpu(src) : src;
   dst.copy_(from, non_blocking);   // synchronous: non_blocking changes nothing on the host
@@ -941,6 +952,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  count_host_wait();
   return at::_local_scalar_dense(alias_as_cpu(self));
 }
 
@@ -1156,5 +1168,7 @@ void loom_standin_reset_peak(int device_index) {
 int loom_standin_device_count(void) { return device_count(); }
 
 int64_t loom_standin_reroute_composites(void) { return route_composites(); }
+
+int64_t loom_device_plugin_host_waits(void) { return g_host_waits.load(); }
 
 }  // extern "C"

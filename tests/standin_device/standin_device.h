@@ -46,6 +46,13 @@ int loom_standin_device_count(void);
 /// if that library was loaded later). Returns how many operators it routed; 0 when none.
 int64_t loom_standin_reroute_composites(void);
 
+/// Times the host has waited for any standin device since load, as it would on CUDA: scalar
+/// reads (.item(), _local_scalar_dense), copies to host memory, copies from host memory that
+/// block (non_blocking false, or a source that is not pinned) and synchronize calls. An
+/// optional plugin entry point: Loom's step log records it per training step
+/// (docs/design/devices.md, "Host waits").
+int64_t loom_device_plugin_host_waits(void);
+
 #ifdef __cplusplus
 /// A c10d communicator for standin tensors ("standin" backend, NCCL-like checks, Gloo
 /// underneath).

@@ -119,7 +119,7 @@ void compare_with_reference(const std::shared_ptr<runtime::ProcessGroups>& g, at
     feed_local(*dist, rank, step);
     feed_local(*plain, rank, step);
     feed_mean(*ref, world, step);
-    StepResult rd = dist->step(lr), rp = plain->step(lr), rr = ref->step(lr);
+    StepValues rd = dist->step(lr).read(), rp = plain->step(lr).read(), rr = ref->step(lr).read();
     LOOM_WCHECK(rr.clip_coefficient < 1.0, "(clipping should be active)");
     LOOM_WCHECK(std::abs(rd.grad_norm - rr.grad_norm) <= 1e-6 * rr.grad_norm, "dist norm " + std::to_string(rd.grad_norm) + " vs " + std::to_string(rr.grad_norm));
     LOOM_WCHECK(std::abs(rp.grad_norm - rr.grad_norm) <= 1e-6 * rr.grad_norm, "plain norm");
@@ -180,7 +180,7 @@ LOOM_WORKER("optim_overflow") {
     OptimizerState before = opt->state_dict();
     std::vector<at::Tensor> params_before;
     for (const auto& p : opt->params()) params_before.push_back(p.tensor.detach().clone());
-    StepResult r = opt->step(1e-2, &scaler);
+    StepValues r = opt->step(1e-2, &scaler).read();
     LOOM_WCHECK(r.skipped && std::isnan(r.grad_norm));
     LOOM_WCHECK(scaler.scale() == 128 && r.loss_scale == 128);
     OptimizerState after = opt->state_dict();
@@ -189,7 +189,7 @@ LOOM_WORKER("optim_overflow") {
     for (size_t i = 0; i < params_before.size(); ++i)
       LOOM_WCHECK(at::equal(opt->params()[i].tensor.detach(), params_before[i]));
     feed_local(*opt, rank, 1);
-    r = opt->step(1e-2, &scaler);
+    r = opt->step(1e-2, &scaler).read();
     LOOM_WCHECK(!r.skipped && opt->step_count() == 1 && scaler.scale() == 128);
     bool changed = false;
     for (size_t i = 0; i < params_before.size(); ++i)

@@ -113,7 +113,7 @@ void check_finalize(const std::shared_ptr<runtime::ProcessGroups>& g, bool distr
   std::vector<int> kinds = stage_kinds(c.pp, p);
   for (size_t i = 0; i < params.size(); ++i) params[i].tensor.mutable_grad() = local_grad(g->rank(), kinds[i]);
   opt->accumulate_grads();
-  StepResult r = opt->step(1e-3);
+  StepValues r = opt->step(1e-3).read();
 
   Reference ref{g->layout()};
   LOOM_WCHECK(!r.skipped);
@@ -205,11 +205,11 @@ LOOM_WORKER("optim_norm_duplicates") {
     o.clip_grad = 0.0;
     auto opt = Optimizer::create(params, g, o);
     opt->accumulate_grads();
-    StepResult r = opt->step(1e-3);
+    StepValues r = opt->step(1e-3).read();
     LOOM_WCHECK(std::abs(r.grad_norm - want) < 1e-4, "norm " + std::to_string(r.grad_norm));
     std::vector<at::Tensor> all;
     for (size_t i = 0; i < params.size(); ++i) all.push_back(opt->grads().main_grad(i));
-    float counted_twice = global_grad_norm(all, g->world());
+    float counted_twice = global_grad_norm(all, g->world()).item<float>();
     LOOM_WCHECK(std::abs(counted_twice - naive) < 1e-4, "naive norm " + std::to_string(counted_twice));
   }
   g->world().barrier();

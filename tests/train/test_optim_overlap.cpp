@@ -133,8 +133,8 @@ Trained train_steps(const Case& c, runtime::ProcessGroups& groups, const std::sh
     dropout.step = s;
     dropout.global_batch = shape.global_batch;
     opt->start_iteration(c.m);
-    at::Tensor loss = step.train(batches, dropout, scaler ? scaler->scale() : 1.0, [&] { opt->accumulate_grads(); });
-    auto r = opt->step(1e-3, scaler ? &*scaler : nullptr);
+    at::Tensor loss = step.train(batches, dropout, scaler ? scaler->scale_tensor() : at::Tensor(), [&] { opt->accumulate_grads(); });
+    auto r = opt->step(1e-3, scaler ? &*scaler : nullptr).read();
     out.steps.push_back({loss.clone(), opt->grads().data().clone(), r.grad_norm, r.skipped});
     out.started_in_backward += opt->buckets_started_in_backward();
   }

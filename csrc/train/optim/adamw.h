@@ -6,6 +6,11 @@
 //   v ← β2·v + (1 − β2)·g²
 //   p ← p − lr/(1 − β1^t) · m / (√v / √(1 − β2^t) + ε)
 // with t the 1-based step number.
+//
+// Whether a step updates at all (fp16 overflow, a non-finite norm) and the step count stay on
+// the device (AdamWStep), so that the training step never waits for it (docs/design/devices.md,
+// "Host waits"): a skipped update runs the same operations with factors that change nothing
+// (β → 1, step size → 0) on gradients the caller has zeroed.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -25,9 +30,26 @@ struct AdamWConfig {
 /// weight_decay < 0.
 void validate(const AdamWConfig& cfg);
 
+/// One update's step-dependent inputs, on the tensors' device.
+struct AdamWStep {
+  double lr = 0.0;
+  /// float32 0-dim: the 1-based step count including this update (left as it was when skipped;
+  /// values below 1 are read as 1).
+  at::Tensor step;
+  /// bool 0-dim: true leaves parameters and moments exactly as they were. The gradients must
+  /// then be finite (the optimizer zeroes them), since they still pass through the arithmetic.
+  at::Tensor skip;
+};
+
+/// An AdamWStep with a host step count and no skip, on `device` (tests, single updates).
+AdamWStep adamw_step(int64_t step, double lr, at::Device device);
+
 /// One AdamW update in place. `param`, `grad`, `exp_avg`, `exp_avg_sq`: fp32, same shape and
-/// device. `step`: 1-based count including this update. `decay`: apply weight decay.
-/// Throws std::invalid_argument on dtype/shape mismatch or step < 1.
+/// device. `decay`: apply weight decay. Throws std::invalid_argument on dtype/shape mismatch or
+/// an undefined step/skip tensor.
+void adamw_update(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
+                  at::Tensor& exp_avg_sq, const AdamWStep& step, const AdamWConfig& cfg, bool decay);
+/// adamw_update at host step `step` (>= 1, else std::invalid_argument), never skipped.
 void adamw_update(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg,
                   at::Tensor& exp_avg_sq, int64_t step, double lr, const AdamWConfig& cfg,
                   bool decay);
@@ -54,7 +76,11 @@ enum class AdamWKernel {
 /// adamw_update's operations, each over the whole list (bit for bit adamw_update on CPU).
 /// kAtenFused is one kernel, equal to adamw_update within fp32 rounding: it forms the first
 /// moment with a lerp (m + (1 − β1)(g − m)) instead of β1·m + (1 − β1)·g and may contract
-/// multiply-adds. Throws std::invalid_argument like adamw_update.
+/// multiply-adds; it reads `skip` as its found_inf flag. Throws std::invalid_argument like
+/// adamw_update.
+void fused_adamw_update(AdamWTensors& t, const AdamWStep& step, const AdamWConfig& cfg, bool decay,
+                        AdamWKernel kernel = AdamWKernel::kAuto);
+/// fused_adamw_update at host step `step` (>= 1), never skipped.
 void fused_adamw_update(AdamWTensors& t, int64_t step, double lr, const AdamWConfig& cfg, bool decay,
                         AdamWKernel kernel = AdamWKernel::kAuto);
 

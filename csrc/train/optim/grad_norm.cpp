@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
 
 namespace loom::train::optim {
 namespace {
@@ -18,8 +17,8 @@ bool counts_in_grad_norm(const model::Param& param, int tensor_rank) {
   return param.tensor_parallel() || tensor_rank == 0;
 }
 
-float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
-                       at::Device device, bool multi_tensor) {
+at::Tensor global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
+                            at::Device device, bool multi_tensor) {
   at::Tensor sum_sq = at::zeros({1}, scalar_options(device));
   if (multi_tensor) {
     std::vector<at::Tensor> nonempty;
@@ -34,29 +33,31 @@ float global_grad_norm(const std::vector<at::Tensor>& grads, runtime::Communicat
     }
   }
   group.all_reduce(sum_sq);
-  return sum_sq.sqrt().item<float>();
+  return sum_sq.sqrt().reshape({});
 }
 
-double clip_coefficient(double norm, double max_norm) {
-  if (!(max_norm > 0.0) || !std::isfinite(norm)) return 1.0;
-  double coef = max_norm / (norm + 1e-6);
-  return coef < 1.0 ? coef : 1.0;
+at::Tensor clip_coefficient(const at::Tensor& norm, double max_norm) {
+  const at::Tensor one = at::ones({}, norm.options().dtype(at::kDouble));
+  if (!(max_norm > 0.0)) return one;
+  // The host formula's float64 arithmetic on the fp32 norm, selected by finiteness.
+  const at::Tensor n = norm.to(at::kDouble).reshape({});
+  const at::Tensor coef = (max_norm / (n + 1e-6)).clamp_max(1.0);
+  return at::where(at::isfinite(n), coef, one);
 }
 
-void scale_grads(const std::vector<at::Tensor>& grads, double coefficient) {
-  if (coefficient == 1.0) return;
+void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& coefficient) {
   for (const auto& g : grads) g.mul_(coefficient);
 }
 
-bool found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
-                      at::Device device) {
+at::Tensor found_inf_or_nan(const std::vector<at::Tensor>& grads, runtime::Communicator& group,
+                            at::Device device) {
   at::Tensor flag = at::zeros({1}, scalar_options(device));
   for (const auto& g : grads) {
     if (g.numel() == 0) continue;
     flag.add_(at::logical_not(at::isfinite(g)).any().to(at::kFloat));
   }
   group.all_reduce(flag, runtime::ReduceOp::kMax);
-  return flag.item<float>() > 0.0f;
+  return (flag > 0.0f).reshape({});
 }
 
 }  // namespace loom::train::optim

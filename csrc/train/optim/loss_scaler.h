@@ -10,8 +10,14 @@
 //              (It stays ≤ 0 until a clean step, so further consecutive overflows keep backing off.)
 //   clean:     hysteresis tracker ← hysteresis; growth tracker += 1; when it reaches
 //              growth_interval: scale ×= growth (if the result is finite), growth tracker ← 0.
-// Torch-free; state for checkpoints is plain JSON (doubles round-trip exactly).
+// The state lives on the run's device (0-dim tensors: the scale in float64, the trackers in
+// int64) and update() takes the device's overflow flag, so a training step never waits for the
+// device to decide (docs/design/devices.md, "Host waits"); scale() and the tracker accessors
+// read it back (a wait: for logs, checkpoints and tests). State for checkpoints is plain JSON
+// (doubles round-trip exactly).
 #pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -29,28 +35,36 @@ struct LossScalerConfig {
 class LossScaler {
  public:
   /// Throws std::invalid_argument naming the field for initial_scale <= 0, growth_factor <= 1,
-  /// backoff_factor outside (0, 1), growth_interval < 1 or hysteresis < 1.
-  explicit LossScaler(LossScalerConfig cfg = {});
+  /// backoff_factor outside (0, 1), growth_interval < 1 or hysteresis < 1. The state lives on
+  /// `device`.
+  explicit LossScaler(LossScalerConfig cfg = {}, c10::Device device = c10::kCPU);
 
-  double scale() const { return scale_; }
-  double inv_scale() const { return 1.0 / scale_; }
-  /// Advances the state machine after one optimizer step (see the header comment).
+  /// The current scale: a float64 0-dim tensor on the device (what the loss is multiplied by).
+  const at::Tensor& scale_tensor() const { return scale_; }
+  /// Advances the state machine after one optimizer step (see the header comment) on the
+  /// device: `found_inf` is a 0-dim bool tensor on the scaler's device, true when a gradient
+  /// had an inf or NaN. No wait.
+  void update(const at::Tensor& found_inf);
+  /// update() with a host flag (tests).
   void update(bool found_inf);
 
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t hysteresis_tracker() const { return hysteresis_tracker_; }
+  /// Host reads of the state (each waits for the device).
+  double scale() const;
+  int64_t growth_tracker() const;
+  int64_t hysteresis_tracker() const;
   const LossScalerConfig& config() const { return cfg_; }
 
-  /// {"scale", "growth_tracker", "hysteresis_tracker"}.
+  /// {"scale", "growth_tracker", "hysteresis_tracker"} (waits for the device).
   nlohmann::json state_dict() const;
   /// Throws std::runtime_error naming the missing or mistyped key.
   void load_state_dict(const nlohmann::json& state);
 
  private:
   LossScalerConfig cfg_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t hysteresis_tracker_;
+  c10::Device device_;
+  at::Tensor scale_;               ///< float64 0-dim
+  at::Tensor growth_tracker_;      ///< int64 0-dim
+  at::Tensor hysteresis_tracker_;  ///< int64 0-dim
 };
 
 }  // namespace loom::train::optim

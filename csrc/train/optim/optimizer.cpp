@@ -24,6 +24,15 @@ const char* const kStateKinds[3] = {"main", "exp_avg", "exp_avg_sq"};
 
 }  // namespace
 
+StepValues StepResult::read() const {
+  // One copy to the host for all four values.
+  const at::Tensor host = at::stack({grad_norm.to(at::kDouble), skipped.to(at::kDouble), clip_coefficient.to(at::kDouble),
+                                     loss_scale.to(at::kDouble)})
+                              .to(at::kCPU);
+  const double* v = host.data_ptr<double>();
+  return {float(v[0]), v[1] != 0.0, v[2], v[3], grad_sync_s};
+}
+
 std::unique_ptr<Optimizer> Optimizer::create(model::ParamList params,
                                              std::shared_ptr<runtime::ProcessGroups> groups,
                                              OptimizerOptions options) {
@@ -48,6 +57,7 @@ Optimizer::Optimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGr
   gopts.pad_multiple = options_.distributed ? groups_->data().size() : 1;
   gopts.device = groups_->device();
   grads_ = std::make_unique<GradBuffer>(params_, gopts);
+  steps_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(gopts.device));
   if (options_.overlap_grad_reduce)
     overlap_ = std::make_unique<OverlappedGradReduction>(*grads_, *groups_, options_.distributed);
 }
@@ -58,6 +68,8 @@ void Optimizer::zero_grad() {
   wait_for_params();  // the model is about to be read
   grads_->zero();
 }
+
+int64_t Optimizer::step_count() const { return static_cast<int64_t>(steps_.item<float>()); }
 
 int Optimizer::buckets_started_in_backward() const { return overlap_ ? overlap_->started_in_backward() : 0; }
 
@@ -111,40 +123,46 @@ StepResult Optimizer::step(double lr, LossScaler* scaler) {
     if (counts_in_grad_norm(params_[piece.param], tp_rank)) counted.push_back(piece.grad);
   }
 
+  // Every decision below is a device tensor: the update is skipped by the device, not by the
+  // host, so that the step never waits (adamw.h: a skipped update changes nothing).
+  const at::Device device = grads_->data().device();
+  const auto on_device = at::TensorOptions().device(device);
   StepResult result;
   result.grad_sync_s = grad_sync_s;
+  at::Tensor found_inf;
   if (scaler) {
-    scale_grads(all_grads, scaler->inv_scale());
-    bool found_inf = found_inf_or_nan(all_grads, norm_group(), grads_->data().device());
+    scale_grads(all_grads, scaler->scale_tensor().reciprocal());
+    found_inf = found_inf_or_nan(all_grads, norm_group(), device);
     scaler->update(found_inf);
-    result.loss_scale = scaler->scale();
-    if (found_inf) {
-      result.skipped = true;
-      result.grad_norm = std::numeric_limits<float>::quiet_NaN();
-      return result;
-    }
+    result.loss_scale = scaler->scale_tensor();
+  } else {
+    result.loss_scale = at::ones({}, on_device.dtype(at::kDouble));
   }
   // The multi-tensor norm on CUDA only: CPU runs equal stand-in device runs bit for bit.
-  const at::Device device = grads_->data().device();
-  result.grad_norm = global_grad_norm(counted, norm_group(), device, options_.fused_adamw && device.is_cuda());
-  if (!std::isfinite(result.grad_norm)) {
-    result.skipped = true;
-    return result;
+  at::Tensor norm = global_grad_norm(counted, norm_group(), device, options_.fused_adamw && device.is_cuda());
+  result.skipped = at::isfinite(norm).logical_not();
+  if (found_inf.defined()) {
+    result.skipped = result.skipped.logical_or(found_inf);
+    norm = at::where(found_inf, at::full({}, NAN, norm.options()), norm);
   }
-  result.clip_coefficient = clip_coefficient(result.grad_norm, options_.clip_grad);
+  result.grad_norm = norm;
+  result.clip_coefficient = clip_coefficient(norm, options_.clip_grad);
   scale_grads(all_grads, result.clip_coefficient);
-
-  ++step_count_;
-  update_pieces(lr);
+  // A skipped update still runs, on zeroed gradients (inf/NaN would reach the moments).
+  grads_->data().masked_fill_(result.skipped, 0.0);
+  update_pieces(lr, result.skipped);
+  // Unchanged parameters publish their unchanged values: the collectives stay the same each step.
   publish_params(options_.overlap_param_gather && options_.distributed);
   return result;
 }
 
-void Optimizer::update_pieces(double lr) {
+void Optimizer::update_pieces(double lr, const at::Tensor& skip) {
+  steps_.add_(skip.logical_not().to(at::kFloat));
+  const AdamWStep step{lr, steps_, skip};
   if (!options_.fused_adamw) {
     for (auto& piece : pieces_) {
-      adamw_update(piece.main, piece.grad, piece.exp_avg, piece.exp_avg_sq, step_count_, lr,
-                   options_.adamw, params_[piece.param].weight_decay);
+      adamw_update(piece.main, piece.grad, piece.exp_avg, piece.exp_avg_sq, step, options_.adamw,
+                   params_[piece.param].weight_decay);
     }
     return;
   }
@@ -165,7 +183,7 @@ void Optimizer::update_pieces(double lr) {
       t.exp_avg_sqs.push_back(piece.exp_avg_sq);
     }
   }
-  for (auto& group : fused_groups_) fused_adamw_update(group.tensors, step_count_, lr, options_.adamw, group.decay);
+  for (auto& group : fused_groups_) fused_adamw_update(group.tensors, step, options_.adamw, group.decay);
 }
 
 OptimizerState Optimizer::state_dict() {
@@ -178,7 +196,7 @@ OptimizerState Optimizer::state_dict() {
       state.tensors[std::string(kStateKinds[kind]) + "/" + params_[i].name] = full[i];
     }
   }
-  state.values = {{"name", "adamw"}, {"step", step_count_}};
+  state.values = {{"name", "adamw"}, {"step", step_count()}};
   return state;
 }
 
@@ -213,7 +231,7 @@ void Optimizer::load_state_dict(const OptimizerState& state) {
       dst[kind]->copy_(full[piece.param][kind].narrow(0, piece.param_offset, piece.numel).view(dst[kind]->sizes()));
     }
   }
-  step_count_ = v["step"].get<int64_t>();
+  steps_.fill_(double(v["step"].get<int64_t>()));
   publish_params();
 }
 

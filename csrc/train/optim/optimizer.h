@@ -57,16 +57,32 @@ struct OptimizerOptions {
   bool overlap_param_gather = false;
 };
 
-struct StepResult {
-  /// Global L2 norm of the finalised, unscaled gradients before clipping (the same fp32 value
-  /// on every rank); NaN when the step was skipped because of an inf/NaN gradient.
+/// A step's outcome read back to the host (StepResult::read()).
+struct StepValues {
   float grad_norm = 0.0f;
-  bool skipped = false;      ///< no update: parameters, moments and step count unchanged
-  double clip_coefficient = 1.0;  ///< applied to the gradients (1 when not clipped)
-  double loss_scale = 1.0;   ///< the scaler's scale after its update (1 without a scaler)
+  bool skipped = false;
+  double clip_coefficient = 1.0;
+  double loss_scale = 1.0;
+  double grad_sync_s = 0.0;
+};
+
+/// A step's outcome as 0-dim tensors on the run's device, so that step() never waits for the
+/// device (docs/design/devices.md, "Host waits"): the step log reads them at its log interval.
+struct StepResult {
+  /// float32: global L2 norm of the finalised, unscaled gradients before clipping (the same
+  /// value on every rank); NaN when the loss scaler found an inf/NaN gradient.
+  at::Tensor grad_norm;
+  /// bool: no update (parameters, moments and step count unchanged), on an inf/NaN gradient
+  /// (fp16 loss scaling) or a non-finite norm.
+  at::Tensor skipped;
+  at::Tensor clip_coefficient;  ///< float64: applied to the gradients (1 when not clipped)
+  at::Tensor loss_scale;        ///< float64: the scaler's scale after its update (1 without one)
   /// Host seconds step() spent finishing the data-parallel gradient reduction (what backward
   /// did not hide; on a device, the time to queue it). tools/bench_step.py reads it.
   double grad_sync_s = 0.0;
+
+  /// The values on the host (waits for the device).
+  StepValues read() const;
 };
 
 class Optimizer {
@@ -111,7 +127,8 @@ class Optimizer {
   /// them, so start_iteration() need not wait for all of them (train/param_gather_wait.h).
   void set_forward_waits_for_params(bool on) { forward_waits_for_params_ = on; }
 
-  int64_t step_count() const { return step_count_; }  ///< successful updates so far
+  /// Successful updates so far (reads the device's count: waits for the device).
+  int64_t step_count() const;
   /// Buckets whose data-parallel collective started inside the last iteration's backward
   /// (0 without overlap_grad_reduce).
   int buckets_started_in_backward() const;
@@ -163,11 +180,14 @@ class Optimizer {
   std::unique_ptr<OverlappedGradReduction> overlap_;  ///< with options.overlap_grad_reduce
   std::vector<Piece> pieces_;
   bool forward_waits_for_params_ = false;  ///< set_forward_waits_for_params
-  int64_t step_count_ = 0;
+  /// Successful updates so far: float32 0-dim on the device (AdamW's state step), advanced by
+  /// the device when an update is not skipped.
+  at::Tensor steps_;
 
  private:
-  /// AdamW on every piece: per piece, or with options.fused_adamw one kernel per group.
-  void update_pieces(double lr);
+  /// AdamW on every piece: per piece, or with options.fused_adamw one kernel per group; `skip`
+  /// (bool 0-dim on the device) leaves everything unchanged.
+  void update_pieces(double lr, const at::Tensor& skip);
   struct FusedGroup {
     AdamWTensors tensors;
     bool decay = false;
