@@ -32,7 +32,11 @@ double peak_device_mib(runtime::ProcessGroups& groups, bool collective) {
   return peak.item<double>();
 }
 
-bool printed_step(int64_t step, int64_t every) { return step % std::max<int64_t>(1, every) == 0 || step == 1; }
+// The first step, every `every`-th and the last (so a run shorter than the interval still shows
+// how it ended).
+bool printed_step(int64_t step, int64_t every, int64_t last) {
+  return step % std::max<int64_t>(1, every) == 0 || step == 1 || step == last;
+}
 
 }  // namespace
 
@@ -52,7 +56,7 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
   // The ETA counts training steps only (validation and saves excluded), at their mean time.
   const double eta = seconds_timed_ / double(steps_timed_) * double(std::max<int64_t>(0, config_.max_steps - step));
   pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta, waits});
-  if (printed_step(step, config_.print_every)) {
+  if (printed_step(step, config_.print_every, config_.max_steps)) {
     flush();
   } else if (log_) {
     const std::string loss_text =
@@ -106,7 +110,7 @@ void StepLog::flush(bool collective) {
       if (p.host_waits) rec["host_waits"] = *p.host_waits;
       if (config_.peak_tflops) rec["mfu"] = tflops / *config_.peak_tflops;
       if (config_.max_time_s) rec["max_time_left_s"] = std::max(0.0, *config_.max_time_s - p.elapsed);
-      log_->write(rec, printed_step(p.step, config_.print_every));
+      log_->write(rec, printed_step(p.step, config_.print_every, config_.max_steps));
     }
     if (!std::isfinite(loss))
       throw std::runtime_error(fmt::format("loss became {} at step {}", loss, p.step));

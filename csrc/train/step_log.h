@@ -44,8 +44,8 @@ class StepLog {
   void begin_step();
   /// Records step `step` (1-based, done) with its device loss and the optimizer's result;
   /// `seconds` is the host time of the step itself (data, forward, backward, optimizer).
-  /// Flushes when `step` is a multiple of print_every (or the first step); those steps are the
-  /// ones printed.
+  /// Flushes when `step` is a multiple of print_every, the first or the last (max_steps) step;
+  /// those steps are the ones printed.
   void add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
            double seconds, int64_t consumed_samples);
   /// Writes every pending record (one device sync). Collective over host_world (the largest
