@@ -10,7 +10,7 @@
 // all-gather (model.optim.overlap_param_sync): the next step's forward waits per bucket, each
 // layer for its own parameters (train/param_gather_wait.h). A second test follows those waits
 // call by call: the gathers are completed in the forward's order, only as far as each layer
-// needs, the later layers' buckets still in flight (d = 2 and d = 2 x p = 2 interleaved, with
+// needs, the later layers' buckets still in flight (d = 2, d = 2 x p = 2 1F1B and interleaved, with
 // full recomputation rerunning the hooks in backward), and the run equals the one without
 // overlap bit for bit.
 #include <catch2/catch.hpp>
@@ -93,25 +93,52 @@ struct Trained {
   int started_in_backward = 0;
 };
 
+RunShape shape_for(const Case& c, const model::GptConfig& cfg) {
+  RunShape shape;
+  shape.t = c.t, shape.p = c.p, shape.v = c.v, shape.d = c.d, shape.m = c.m;
+  shape.micro_batch = 2;
+  shape.global_batch = 2 * c.m * c.d;
+  shape.seq_length = cfg.seq_length;
+  return shape;
+}
+
+// `overlap`: the gradient reduction, and with the distributed optimizer the parameter gather too
+// (the next step's forward waits for it per bucket).
+optim::OptimizerOptions options_for(const Case& c, bool overlap) {
+  optim::OptimizerOptions o;
+  o.adamw = optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1};
+  o.distributed = c.distributed;
+  o.bucket_bytes = 4 * 3000;  // several buckets per stage, each layer spanning several
+  o.clip_grad = 0.5;
+  o.overlap_grad_reduce = overlap;
+  o.overlap_param_gather = overlap && c.distributed;
+  return o;
+}
+
+// This data rank's micro-batches of step `s` and the step's dropout keys.
+std::vector<MicroBatch> step_batches(const Case& c, const model::GptConfig& cfg, const RunShape& shape, int dp, int s) {
+  std::vector<MicroBatch> batches;
+  for (int k = 0; k < c.m; ++k) batches.push_back(micro_batch(cfg, s, dp, k, c.d, shape.micro_batch));
+  return batches;
+}
+
+model::DropoutContext step_dropout(const RunShape& shape, int s) {
+  model::DropoutContext dropout;
+  dropout.seed = 11;
+  dropout.step = s;
+  dropout.global_batch = shape.global_batch;
+  return dropout;
+}
+
 // Trains steps [from, kSteps) of a fresh model, first restoring `state` / `scaler_state` when given.
 Trained train_steps(const Case& c, runtime::ProcessGroups& groups, const std::shared_ptr<runtime::ProcessGroups>& g,
               bool overlap, int from, int until, const optim::OptimizerState* state,
               const nlohmann::json* scaler_state, optim::OptimizerState* state_out = nullptr,
               nlohmann::json* scaler_out = nullptr) {
   const model::GptConfig cfg = config_for(c);
-  RunShape shape;
-  shape.t = c.t, shape.p = c.p, shape.v = c.v, shape.d = c.d, shape.m = c.m;
-  shape.micro_batch = 2;
-  shape.global_batch = 2 * c.m * c.d;
-  shape.seq_length = cfg.seq_length;
+  const RunShape shape = shape_for(c, cfg);
   auto chunks = build_model_chunks(cfg, groups, c.v, groups.device());
-  optim::OptimizerOptions o;
-  o.adamw = optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1};
-  o.distributed = c.distributed;
-  o.bucket_bytes = 4 * 3000;  // several buckets per stage
-  o.clip_grad = 0.5;
-  o.overlap_grad_reduce = overlap;
-  o.overlap_param_gather = overlap && c.distributed;  // the next step's forward waits for the gather
+  const optim::OptimizerOptions o = options_for(c, overlap);
   auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, o);
   if (o.overlap_param_gather) wait_for_params_in_forward(chunks, *opt);
   std::optional<optim::LossScaler> scaler;
@@ -126,12 +153,8 @@ Trained train_steps(const Case& c, runtime::ProcessGroups& groups, const std::sh
   GptStep step(chunks, groups, shape);
   Trained out;
   for (int s = from; s < until; ++s) {
-    std::vector<MicroBatch> batches;
-    for (int k = 0; k < c.m; ++k) batches.push_back(micro_batch(cfg, s, groups.coords().dp, k, c.d, shape.micro_batch));
-    model::DropoutContext dropout;
-    dropout.seed = 11;
-    dropout.step = s;
-    dropout.global_batch = shape.global_batch;
+    const std::vector<MicroBatch> batches = step_batches(c, cfg, shape, groups.coords().dp, s);
+    const model::DropoutContext dropout = step_dropout(shape, s);
     opt->start_iteration(c.m);
     at::Tensor loss = step.train(batches, dropout, scaler ? scaler->scale_tensor() : at::Tensor(), [&] { opt->accumulate_grads(); });
     auto r = opt->step(1e-3, scaler ? &*scaler : nullptr).read();
@@ -230,19 +253,9 @@ WaitedRun train_recorded(const Case& c, runtime::ProcessGroups& groups, const st
   model::GptConfig cfg = config_for(c);
   cfg.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
   cfg.activations_checkpoint_num_layers = 1;
-  RunShape shape;
-  shape.t = c.t, shape.p = c.p, shape.v = c.v, shape.d = c.d, shape.m = c.m;
-  shape.micro_batch = 2;
-  shape.global_batch = 2 * c.m * c.d;
-  shape.seq_length = cfg.seq_length;
+  const RunShape shape = shape_for(c, cfg);
   auto chunks = build_model_chunks(cfg, groups, c.v, groups.device());
-  optim::OptimizerOptions o;
-  o.adamw = optim::AdamWConfig{0.9, 0.95, 1e-8, 0.1};
-  o.distributed = true;
-  o.bucket_bytes = 4 * 3000;  // each layer spans several buckets
-  o.overlap_grad_reduce = overlap;
-  o.overlap_param_gather = overlap;
-  auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, o);
+  auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, options_for(c, overlap));
   WaitedRun out;
   out.buckets = static_cast<int>(opt->grads().buckets().size());
   out.bucket_of.assign(opt->params().size(), 0);
@@ -263,12 +276,8 @@ WaitedRun train_recorded(const Case& c, runtime::ProcessGroups& groups, const st
   }
   GptStep step(chunks, groups, shape);
   for (int s = 0; s < kSteps; ++s) {
-    std::vector<MicroBatch> batches;
-    for (int k = 0; k < c.m; ++k) batches.push_back(micro_batch(cfg, s, groups.coords().dp, k, c.d, shape.micro_batch));
-    model::DropoutContext dropout;
-    dropout.seed = 11;
-    dropout.step = s;
-    dropout.global_batch = shape.global_batch;
+    const std::vector<MicroBatch> batches = step_batches(c, cfg, shape, groups.coords().dp, s);
+    const model::DropoutContext dropout = step_dropout(shape, s);
     out.calls.emplace_back();
     opt->start_iteration(c.m);
     out.losses.push_back(step.train(batches, dropout, at::Tensor(), [&] { opt->accumulate_grads(); }).clone());
@@ -335,6 +344,7 @@ TEST_CASE("the overlapped parameter all-gather is waited per bucket by the next 
   };
   const Run runs[] = {
       {"d=2 distributed fp32", 2, 1, 1, 2},
+      {"d=2 x p=2 distributed fp32 (1F1B)", 4, 2, 1, 4},
       {"d=2 x p=2 v=2 distributed fp32 (interleaved)", 4, 2, 2, 2},
   };
   for (const auto& r : runs) {
