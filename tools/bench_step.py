@@ -3,11 +3,12 @@
 (model.optim.overlap_grad_sync) off and on, and the share of the step it leaves exposed.
 
     .venv/bin/python tools/bench_step.py [--loom build/bin/loom] [--steps 12] [--warmup 3]
-        [--layouts d2,d2p2] [--rounds 1] [--gpu] [--hidden 256] [--profile cpu.json]
+        [--layouts d2,d2p2,d2dist] [--rounds 1] [--gpu] [--hidden 256] [--profile cpu.json]
         [--data PREFIX] [--json-out FILE] [--dry-run]
 
 Each run is `loom train` on the main-job recipe (recipes/gpt3_tiny_cpu.yaml) at one layout:
-d2 = data-parallel 2 (2 ranks), d2p2 = data-parallel 2 x pipeline 2 (4 ranks, 1F1B); t = 1, no
+d2 = data-parallel 2 (2 ranks), d2p2 = data-parallel 2 x pipeline 2 (4 ranks, 1F1B), d2dist = d2
+with the distributed optimizer (overlap on also sets overlap_param_sync); t = 1, no
 sequence parallelism or recomputation, fp32 on CPU ranks (bf16 with --gpu), validation and
 checkpoints off. Per run, from metrics.jsonl after the first --warmup steps:
   step s      median step_time_s (data, forward, backward, optimizer) over the ranks' records;
@@ -33,12 +34,18 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "gpt3_tiny_cpu.yaml"
-LAYOUTS = {"d2": (1, 2), "d2p2": (2, 4)}  # name -> (pipeline size, ranks)
+# name -> (pipeline size, ranks, distributed optimizer)
+LAYOUTS = {"d2": (1, 2, False), "d2p2": (2, 4, False), "d2dist": (1, 2, True)}
+NAMES = {"d2": "d=2", "d2p2": "d=2 x p=2", "d2dist": "d=2 dist. opt."}
 
 
 def overrides(args, layout, overlap, run_dir):
-    p, world = LAYOUTS[layout]
-    return [
+    p, world, distributed = LAYOUTS[layout]
+    # The distributed optimizer overlaps both: the gradient reduce-scatter with backward and the
+    # parameter all-gather with the next forward (waited per bucket).
+    dist = ["model.optim.name=distributed_fused_adam",
+            f"model.optim.overlap_param_sync={'true' if overlap else 'false'}"] if distributed else []
+    return dist + [
         f"trainer.devices={world}",
         f"trainer.max_steps={args.steps}",
         "trainer.log_every_n_steps=1",
@@ -85,9 +92,10 @@ def predicted(args, layout, overlap):
     """The planner's step seconds and DP-communication seconds for the layout, or None."""
     if not args.profile and not args.gpu:
         return None
-    p, world = LAYOUTS[layout]
+    p, world, distributed = LAYOUTS[layout]
     cmd = [str(args.loom), "plan", "--recipe", str(RECIPE), "--tp", "1", "--pp", str(p), "--vp", "1",
-           "--mbs", str(args.micro_batch), "--sp", "off", "--recompute", "none", "--dist-opt", "off",
+           "--mbs", str(args.micro_batch), "--sp", "off", "--recompute", "none",
+           "--dist-opt", "on" if distributed else "off",
            "--csv", "-", *overrides(args, layout, overlap, "/tmp/unused")]
     if args.profile:
         cmd += ["--profile", str(args.profile)]
@@ -111,7 +119,7 @@ def main():
     ap.add_argument("--loom", type=pathlib.Path, default=ROOT / "build" / "bin" / "loom")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--layouts", default="d2,d2p2")
+    ap.add_argument("--layouts", default="d2,d2p2,d2dist")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=256, help="model.hidden_size (more gradient bytes to reduce)")
     ap.add_argument("--micro-batch", type=int, default=2)
@@ -158,7 +166,7 @@ def main():
             r, pr = results[(layout, overlap)], preds[(layout, overlap)]
             share = 100.0 * r["exposed_s"] / r["step_s"]
             pred = f"{pr['step_s']:.4f} | {100.0 * pr['dp_comm_s'] / pr['step_s']:.1f}" if pr else "- | -"
-            name = "d=2" if layout == "d2" else "d=2 x p=2"
+            name = NAMES[layout]
             print(f"| {name} | {'on' if overlap else 'off'} | {r['step_s']:.4f} | {r['exposed_s']:.4f} | {share:.1f} | {pred} |")
     for layout in layouts:
         off, on = results[(layout, False)], results[(layout, True)]
