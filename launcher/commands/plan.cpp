@@ -159,7 +159,7 @@ struct PlotRequest {
 
 std::optional<PlotRequest> plot_request(int argc, char** argv) {
   PlotRequest r;
-  bool keep = false;
+  bool keep = false, csv = false;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--plot" && i + 1 < argc) {
@@ -168,12 +168,12 @@ std::optional<PlotRequest> plot_request(int argc, char** argv) {
       r.png = arg.substr(7);
     } else {
       if (arg == "--keep" || arg.rfind("--keep=", 0) == 0) keep = true;
-      if (arg == "--csv" || arg.rfind("--csv=", 0) == 0)
-        throw std::invalid_argument("--plot writes its own CSV (FILE.csv beside the picture): drop --csv");
+      if (arg == "--csv" || arg.rfind("--csv=", 0) == 0) csv = true;
       r.args.push_back(arg);
     }
   }
-  if (r.png.empty()) return std::nullopt;
+  if (r.png.empty()) return std::nullopt;  // no picture: --csv is the plan's own flag
+  if (csv) throw std::invalid_argument("--plot writes its own CSV (FILE.csv beside the picture): drop --csv");
   const std::filesystem::path png(r.png);
   r.csv = (png.parent_path() / (png.stem().string() + ".csv")).string();
   r.args.insert(r.args.end(), {"--csv", r.csv});

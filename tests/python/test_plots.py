@@ -90,3 +90,9 @@ def test_loom_plan_plot_draws_every_layout_that_fits(tmp_path):
     bad = subprocess.run([str(loom_binary()), "plan", "--size", "5", "--plot", str(png), "--csv", "x.csv"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--csv" in bad.stderr
+    # Without --plot, --csv is the plan's own table (tools/gpu_bringup.sh's predictions read it).
+    alone = subprocess.run([str(loom_binary()), "plan", "--size", "5", "--nodes", "2", "--global-batch-size", "64",
+                            "--tp", "1,2,4", "--pp", "1,2", "--csv", str(tmp_path / "alone.csv")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert len(list(csv.DictReader((tmp_path / "alone.csv").open()))) > 10
