@@ -3,7 +3,8 @@
 (model.optim.overlap_grad_sync) off and on, and the share of the step it leaves exposed.
 
     .venv/bin/python tools/bench_step.py [--loom build/bin/loom] [--steps 12] [--warmup 3]
-        [--layouts d2,d2p2,d2dist] [--rounds 1] [--gpu] [--hidden 256] [--profile cpu.json]
+        [--layouts d2,d2p2,d2dist] [--rounds 1] [--gpu] [--hidden 256] [--bucket 2000000]
+        [--profile cpu.json]
         [--data PREFIX] [--json-out FILE] [--dry-run]
 
 Each run is `loom train` on the main-job recipe (recipes/gpt3_tiny_cpu.yaml) at one layout:
@@ -65,6 +66,7 @@ def overrides(args, layout, overlap, run_dir):
         f"model.micro_batch_size={args.micro_batch}",
         f"model.global_batch_size={args.micro_batch * 2 * args.microbatches}",
         f"model.optim.overlap_grad_sync={'true' if overlap else 'false'}",
+        f"model.optim.ddp_bucket_size={args.bucket}",
     ] + ([f"model.data.data_prefix=[1.0,{args.data}]"] if args.data else [])
 
 
@@ -111,7 +113,7 @@ def predicted(args, layout, overlap):
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     if not rows:
         return None
-    return {"step_s": float(rows[0]["step_s"]), "dp_comm_s": float(rows[0]["dp_comm_s"])}
+    return {"step_s": float(rows[0]["step_seconds"]), "dp_comm_s": float(rows[0]["dp_comm_s"])}
 
 
 def main():
@@ -122,6 +124,9 @@ def main():
     ap.add_argument("--layouts", default="d2,d2p2,d2dist")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=256, help="model.hidden_size (more gradient bytes to reduce)")
+    ap.add_argument("--bucket", type=int, default=2_000_000,
+                    help="model.optim.ddp_bucket_size in elements (Megatron's default 40M would put "
+                         "these small models in one bucket, which no overlap can hide)")
     ap.add_argument("--micro-batch", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=2, help="micro-batches per data-parallel rank")
     ap.add_argument("--gpu", action="store_true", help="trainer.accelerator=gpu, bf16")
@@ -156,7 +161,7 @@ def main():
     if args.dry_run:
         return 0
 
-    print(f"loom train, {'GPU bf16' if args.gpu else 'CPU ranks fp32'}, hidden {args.hidden}, "
+    print(f"loom train, {'GPU bf16' if args.gpu else 'CPU ranks fp32'}, hidden {args.hidden}, buckets of {args.bucket} elements, "
           f"{args.microbatches} micro-batches of {args.micro_batch} per data rank, median of steps "
           f"{args.warmup + 1}..{args.steps}, best of {args.rounds} round(s)")
     print("| layout | overlap_grad_sync | step s | exposed grad reduction s | exposed % | planner step s | planner DP comm % |")
