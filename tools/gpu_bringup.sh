@@ -790,7 +790,7 @@ step_mcore() {
 }
 
 step_overlap() {
-  begin_step overlap "8. Overlapped gradient reduction, d=2 and d=2 × p=2 (tools/bench_step.py)"
+  begin_step overlap "8. Overlapped gradient reduction and parameter gather, d=2, d=2 × p=2 and d=2 with the distributed optimizer (tools/bench_step.py)"
   local log=$LOGS/bench_step.log rc
   local -a env_args=() args=(--loom "$LOOM" --data "$DATA" --json-out "$WORK/bench_step.json")
   if [ "$ACCEL" = gpu ]; then
