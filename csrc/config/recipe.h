@@ -175,9 +175,9 @@ struct OptimConfig {
   /// Megatron-Core's overlap_grad_reduce): each gradient bucket's all-reduce / reduce-scatter
   /// starts when its last gradient of the step is accumulated. [default false]
   bool overlap_grad_sync = false;
-  /// Distributed optimizer only: the parameter all-gather after the step is asynchronous and the
-  /// next step waits for it before its forward (NeMo's optim.overlap_param_sync, Megatron-Core's
-  /// overlap_param_gather). [default false]
+  /// Distributed optimizer only: the parameter all-gathers after the step (one per bucket) are
+  /// asynchronous and the next forward waits for each bucket just before a layer reads it
+  /// (NeMo's optim.overlap_param_sync, Megatron-Core's overlap_param_gather). [default false]
   bool overlap_param_sync = false;
   /// Elements (parameters) per gradient bucket (NeMo's optim.ddp_bucket_size, Megatron-Core's
   /// bucket_size). [default null: Megatron's max(40 000 000, 1 000 000 · data-parallel size)]
