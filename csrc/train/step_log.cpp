@@ -69,13 +69,10 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
 
 void StepLog::flush(bool collective) {
   if (pending_.empty()) return;
-  // [pending, 4]: loss, grad norm, skipped, loss scale of every pending step, in one copy.
+  // [pending, 5]: every pending step's loss, then its StepResult::values(), in one copy.
+  constexpr int64_t kColumns = 5;
   std::vector<at::Tensor> rows;
-  for (const auto& p : pending_) {
-    const auto& r = p.result;
-    rows.push_back(at::stack({p.loss.reshape({}).to(at::kDouble), r.grad_norm.to(at::kDouble),
-                              r.skipped.to(at::kDouble), r.loss_scale.to(at::kDouble)}));
-  }
+  for (const auto& p : pending_) rows.push_back(at::cat({p.loss.reshape({1}).to(at::kDouble), p.result.values()}));
   const at::Tensor host = at::stack(rows).to(at::kCPU).contiguous();  // the one sync
   const double* values = host.data_ptr<double>();
   const double peak_device = peak_device_mib(groups_, collective);
@@ -84,7 +81,7 @@ void StepLog::flush(bool collective) {
   done.swap(pending_);
   for (size_t i = 0; i < done.size(); ++i) {
     const auto& p = done[i];
-    const double* v = values + 4 * i;
+    const double* v = values + kColumns * i;
     const double loss = v[0];
     if (log_) {
       const double tflops = config_.model_flops_per_step / p.seconds / config_.world_size / 1e12;
@@ -95,7 +92,7 @@ void StepLog::flush(bool collective) {
                             {"lr", p.lr},
                             {"grad_norm", float(v[1])},
                             {"grad_sync_s", p.result.grad_sync_s},
-                            {"loss_scale", v[3]},
+                            {"loss_scale", v[4]},
                             {"skipped", v[2] != 0.0},
                             {"step_time_s", p.seconds},
                             // wall clock since training began: throughput over many steps

@@ -132,8 +132,8 @@ void fused_adamw_update(AdamWTensors& t, const AdamWStep& step, const AdamWConfi
 void fused_adamw_update(AdamWTensors& t, int64_t step, double lr, const AdamWConfig& cfg, bool decay,
                         AdamWKernel kernel) {
   check_host_step("fused_adamw_update", step);
-  if (t.params.empty()) return;
-  fused_adamw_update(t, adamw_step(step, lr, t.params.front().device()), cfg, decay, kernel);
+  const at::Device device = t.params.empty() ? at::Device(at::kCPU) : t.params.front().device();
+  fused_adamw_update(t, adamw_step(step, lr, device), cfg, decay, kernel);
 }
 
 }  // namespace loom::train::optim

@@ -24,11 +24,13 @@ const char* const kStateKinds[3] = {"main", "exp_avg", "exp_avg_sq"};
 
 }  // namespace
 
+at::Tensor StepResult::values() const {
+  return at::stack({grad_norm.to(at::kDouble), skipped.to(at::kDouble), clip_coefficient.to(at::kDouble),
+                    loss_scale.to(at::kDouble)});
+}
+
 StepValues StepResult::read() const {
-  // One copy to the host for all four values.
-  const at::Tensor host = at::stack({grad_norm.to(at::kDouble), skipped.to(at::kDouble), clip_coefficient.to(at::kDouble),
-                                     loss_scale.to(at::kDouble)})
-                              .to(at::kCPU);
+  const at::Tensor host = values().to(at::kCPU).contiguous();  // one copy for all four
   const double* v = host.data_ptr<double>();
   return {float(v[0]), v[1] != 0.0, v[2], v[3], grad_sync_s};
 }

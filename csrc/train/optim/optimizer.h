@@ -81,6 +81,9 @@ struct StepResult {
   /// did not hide; on a device, the time to queue it). tools/bench_step.py reads it.
   double grad_sync_s = 0.0;
 
+  /// [grad_norm, skipped, clip_coefficient, loss_scale] as one float64 [4] device tensor, the
+  /// column order read() and the step log use (no wait).
+  at::Tensor values() const;
   /// The values on the host (waits for the device).
   StepValues read() const;
 };
