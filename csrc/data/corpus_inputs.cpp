@@ -90,7 +90,7 @@ Partition parse_partition(const std::string& spec) {
 }
 
 PartitionShare partition_share(const std::vector<std::string>& files, const Partition& p,
-                               int64_t (*total_bytes)(const std::vector<std::string>&)) {
+                               const std::function<int64_t(const std::vector<std::string>&)>& total_bytes) {
   PartitionShare s;
   const auto n = static_cast<int64_t>(files.size());
   if (n >= p.count) {
@@ -107,7 +107,7 @@ PartitionShare partition_share(const std::vector<std::string>& files, const Part
   return s;
 }
 
-int64_t decompressed_bytes(const std::vector<std::string>& files) {
+int64_t decompressed_bytes(const std::vector<std::string>& files, int64_t max_line_bytes) {
   int64_t total = 0;
   for (const auto& f : files) {
     if (input_kind(f).compression == Compression::kNone) {
@@ -116,7 +116,7 @@ int64_t decompressed_bytes(const std::vector<std::string>& files) {
       total += static_cast<int64_t>(st.st_size);
       continue;
     }
-    LineStream in(f);
+    LineStream in(f, max_line_bytes);
     std::string line;
     while (in.next_line(line)) {
     }

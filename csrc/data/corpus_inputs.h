@@ -13,9 +13,12 @@
 // gives the one-go output byte for byte.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "data/input_stream.h"
 
 namespace loom::data {
 
@@ -39,9 +42,10 @@ struct PartitionShare {
 };
 /// `total_bytes` is called (only when the unit is documents) for B.
 PartitionShare partition_share(const std::vector<std::string>& files, const Partition& p,
-                               int64_t (*total_bytes)(const std::vector<std::string>&));
+                               const std::function<int64_t(const std::vector<std::string>&)>& total_bytes);
 
-/// Decompressed size of the files together (reads compressed ones through).
-int64_t decompressed_bytes(const std::vector<std::string>& files);
+/// Decompressed size of the files together (reads compressed ones through, line by line: a
+/// line longer than max_line_bytes throws DataError, as LineStream says).
+int64_t decompressed_bytes(const std::vector<std::string>& files, int64_t max_line_bytes = kDefaultMaxLineBytes);
 
 }  // namespace loom::data

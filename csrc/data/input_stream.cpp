@@ -192,8 +192,10 @@ struct LineStream::Decoder {
   }
 };
 
-LineStream::LineStream(const std::string& path)
-    : path_(path), decoder_(std::make_unique<Decoder>(path, input_kind(path).compression)) {}
+LineStream::LineStream(const std::string& path, int64_t max_line_bytes)
+    : path_(path),
+      decoder_(std::make_unique<Decoder>(path, input_kind(path).compression)),
+      max_line_bytes_(max_line_bytes) {}
 
 LineStream::~LineStream() = default;
 
@@ -214,10 +216,16 @@ bool LineStream::fill() {
 }
 
 bool LineStream::next_line(std::string& line) {
+  auto refuse_if_longer = [&](size_t length) {
+    if (static_cast<int64_t>(length) > max_line_bytes_)
+      throw DataError("'" + path_ + "' line " + std::to_string(line_number_ + 1) + ": longer than " +
+                      std::to_string(max_line_bytes_) + " bytes without a newline (--max-line-bytes)");
+  };
   size_t searched = pos_;
   for (;;) {
     const size_t nl = buffer_.find('\n', searched);
     if (nl != std::string::npos) {
+      refuse_if_longer(nl - pos_);
       line.assign(buffer_, pos_, nl - pos_);
       bytes_out_ += static_cast<int64_t>(nl - pos_ + 1);
       pos_ = nl + 1;
@@ -225,9 +233,11 @@ bool LineStream::next_line(std::string& line) {
       return true;
     }
     searched = buffer_.size() - pos_;  // offset after fill() moves the data to the front
+    refuse_if_longer(searched);
     if (!fill()) break;
   }
   if (pos_ >= buffer_.size()) return false;
+  refuse_if_longer(buffer_.size() - pos_);
   line.assign(buffer_, pos_, std::string::npos);
   bytes_out_ += static_cast<int64_t>(buffer_.size() - pos_);
   pos_ = buffer_.size();

@@ -19,20 +19,27 @@ struct InputKind {
 };
 InputKind input_kind(const std::string& path);
 
+/// The longest line (decompressed bytes, without its "\n") a LineStream holds before it refuses
+/// the file: a line is held whole in memory, and a stream without newlines (/dev/zero, a binary
+/// file) would otherwise grow until memory runs out (`loom preprocess --max-line-bytes`).
+constexpr int64_t kDefaultMaxLineBytes = int64_t{1} << 30;
+
 /// Sequential reader of one file's decompressed bytes, line by line.
 class LineStream {
  public:
   /// Opens `path` and checks its first bytes against its extension: a `.zst` that is not zstd
   /// data, or a `.jsonl` that is gzip data, throws DataError naming the file and what each says.
   /// A missing or unreadable file throws DataError.
-  explicit LineStream(const std::string& path);
+  explicit LineStream(const std::string& path, int64_t max_line_bytes = kDefaultMaxLineBytes);
   ~LineStream();
   LineStream(const LineStream&) = delete;
   LineStream& operator=(const LineStream&) = delete;
 
   /// Next line without its "\n" (a final line without one counts); false at the end. A
   /// truncated or corrupt compressed stream throws DataError naming the file, the compression
-  /// and the line reached; an I/O error throws std::runtime_error.
+  /// and the line reached, a line longer than max_line_bytes throws DataError naming the file
+  /// and line (having read at most max_line_bytes plus one read chunk of it); an I/O error
+  /// throws std::runtime_error.
   bool next_line(std::string& line);
   /// Lines returned so far (the number of the last one).
   int64_t line_number() const { return line_number_; }
@@ -51,6 +58,7 @@ class LineStream {
   std::string buffer_;
   size_t pos_ = 0;
   bool eof_ = false;
+  int64_t max_line_bytes_;
   int64_t line_number_ = 0, bytes_out_ = 0;
 };
 

@@ -38,7 +38,7 @@ struct Encoded {
 // The documents of a partition's share, in input order, read in chunks of about `budget` bytes.
 class CorpusReader {
  public:
-  explicit CorpusReader(const PartitionShare& share) : share_(share) {}
+  CorpusReader(const PartitionShare& share, int64_t max_line_bytes) : share_(share), max_line_bytes_(max_line_bytes) {}
 
   bool read(std::vector<Item>& out, size_t budget) {
     out.clear();
@@ -90,7 +90,7 @@ class CorpusReader {
       return false;
     }
     file_ = static_cast<int32_t>(next_file_);
-    stream_ = std::make_unique<LineStream>(share_.files[next_file_++]);
+    stream_ = std::make_unique<LineStream>(share_.files[next_file_++], max_line_bytes_);
     json_ = input_kind(stream_->path()).json;
     return true;
   }
@@ -108,6 +108,7 @@ class CorpusReader {
   }
 
   const PartitionShare& share_;
+  int64_t max_line_bytes_;
   size_t next_file_ = 0;
   int32_t file_ = -1;
   std::unique_ptr<LineStream> stream_;
@@ -204,10 +205,31 @@ class Outputs {
   bool committed_ = false;
 };
 
+std::vector<std::string> output_prefixes(const PreprocessOptions& o) {
+  std::vector<std::string> out;
+  for (const auto& key : o.json_keys) out.push_back(o.output_prefix + "_" + key + "_document");
+  return out;
+}
+
+// An output that is one of the inputs (by device and inode: links and other spellings of the
+// path count) would be replaced by the run that reads it.
+void refuse_outputs_that_are_inputs(const std::vector<std::string>& inputs, const PreprocessOptions& o) {
+  struct stat out_st{}, in_st{};
+  for (const auto& prefix : output_prefixes(o))
+    for (const auto& out : {bin_path(prefix), idx_path(prefix)}) {
+      if (::stat(out.c_str(), &out_st) != 0) continue;  // not there yet: not an input
+      for (const auto& in : inputs)
+        if (::stat(in.c_str(), &in_st) == 0 && in_st.st_dev == out_st.st_dev && in_st.st_ino == out_st.st_ino)
+          throw DataError("preprocess: --output-prefix '" + o.output_prefix + "' would write '" + out +
+                          "', which is the input '" + in + "'; choose an output prefix that names no input");
+    }
+}
+
 // The inputs, after checking the options that do not need the tokenizer.
 std::vector<std::string> checked_inputs(const PreprocessOptions& o) {
   if (o.json_keys.empty()) throw DataError("preprocess: no JSON key given");
   if (o.workers < 1) throw DataError("preprocess: workers must be at least 1, got " + std::to_string(o.workers));
+  if (o.max_line_bytes < 1) throw DataError("preprocess: --max-line-bytes must be at least 1, got " + std::to_string(o.max_line_bytes));
   if (o.skip_bad_lines < 0) throw DataError("preprocess: --skip-bad-lines must be >= 0, got " + std::to_string(o.skip_bad_lines));
   std::vector<std::string> files = expand_inputs(o.inputs);
   for (const auto& f : files)
@@ -218,6 +240,7 @@ std::vector<std::string> checked_inputs(const PreprocessOptions& o) {
   const std::string out_dir = parent_directory(o.output_prefix);
   if (::stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw DataError("preprocess: --output-prefix '" + o.output_prefix + "': directory '" + out_dir + "' does not exist");
+  refuse_outputs_that_are_inputs(files, o);
   return files;
 }
 
@@ -300,14 +323,15 @@ PreprocessResult preprocess(const PreprocessOptions& o) {
   const auto tok = make_tokenizer(o.tokenizer);
   if (o.append_eod && tok->eod_id() < 0)
     throw DataError("preprocess: --append-eod but the tokenizer " + tok->description() + " has no end-of-document token");
-  const PartitionShare share = partition_share(files, o.partition, &decompressed_bytes);
+  const PartitionShare share = partition_share(
+      files, o.partition, [&](const std::vector<std::string>& f) { return decompressed_bytes(f, o.max_line_bytes); });
   const int64_t total_bytes = file_bytes(share.files);
 
   PreprocessResult r;
-  for (const auto& key : o.json_keys) r.output_prefixes.push_back(o.output_prefix + "_" + key + "_document");
+  r.output_prefixes = output_prefixes(o);
   Outputs outputs(r.output_prefixes, token_dtype_for_vocab(tok->vocab_size()));
 
-  CorpusReader reader(share);
+  CorpusReader reader(share, o.max_line_bytes);
   std::vector<Item> items, next;
   std::vector<Encoded> encoded;
   const size_t budget = o.chunk_bytes * static_cast<size_t>(o.workers);

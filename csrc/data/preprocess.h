@@ -28,6 +28,7 @@ struct PreprocessOptions {
   bool append_eod = false;
   Partition partition;                   ///< this run's share of the inputs (corpus_inputs.h)
   int64_t skip_bad_lines = 0;            ///< malformed JSON lines skipped (and reported) before stopping
+  int64_t max_line_bytes = kDefaultMaxLineBytes;  ///< a longer input line is refused (input_stream.h)
   int workers = 1;                       ///< tokenizing threads
   size_t chunk_bytes = size_t{4} << 20;  ///< input bytes handed to each worker at a time
   struct Progress {
@@ -59,8 +60,9 @@ struct PreprocessResult {
 /// Throws DataError for bad input naming the file (and line): a malformed JSON line beyond
 /// skip_bad_lines (not JSON, not an object, a key missing or not a string / array of strings,
 /// ill-formed UTF-8 inside JSON), a compressed file that is truncated or not what its extension
-/// says, a tokenizer file that does not parse, no keys, workers < 1, several keys with
-/// plain-text input. std::runtime_error for I/O failures. Plain-text input with ill-formed
+/// says, a line longer than max_line_bytes, a tokenizer file that does not parse, no keys,
+/// workers < 1, several keys with plain-text input, an output that is one of the inputs (before
+/// anything is written). std::runtime_error for I/O failures. Plain-text input with ill-formed
 /// UTF-8 is repaired as the tokenizer does (tokenizer.h).
 PreprocessResult preprocess(const PreprocessOptions& options);
 

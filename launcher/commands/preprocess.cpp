@@ -46,6 +46,10 @@ void add_flags(CLI::App& app, PreprocessArgs& a) {
   app.add_option("--skip-bad-lines", o.skip_bad_lines,
                  "skip up to N malformed JSON lines, each reported with file and line (default 0: stop at the first)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-line-bytes", o.max_line_bytes,
+                 "refuse an input line longer than this many (decompressed) bytes, naming file and line; a line "
+                 "is held whole in memory (default 1 GiB)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--workers", o.workers, "tokenizing threads")->check(CLI::PositiveNumber);
   app.add_flag("--quiet", a.quiet, "no progress display");
 }

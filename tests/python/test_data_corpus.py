@@ -189,6 +189,42 @@ def test_bad_inputs_exit_2_naming_the_file_and_leave_nothing(tmp_path):
     assert leftovers(tmp_path, "keep") == ["keep_text_document.bin", "keep_text_document.idx"]
 
 
+def test_an_output_that_is_an_input_is_refused_before_anything_is_written(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", shakespeare_docs(20))
+    assert preprocess(tmp_path / "a.jsonl", tmp_path / "a").returncode == 0
+    before = outputs(tmp_path / "a")
+    # The earlier output read back as plain text under the same prefix: it would be replaced.
+    for given in (tmp_path / "a_text_document.bin", tmp_path / "sub" / ".." / "a_text_document.idx"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        r = preprocess(given, tmp_path / "a")
+        assert r.returncode == 2, r.stderr
+        assert "which is the input '" + str(given) + "'" in r.stderr, r.stderr
+        assert outputs(tmp_path / "a") == before
+    # A hard link is the same file under another name.
+    (tmp_path / "link.bin").hardlink_to(tmp_path / "a_text_document.bin")
+    r = preprocess(tmp_path / "link.bin", tmp_path / "a")
+    assert r.returncode == 2 and "link.bin" in r.stderr, r.stderr
+    assert outputs(tmp_path / "a") == before
+    assert leftovers(tmp_path, "a_") == ["a_text_document.bin", "a_text_document.idx"]
+
+
+def test_an_endless_line_is_refused_naming_file_and_line_in_bounded_memory(tmp_path):
+    (tmp_path / "ok.txt").write_text("first line\n" + "x" * 5000 + "\n")
+    r = preprocess(tmp_path / "ok.txt", tmp_path / "ok", "--max-line-bytes", "4096")
+    assert r.returncode == 2 and "ok.txt' line 2: longer than 4096 bytes" in r.stderr, r.stderr
+    assert leftovers(tmp_path, "ok_") == []
+    # /dev/zero is one line without end: refused once the cap is read, not at the memory limit.
+    cmd = [str(loom_binary()), "preprocess", "--input", "/dev/zero", "--output-prefix", str(tmp_path / "z"),
+           "--vocab-file", str(DATA / "gpt2-vocab.json"), "--merge-file", str(DATA / "gpt2-merges.txt"),
+           "--max-line-bytes", str(64 << 20)]
+    # 1 GiB of heap (RLIMIT_DATA; the address space also holds the CUDA libraries' mappings).
+    r = subprocess.run(["prlimit", f"--data={1 << 30}", *cmd], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "'/dev/zero' line 1: longer than 67108864 bytes" in r.stderr, r.stderr
+    r = preprocess(tmp_path / "ok.txt", tmp_path / "ok", "--max-line-bytes", "0")
+    assert r.returncode == 2 and "--max-line-bytes" in r.stderr, r.stderr
+
+
 def test_merge_errors(corpus, tmp_path):
     root, _ = corpus
     r = merge([tmp_path], tmp_path / "m")
