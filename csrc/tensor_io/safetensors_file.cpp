@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -105,12 +106,22 @@ SafetensorsContent read_safetensors(const std::string& path) {
   if (n > kMaxHeaderBytes || n > size - 8) throw bad(fmt::format("header length {} beyond the file ({} bytes)", n, size));
   std::string json(n, '\0');
   f.read(json.data(), static_cast<std::streamsize>(n));
+  // The format forbids a name twice; a JSON object parser would keep one of the two silently.
+  std::set<std::string> top_level_keys;
+  std::string duplicate;
+  auto refuse_duplicates = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        !top_level_keys.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(json);
+    header = nlohmann::json::parse(json, refuse_duplicates);
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("header is not JSON: ") + e.what());
   }
+  if (!duplicate.empty()) throw bad("the header names '" + duplicate + "' twice (each name once, says the format)");
   if (!header.is_object()) throw bad("header is not a JSON object");
   const uint64_t data_bytes = size - 8 - n;
   SafetensorsContent out;

@@ -26,8 +26,8 @@ struct SafetensorsContent {
 void write_safetensors(const std::string& path, const SafetensorsContent& content);
 
 /// Reads a file written by any safetensors writer. Throws std::invalid_argument naming the file
-/// and what is wrong (short file, header length beyond the file or 100 MB, bad JSON, a dtype
-/// other than the above, offsets that do not tile the data, a dimension too large) and the
+/// and what is wrong (short file, header length beyond the file or 100 MB, bad JSON, a name
+/// given twice, a dtype other than the above, offsets that do not tile the data, a dimension too large) and the
 /// tensor where one is at fault.
 SafetensorsContent read_safetensors(const std::string& path);
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "convert/convert_error.h"
@@ -100,6 +101,21 @@ TEST_CASE("safetensors: every dtype round-trips bit for bit", "[convert]") {
   tensor_io::SafetensorsContent bad;
   bad.tensors["flag"] = at::ones({1}, at::kBool);
   CHECK_THROWS_WITH(tensor_io::write_safetensors(dir + "/y.safetensors", bad), Catch::Contains("tensor 'flag' is Bool"));
+  launch::remove_tree(dir);
+}
+
+TEST_CASE("safetensors: a header naming one tensor twice is refused", "[convert]") {
+  // The first entry lies about its shape; a JSON object reader keeps only one of the two.
+  const std::string dir = temp_dir("duplicate");
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xFF));
+  bytes += header + std::string(8, '\0');
+  const std::string path = dir + "/dup.safetensors";
+  std::ofstream(path, std::ios::binary) << bytes;
+  CHECK_THROWS_WITH(tensor_io::read_safetensors(path), Catch::Contains("dup.safetensors: not a safetensors file") &&
+                                                           Catch::Contains("names 'w' twice"));
   launch::remove_tree(dir);
 }
 
