@@ -83,3 +83,10 @@ TEST_CASE("all bad overrides are reported together", "[config]") {
   CHECK(errors[1] == "override 'model.num_layers=x': model.num_layers: expected an integer, found x");
   CHECK(errors[2] == "override 'trainer.max_steps=0': trainer.max_steps: expected an integer >= 1, found 0");
 }
+
+TEST_CASE("a field's value is not a section: the error says so instead of suggesting the key given", "[config]") {
+  CHECK(errors_of(kMinimalRecipe, {"model.num_layers.x=2"}) ==
+        std::vector<std::string>{"override 'model.num_layers.x=2': model.num_layers.x: 'model.num_layers' is a value, "
+                                 "not a section, so it has no key 'x' (the items of a list are addressed by index from "
+                                 "0, as in 'model.num_layers.0=VALUE')"});
+}

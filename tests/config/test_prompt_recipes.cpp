@@ -164,3 +164,25 @@ TEST_CASE("a resolved prompt-learning recipe loads back to the same recipe", "[c
     CHECK(yaml.find(" " + path.substr(path.rfind('.') + 1) + ":") != std::string::npos);
   }
 }
+
+TEST_CASE("overrides address list items by index; their keys are checked with suggestions", "[config]") {
+  const Recipe r = load_prompt(kPromptRecipe, {"model.task_templates.1.prompt_template=<|VIRTUAL_PROMPT_0|> {line}"
+                                               "<|VIRTUAL_PROMPT_1|> Which play:{play}",
+                                               "model.task_templates.0.total_virtual_tokens=12",
+                                               "model.task_templates.0.virtual_token_splits=[12]",
+                                               "model.data.train_ds.0=data/other.jsonl"});
+  REQUIRE(r.model.prompt.task_templates.size() == 2);
+  CHECK(r.model.prompt.task_templates[1].prompt_template ==
+        "<|VIRTUAL_PROMPT_0|> {line}<|VIRTUAL_PROMPT_1|> Which play:{play}");
+  CHECK(r.model.prompt.task_templates[0].total_virtual_tokens == 12);
+  CHECK(r.model.prompt.task_templates[1].taskname == "play");  // the rest of the item is kept
+  CHECK(r.model.data.train_ds == std::vector<std::string>{"data/other.jsonl"});
+  CHECK(r.origin.locations.at("model.task_templates").str() == "p.yaml:13:5");
+
+  CHECK(has(prompt_errors(kPromptRecipe, {"model.task_templates.2.taskname=x"}),
+            "model.task_templates.2: 'model.task_templates' has 2 item(s), numbered from 0; found index 2"));
+  CHECK(has(prompt_errors(kPromptRecipe, {"model.task_templates.0.prompt_templat=x"}),
+            "unknown key of a task template, found 'prompt_templat' (did you mean 'prompt_template'?)"));
+  CHECK(has(prompt_errors(kPromptRecipe, {"model.existing_tasks.0=speaker"}),
+            "an index addresses an item of a list, but 'model.existing_tasks' is not set"));
+}
