@@ -145,6 +145,7 @@ pid_t spawn(const LaunchOptions& opt, int rank, int port, int out_fd, int err_fd
     if (getppid() != parent) _exit(127);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
     execve(argv[0], argv.data(), envp.data());
@@ -246,10 +247,12 @@ std::string self_executable() {
 
 namespace {
 
-// SIGINT and SIGTERM go to the self-pipe while the ranks run; restore() puts the previous
+// SIGINT, SIGTERM and SIGUSR1 (Slurm's warning before the time limit, `--signal=USR1@T`) go to
+// the self-pipe while the ranks run, to be forwarded to them: by default SIGUSR1 would end the
+// launcher and so every rank (PR_SET_PDEATHSIG) without a save. restore() puts the previous
 // handlers back and closes the pipe.
 struct SignalForwarding {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_usr1 {};
 
   void install() {
     if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -260,10 +263,12 @@ struct SignalForwarding {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
   }
   void restore() {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGUSR1, &old_usr1, nullptr);
     close(g_signal_pipe[0]);
     close(g_signal_pipe[1]);
   }
@@ -328,7 +333,7 @@ struct Supervision {
 void forward_signals(std::vector<Child>& children, const LaunchOptions& opt, Supervision& run) {
   unsigned char sig;
   while (read(g_signal_pipe[0], &sig, 1) == 1) {
-    signal_all(children, sig, run.system_start);  // forward SIGINT/SIGTERM
+    signal_all(children, sig, run.system_start);  // forward SIGINT/SIGTERM/SIGUSR1
     // A second Ctrl-C means "now": the ranks exit at once on theirs; kill what lingers.
     const double grace = (sig == SIGINT && ++run.interrupts >= 2) ? std::min(opt.grace_s, 2.0) : opt.grace_s;
     run.kill_deadline = std::min(run.kill_deadline, Clock::now() + seconds(grace));

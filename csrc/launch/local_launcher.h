@@ -1,6 +1,6 @@
 // Starting N local ranks of a program, the way torchrun does on one node: each child gets
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. Every output line
-// of a child is prefixed "[rank N] "; SIGINT/SIGTERM received by the launcher are forwarded
+// of a child is prefixed "[rank N] "; SIGINT/SIGTERM/SIGUSR1 received by the launcher are forwarded
 // (a second SIGINT gives the ranks at most 2 s more before SIGKILL);
 // when a rank fails, the others are terminated (SIGTERM, then SIGKILL after a grace period),
 // so no process is left behind. No torch dependency.

@@ -1,7 +1,7 @@
 """What `loom train` guarantees when things go wrong (docs/design/hardening.md), on the real
 executable: nothing saved is lost (a deleted tracker, a kill mid-commit, a corrupt newest
 checkpoint, a failed resume), one run per run directory, the dead rank is named, a failed run
-keeps its logged losses, Ctrl-C and SIGUSR1 save, runs that cannot fit are refused before any
+keeps its logged losses, Ctrl-C and SIGUSR1 (at a rank or at the local launcher) save, runs that cannot fit are refused before any
 rank starts, and bad data is bad input (exit 2)."""
 import os
 import pathlib
@@ -220,6 +220,17 @@ def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(corpus, tmp_path)
 def test_sigusr1_at_a_rank_saves_and_stops(corpus, tmp_path):
     # What Slurm sends each task before the time limit (--signal=USR1); one rank, no launcher.
     proc = start_train(small(corpus, tmp_path, steps=200, every=1000))
+    wait_for_step(tmp_path, 1, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    assert "stop requested" in err
+    assert 1 <= tracker(tmp_path) < 200
+
+
+def test_sigusr1_at_the_local_launcher_is_forwarded_and_the_ranks_save_and_stop(corpus, tmp_path):
+    # Slurm may signal the job step's launcher rather than each task.
+    proc = start_train(small(corpus, tmp_path, steps=200, every=1000, d=2, micro=1, global_batch=4))
     wait_for_step(tmp_path, 1, proc)
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=120)
