@@ -16,8 +16,23 @@
 namespace fs = std::filesystem;
 
 namespace loom::convert {
+namespace {
+
+// An export never replaces a model without being told to (checked before anything is read).
+void refuse_occupied_output(const HfExportRequest& request) {
+  const fs::path out(request.output_dir);
+  if (!fs::exists(out)) return;
+  if (!fs::is_directory(out)) throw ConvertInputError(request.output_dir + " exists and is not a directory");
+  if (request.overwrite || fs::is_empty(out)) return;
+  throw ConvertInputError(fmt::format("{} is not empty (it holds '{}'): --to hf writes into a new or empty directory; "
+                                      "pass --overwrite to replace the Hugging Face files in it",
+                                      request.output_dir, fs::directory_iterator(out)->path().filename().string()));
+}
+
+}  // namespace
 
 HfExportResult export_hf(const HfExportRequest& request) {
+  refuse_occupied_output(request);
   const generate::CheckpointLocation location = generate::locate_checkpoint(request.checkpoint);
   const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
   const auto [vocab_file, merge_file] = gpt2_tokenizer_files(recipe, location.run_dir);

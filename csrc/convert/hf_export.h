@@ -15,7 +15,8 @@ namespace loom::convert {
 struct HfExportRequest {
   std::string checkpoint;              ///< run directory or its checkpoints/ folder
   std::optional<int64_t> iteration;    ///< default: the tracker's
-  std::string output_dir;              ///< created if missing; our files in it are replaced
+  std::string output_dir;              ///< created if missing; must be empty unless `overwrite`
+  bool overwrite = false;              ///< replace the export's files in a directory that is not empty
 };
 
 struct HfExportResult {
@@ -23,8 +24,9 @@ struct HfExportResult {
   int64_t parameters = 0;  ///< elements written (the tied lm_head counted once)
 };
 
-/// Throws ConvertInputError or train::CheckpointError naming the file or field for bad input
-/// (no run recipe, a tokenizer other than GPT-2 BPE or of another size than the model, a
+/// Each file is written under a temporary name and renamed into place, so an interrupted export
+/// leaves no torn file. Throws ConvertInputError or train::CheckpointError naming the file or
+/// field for bad input (an output that is not an empty directory without `overwrite`, no run recipe, a tokenizer other than GPT-2 BPE or of another size than the model, a
 /// damaged checkpoint), std::runtime_error on an I/O failure.
 HfExportResult export_hf(const HfExportRequest& request);
 

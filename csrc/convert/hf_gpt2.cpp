@@ -201,6 +201,41 @@ nlohmann::json hf_config_json(const Gpt2Shape& s, const HfConfigExtras& x) {
           {"dtype", x.dtype}};
 }
 
+void check_config_against_tensors(const Gpt2Shape& s, const std::map<std::string, at::Tensor>& hf,
+                                  const std::string& config_file, const std::string& weights_file) {
+  auto find = [&](const std::string& bare) -> const at::Tensor* {
+    for (const std::string& key : {"transformer." + bare, bare}) {
+      auto it = hf.find(key);
+      if (it != hf.end()) return &it->second;
+    }
+    return nullptr;
+  };
+  auto expect_dim = [&](const char* field, int64_t value, const std::string& tensor, int64_t dim) {
+    const at::Tensor* t = find(tensor);
+    if (!t || t->dim() <= dim) return;  // hf_to_loom names a missing or misshapen tensor
+    if (t->size(dim) != value)
+      throw ConvertInputError(fmt::format("{}: {} is {}, but transformer.{} in {} has size {} in dimension {}", config_file,
+                                          field, value, tensor, weights_file, t->size(dim), dim));
+  };
+  expect_dim("vocab_size", s.vocab_size, "wte.weight", 0);
+  expect_dim("n_embd", s.hidden_size, "wte.weight", 1);
+  expect_dim("n_positions", s.max_position_embeddings, "wpe.weight", 0);
+  expect_dim("n_inner", s.ffn_hidden_size, "h.0.mlp.c_fc.weight", 1);
+  // The layer indices present: "h.<i>." with or without the "transformer." prefix.
+  std::set<int64_t> layers;
+  for (const auto& [key, value] : hf) {
+    const std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
+    if (name.rfind("h.", 0) != 0) continue;
+    const size_t dot = name.find('.', 2);
+    const std::string index = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
+    if (!index.empty() && index.size() <= 9 && index.find_first_not_of("0123456789") == std::string::npos)
+      layers.insert(std::stoll(index));
+  }
+  if (static_cast<int64_t>(layers.size()) != s.num_layers)
+    throw ConvertInputError(fmt::format("{}: n_layer is {}, but {} holds the tensors of {} layer(s)", config_file,
+                                        s.num_layers, weights_file, layers.size()));
+}
+
 Gpt2Shape gpt2_shape_from_config(const nlohmann::json& c, const std::string& file) {
   if (!c.is_object()) throw ConvertInputError(file + ": not a JSON object");
   // Missing fields take GPT2Config's defaults, as transformers does.

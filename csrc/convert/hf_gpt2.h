@@ -63,4 +63,13 @@ nlohmann::json hf_config_json(const Gpt2Shape& shape, const HfConfigExtras& extr
 /// layer-scaled attention, cross-attention, n_embd not divisible by n_head).
 Gpt2Shape gpt2_shape_from_config(const nlohmann::json& config, const std::string& file);
 
+/// Checks the sizes of `shape` (read from `config_file`) against the tensors of an HF state dict
+/// (read from `weights_file`) before anything of those sizes is built, so that an absurd
+/// config.json is refused up front instead of allocating: vocab_size and n_embd against
+/// wte.weight, n_positions against wpe.weight, n_layer against the h.N layers present, n_inner
+/// against h.0.mlp.c_fc.weight. A missing tensor is left to hf_to_loom, which names it. Throws
+/// ConvertInputError naming `config_file`, the field, its value and the tensor's size.
+void check_config_against_tensors(const Gpt2Shape& shape, const std::map<std::string, at::Tensor>& hf,
+                                  const std::string& config_file, const std::string& weights_file);
+
 }  // namespace loom::convert

@@ -137,19 +137,21 @@ HfImportResult import_hf(const HfImportRequest& request) {
   const std::string checkpoints = (run / "checkpoints").string();
   if (!train::list_iterations(checkpoints).empty() || fs::exists(fs::path(checkpoints) / train::kTrackerFile))
     throw ConvertInputError(checkpoints + " holds checkpoints already: import into a new run directory");
+  // The weights next (their size is the file's): every size in config.json is checked against
+  // them before a model of those sizes is described or built.
+  HfImportResult result;
+  auto hf_tensors = read_hf_weights(request.hf_dir, result.weights_file);
+  check_config_against_tensors(shape, hf_tensors, config_file, result.weights_file);
   fs::create_directories(run / "tokenizer");
   const std::string vocab = fs::absolute(run / "tokenizer" / "vocab.json").lexically_normal().string();
   const std::string merges = fs::absolute(run / "tokenizer" / "merges.txt").lexically_normal().string();
   const config::Recipe recipe = output_recipe(request, hf_config, shape, layout, vocab, merges);
   model::GptConfig config = train::gpt_config_from_recipe(recipe, shape.vocab_size);
 
-  HfImportResult result;
   result.layout = layout;
-  std::map<std::string, at::Tensor> params;
-  {
-    const auto hf_tensors = read_hf_weights(request.hf_dir, result.weights_file);
-    params = hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.t), result.weights_file);
-  }
+  const std::map<std::string, at::Tensor> params =
+      hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.t), result.weights_file);
+  hf_tensors.clear();  // one copy of the weights in memory from here on
   const at::ScalarType dtype = model::scalar_type(config.params_dtype);
 
   train::RunShape run_shape;

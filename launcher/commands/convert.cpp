@@ -1,6 +1,7 @@
 // `loom convert` (docs/design/checkpoint_conversion.md), one of:
-//   --to hf DIR --checkpoint RUN [--iteration N]
-//       a Loom checkpoint of any layout as a Hugging Face GPT2LMHeadModel directory;
+//   --to hf DIR --checkpoint RUN [--iteration N] [--overwrite]
+//       a Loom checkpoint of any layout as a Hugging Face GPT2LMHeadModel directory (a DIR that
+//       is not empty is refused unless --overwrite is given);
 //   --from hf DIR --output RUN [--recipe FILE] [layout flags]
 //       a GPT2LMHeadModel directory as a Loom run (checkpoint iteration 0 + config.yaml) that
 //       `loom train` fine-tunes and `loom generate` reads;
@@ -38,6 +39,7 @@ struct ConvertFlags {
   std::vector<std::string> to, from;
   std::string checkpoint, output, recipe;
   std::optional<int64_t> iteration;
+  bool overwrite = false;
   std::vector<std::string> overrides;
   loom::convert::LayoutRequest layout;
 
@@ -62,6 +64,7 @@ int export_hf(const ConvertFlags& f) {
   request.checkpoint = f.checkpoint;
   request.output_dir = f.to[1];
   request.iteration = f.iteration;
+  request.overwrite = f.overwrite;
   const auto result = loom::convert::export_hf(request);
   std::cerr << fmt::format("loom convert: iteration {} written to {} as a Hugging Face GPT2LMHeadModel ({} parameters)\n",
                            result.iteration, request.output_dir, result.parameters);
@@ -69,6 +72,7 @@ int export_hf(const ConvertFlags& f) {
 }
 
 int import_hf(const ConvertFlags& f) {
+  if (f.overwrite) throw UsageError("--overwrite goes with --to hf only (imports and layout conversions write new runs)");
   if (f.from[0] != "hf") throw UsageError("--from " + f.from[0] + ": the only import format is hf (Hugging Face GPT-2)");
   if (f.output.empty()) throw UsageError("--from hf DIR needs --output RUN (the Loom run directory to write)");
   if (!f.checkpoint.empty() || f.iteration) throw UsageError("--from hf does not go with --checkpoint or --iteration");
@@ -85,6 +89,7 @@ int import_hf(const ConvertFlags& f) {
 }
 
 int reshard(const ConvertFlags& f) {
+  if (f.overwrite) throw UsageError("--overwrite goes with --to hf only (imports and layout conversions write new runs)");
   if (!f.recipe.empty() || !f.overrides.empty()) throw UsageError("--recipe and recipe overrides go with --from hf only");
   if (f.checkpoint.empty() || f.output.empty()) throw UsageError(kUsage);
   if (!f.layout_flags())
@@ -120,6 +125,7 @@ int convert_command(int argc, char** argv) {
   app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel directory")->expected(2);
   app.add_option("--checkpoint", f.checkpoint, "the Loom run directory (or its checkpoints/ folder) to read");
   app.add_option("--output", f.output, "the Loom run directory to write");
+  app.add_flag("--overwrite", f.overwrite, "--to hf: replace the Hugging Face files of a DIR that is not empty");
   app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
   app.add_option("--recipe", f.recipe, "--from hf: the training recipe config.yaml starts from (default: a minimal one)");
   app.add_option("--tensor-parallel", t, "t of the output (default: the source's)");

@@ -109,6 +109,20 @@ def test_export_loads_in_transformers_with_loom_logits(trained, tmp_path):
     assert (ours - hf).abs().max().item() <= 1e-5, (ours - hf).abs().max().item()
 
 
+def test_export_refuses_an_occupied_directory_unless_overwrite(trained, tmp_path):
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"someone else's model")
+    done = convert("--to", "hf", out, "--checkpoint", trained, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"{out} is not empty (it holds 'model.safetensors')" in done.stderr and "--overwrite" in done.stderr
+    assert (out / "model.safetensors").read_bytes() == b"someone else's model"
+    convert("--to", "hf", out, "--checkpoint", trained, "--overwrite")
+    assert load_file(str(out / "model.safetensors"))["transformer.wte.weight"].shape[0] == 50257
+    assert not list(out.glob("*.tmp"))  # written under temporary names, renamed into place
+    assert convert("--from", "hf", out, "--output", tmp_path / "r", "--overwrite", check=False).returncode == 2
+
+
 def test_export_writes_what_the_safetensors_package_writes(trained, tmp_path):
     out = tmp_path / "hf"
     convert("--to", "hf", out, "--checkpoint", trained)
@@ -277,6 +291,22 @@ def test_import_wrong_shape_named(hf_model, tmp_path):
 def test_import_unrepresentable_config_named(hf_model, tmp_path, field, value, needle):
     bad = edited_copy(hf_model, tmp_path, edit_config=lambda c: c.__setitem__(field, value))
     expect_bad(["--from", "hf", bad, "--output", tmp_path / "run"], str(bad / "config.json"), needle)
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("n_layer", 10**9, "n_layer is 1000000000, but"),
+    ("n_embd", 2**31, "n_embd is 2147483648, but transformer.wte.weight"),
+    ("n_positions", 2**40, "n_positions is 1099511627776, but transformer.wpe.weight"),
+    ("n_inner", 2**40, "n_inner is 1099511627776, but transformer.h.0.mlp.c_fc.weight"),
+])
+def test_import_absurd_sizes_refused_naming_the_field_before_allocating(hf_model, tmp_path, field, value, needle):
+    bad = edited_copy(hf_model, tmp_path, edit_config=lambda c: c.__setitem__(field, value))
+    # 2 GiB of heap (RLIMIT_DATA): an import that sized anything from the field would die here.
+    done = subprocess.run(["prlimit", f"--data={2 << 30}", str(loom_binary()), "convert", "--from", "hf", str(bad),
+                           "--output", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert str(bad / "config.json") in done.stderr and needle in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "run").exists()
 
 
 def test_import_truncated_safetensors_named(hf_model, tmp_path):
