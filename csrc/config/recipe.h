@@ -204,6 +204,9 @@ struct PromptTuningConfig {
 /// the tasks. The base's shape fills the model's num_layers, hidden_size, ... when it is read.
 struct PromptLearningConfig {
   std::string language_model_path;            ///< [required] run or checkpoints dir of the base
+  /// [default null: on resume the base iteration the prompt checkpoint recorded, else the
+  /// base's latest] the base checkpoint iteration to tune on (docs/design/ptuning.md)
+  std::optional<int64_t> language_model_iteration;
   VirtualPromptStyle virtual_prompt_style = VirtualPromptStyle::kPTuning;  ///< [default p-tuning]
   std::vector<TaskTemplate> task_templates;   ///< [required]
   std::vector<std::string> new_tasks;         ///< [derived: every task of task_templates] trained now

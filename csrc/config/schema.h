@@ -33,6 +33,7 @@ void visit_model_data(ModelConfig& m, V& v, bool pretraining) {
   } else {
     auto& p = m.prompt;
     v("model.language_model_path", p.language_model_path, Need::kRequired);
+    v("model.language_model_iteration", p.language_model_iteration, Need::kDefault);
     v("model.virtual_prompt_style", p.virtual_prompt_style, Need::kDefault);
     v("model.task_templates", p.task_templates, Need::kRequired);
     v("model.new_tasks", p.new_tasks, Need::kDerived);

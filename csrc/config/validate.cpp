@@ -323,6 +323,7 @@ void Checker::tokenizer() {
 void Checker::prompt_learning() {
   const auto& p = r_.model.prompt;
   non_empty("model.language_model_path", p.language_model_path);
+  if (p.language_model_iteration) at_least("model.language_model_iteration", *p.language_model_iteration, 0);
   std::vector<std::string> names;
   for (const auto& t : p.task_templates) names.push_back(t.taskname);
   const std::string known = fmt::format("{}", fmt::join(names, ", "));

@@ -56,10 +56,11 @@ void PromptDataset::read_file(const std::string& path, int32_t file_index, const
   std::ifstream in(path, std::ios::binary);
   if (!in) throw data::DataError(fmt::format("{}: cannot open the JSONL file ({})", path, std::strerror(errno)));
   std::string line;
-  int64_t line_no = 0;
+  int64_t line_no = 0, records_in_file = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (blank(line)) continue;
+    ++records_in_file;
     const std::string where = fmt::format("{}:{}: ", path, line_no);
     auto fail = [&](const std::string& message) { throw data::DataError(where + message); };
 
@@ -122,6 +123,8 @@ void PromptDataset::read_file(const std::string& path, int32_t file_index, const
     sources_.emplace_back(file_index, line_no);
   }
   if (in.bad()) throw data::DataError(fmt::format("{}: read error after line {}", path, line_no));
+  records_per_file_.push_back(records_in_file);
+  lines_per_file_.push_back(line_no);
 }
 
 std::string PromptDataset::source(int64_t i) const {

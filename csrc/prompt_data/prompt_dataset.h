@@ -50,6 +50,10 @@ class PromptDataset {
   int64_t dropped() const;
   /// Examples kept, per task index.
   std::vector<int64_t> examples_per_task() const;
+  /// Records (non-blank lines, kept or dropped) and lines of each file, in the order given.
+  const std::vector<int64_t>& records_per_file() const { return records_per_file_; }
+  const std::vector<int64_t>& lines_per_file() const { return lines_per_file_; }
+  const std::vector<std::string>& files() const { return files_; }
   /// Examples whose truncate_field was cut.
   int64_t truncated() const { return truncated_; }
   /// Longest model input over the examples: max(tokens.size() - 1); 0 when empty.
@@ -68,6 +72,7 @@ class PromptDataset {
   std::vector<PromptExample> examples_;
   std::vector<PromptRecord> records_;
   std::vector<std::pair<int32_t, int64_t>> sources_;  // (file index, line) per example
+  std::vector<int64_t> records_per_file_, lines_per_file_;
   std::vector<int64_t> dropped_;
   int64_t truncated_ = 0;
 };

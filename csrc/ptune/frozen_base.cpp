@@ -10,22 +10,53 @@
 #include "data/recipe_tokenizer.h"
 #include "generate/model_loader.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_files.h"
+#include "train/run_directory.h"
 #include "train/model_setup.h"
 
 namespace fs = std::filesystem;
 
 namespace loom::ptune {
 
-FrozenBase find_frozen_base(const config::Recipe& recipe) {
+std::optional<int64_t> pinned_base_iteration(const config::Recipe& recipe, std::optional<int64_t> resume_iteration,
+                                             std::string& why) {
+  if (const auto n = recipe.model.prompt.language_model_iteration) {
+    why = "model.language_model_iteration";
+    return n;
+  }
+  why.clear();
+  const train::RunDirectoryOptions dir = train::run_directory_options(recipe, "loom ptune", resume_iteration);
+  if (!dir.resume_if_exists) return std::nullopt;
+  const std::string checkpoints = (fs::path(dir.run_dir) / "checkpoints").string();
+  try {
+    // The iteration RunDirectory::resume will choose (it reports any problem with it).
+    std::optional<int64_t> n = resume_iteration;
+    if (!n) n = fs::exists(fs::path(checkpoints) / train::kTrackerFile) ? train::latest_checkpoint(checkpoints)
+                                                                        : train::newest_complete_iteration(checkpoints);
+    if (!n) return std::nullopt;
+    const generate::CheckpointInfo info = generate::read_checkpoint_info(checkpoints, n);
+    const nlohmann::json& recorded = info.layout.model_shape;
+    if (!recorded.contains("prompt_learning") || !recorded["prompt_learning"].contains("base_iteration")) return std::nullopt;
+    why = fmt::format("recorded by the checkpoint being resumed, iteration {}", *n);
+    return recorded["prompt_learning"]["base_iteration"].get<int64_t>();
+  } catch (const std::exception&) {
+    return std::nullopt;  // no readable checkpoint to resume: the run directory decides and reports
+  }
+}
+
+FrozenBase find_frozen_base(const config::Recipe& recipe, std::optional<int64_t> resume_iteration) {
   const std::string& path = recipe.model.prompt.language_model_path;
   generate::GenerateRequest request;
   request.checkpoint = path;
+  std::string pinned_by;
+  request.iteration = pinned_base_iteration(recipe, resume_iteration, pinned_by);
   if (recipe.model.tokenizer.library == config::TokenizerLibrary::kMegatron) {
     request.vocab_file = recipe.model.tokenizer.vocab_file;  // empty: the base run's
     request.merge_file = recipe.model.tokenizer.merge_file;
   }
   FrozenBase base;
   base.path = path;
+  base.pinned = pinned_by;
   try {
     base.plan = generate::plan_generation(request);
   } catch (const std::exception& e) {
@@ -36,7 +67,11 @@ FrozenBase find_frozen_base(const config::Recipe& recipe) {
       const auto at = why.find(flags);
       if (at != std::string::npos) why.replace(at, flags.size(), "set model.tokenizer.vocab_file and merge_file");
     }
-    throw std::invalid_argument(fmt::format("model.language_model_path '{}': {}", path, why));
+    const std::string field = pinned_by == "model.language_model_iteration"
+                                  ? fmt::format(" at model.language_model_iteration {}", *request.iteration)
+                                  : pinned_by.empty() ? std::string()
+                                                      : fmt::format(" at iteration {} ({})", *request.iteration, pinned_by);
+    throw std::invalid_argument(fmt::format("model.language_model_path '{}'{}: {}", path, field, why));
   }
   return base;
 }

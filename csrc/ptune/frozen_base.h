@@ -20,16 +20,26 @@
 
 namespace loom::ptune {
 
-/// Where the base is and what it is: its checkpoint (the tracker's latest iteration), model
-/// shape, the run recipe's LayerNorm epsilon and vocabulary padding, and tokenizer.
+/// Where the base is and what it is: its checkpoint (pinned_base_iteration, else the tracker's
+/// latest), model shape, the run recipe's LayerNorm epsilon and vocabulary padding, and tokenizer.
 struct FrozenBase {
   generate::GeneratePlan plan;
-  std::string path;  ///< model.language_model_path as given
+  std::string path;    ///< model.language_model_path as given
+  std::string pinned;  ///< why plan.info.iteration was chosen, for the log ("" = the latest)
 };
 
-/// Finds the base. Throws std::invalid_argument naming model.language_model_path and what is
-/// missing (no checkpoint, no config.yaml naming the tokenizer, a damaged metadata.json).
-FrozenBase find_frozen_base(const config::Recipe& recipe);
+/// The base iteration a run tunes on (docs/design/ptuning.md, "The model"):
+/// model.language_model_iteration when set; else, when the run will resume (exp_manager's
+/// resume_if_exists, the checkpoint `resume_iteration` or the newest), the base_iteration that
+/// checkpoint recorded, so that a base run that trained on meanwhile does not change the
+/// function being tuned; else nullopt (the base's latest). `why` says which.
+std::optional<int64_t> pinned_base_iteration(const config::Recipe& recipe, std::optional<int64_t> resume_iteration,
+                                             std::string& why);
+
+/// Finds the base at pinned_base_iteration. Throws std::invalid_argument naming
+/// model.language_model_path (or model.language_model_iteration) and what is missing (no
+/// checkpoint, no config.yaml naming the tokenizer, a damaged metadata.json).
+FrozenBase find_frozen_base(const config::Recipe& recipe, std::optional<int64_t> resume_iteration = std::nullopt);
 
 /// The run's tokenizer: the recipe's model.tokenizer when it names one (sentencepiece or
 /// huggingface: `model`; megatron: vocab_file and merge_file, a missing one taken from a GPT-2

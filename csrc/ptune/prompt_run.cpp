@@ -50,10 +50,25 @@ bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::shared_ptr<prompt_data::PromptDataset> read_dataset(const std::vector<std::string>& files, const PromptRunPlan& plan,
+// `field` (e.g. "model.data.train_ds") prefixes any error, which names the file and line.
+std::shared_ptr<prompt_data::PromptDataset> read_dataset(const char* field, const std::vector<std::string>& files,
+                                                         const PromptRunPlan& plan,
                                                          const prompt_data::ExampleOptions& options) {
   if (files.empty()) return nullptr;
-  return std::make_shared<prompt_data::PromptDataset>(files, plan.templates, *plan.tokenizer, options);
+  std::shared_ptr<prompt_data::PromptDataset> dataset;
+  try {
+    dataset = std::make_shared<prompt_data::PromptDataset>(files, plan.templates, *plan.tokenizer, options);
+  } catch (const data::DataError& e) {
+    throw data::DataError(std::string(field) + ": " + e.what());
+  }
+  // A file listed but empty is a mistake (a wrong path, an export that failed), not an empty task.
+  for (size_t f = 0; f < files.size(); ++f) {
+    if (dataset->records_per_file()[f] > 0) continue;
+    const int64_t lines = dataset->lines_per_file()[f];
+    throw data::DataError(fmt::format("{}: {} holds no records ({}); expected one JSON object per line", field, files[f],
+                                      lines == 0 ? "the file is empty" : fmt::format("only {} blank line(s)", lines)));
+  }
+  return dataset;
 }
 
 }  // namespace
@@ -77,9 +92,9 @@ void read_datasets(PromptRunPlan& plan, int64_t max_seq) {
   options.add_bos = r.model.data.add_bos;
   options.add_eos = r.model.data.add_eos;
   options.max_seq_length = max_seq;
-  plan.train = read_dataset(r.model.data.train_ds, plan, options);
-  plan.valid = read_dataset(r.model.data.validation_ds, plan, options);
-  plan.test = read_dataset(r.model.data.test_ds, plan, options);
+  plan.train = read_dataset("model.data.train_ds", r.model.data.train_ds, plan, options);
+  plan.valid = read_dataset("model.data.validation_ds", r.model.data.validation_ds, plan, options);
+  plan.test = read_dataset("model.data.test_ds", r.model.data.test_ds, plan, options);
   if (!plan.train || plan.train->size() == 0)
     throw data::DataError("model.data.train_ds: no training examples (" +
                           (plan.train ? plan.train->summary() : std::string("no files")) + ")");
@@ -150,11 +165,11 @@ void check_prompt_shapes(const PromptRunPlan& plan) {
 
 }  // namespace
 
-PromptRunPlan plan_prompt_run(const config::Recipe& recipe) {
+PromptRunPlan plan_prompt_run(const config::Recipe& recipe, std::optional<int64_t> resume_iteration) {
   PromptRunPlan plan;
   plan.recipe = recipe;
   auto& r = plan.recipe;
-  plan.base = find_frozen_base(r);
+  plan.base = find_frozen_base(r, resume_iteration);
   const int64_t max_seq = max_sequence_length(r, plan.base);
   plan.tokenizer = load_run_tokenizer(r, plan.base);
   plan.templates = prompt_data::parse_task_templates(r.model.prompt.task_templates, max_seq);
@@ -190,7 +205,7 @@ struct PromptMicroBatch {
 // Everything one rank holds for the run; run() reads top-down like train::TrainingRun.
 class PromptRun {
  public:
-  PromptRun(const config::Recipe& recipe, const PromptRunOptions& options) : options_(options), plan_(plan_prompt_run(recipe)), r_(plan_.recipe) {}
+  PromptRun(const config::Recipe& recipe, const PromptRunOptions& options) : options_(options), plan_(plan_prompt_run(recipe, options.resume_iteration)), r_(plan_.recipe) {}
 
   int run();
 
@@ -323,9 +338,10 @@ void PromptRun::build_model() {
     if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
   step_log_ = std::make_unique<train::StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
   if (prompt_)
-    log_->message(fmt::format("[loom] base: {} (iteration {}, {} layers, hidden {}, checkpoint digest {}), frozen; "
+    log_->message(fmt::format("[loom] base: {} (iteration {}{}, {} layers, hidden {}, checkpoint digest {}), frozen; "
                               "{} trainable prompt parameters",
-                              plan_.base.path, plan_.base.plan.info.iteration, model_config_.num_layers,
+                              plan_.base.path, plan_.base.plan.info.iteration,
+                              plan_.base.pinned.empty() ? "" : ", " + plan_.base.pinned, model_config_.num_layers,
                               model_config_.hidden_size, base_checkpoint_digest_, prompt_->num_parameters()));
   log_->message("[loom] base parameters of this rank: digest " + base_digest_);
 }
@@ -469,7 +485,12 @@ std::optional<double> PromptRun::validate(int64_t step) {
                  {"val_accuracy", accuracy}, {"val_examples", static_cast<int64_t>(examples)},
                  {"val_batches", batches}, {"val_time_s", seconds_since(start)}},
                 true);
-  if (step > 0 && loss < best_val_loss_) {
+  // World rank 0 (the one that writes the tables) decides, so that every rank joins the tables'
+  // collective gather or none does. host: one flag on the host group.
+  at::Tensor better = at::zeros({1}, at::kLong);
+  if (is_rank0() && step > 0 && loss < best_val_loss_) better[0] = 1;
+  groups_->host_world().all_reduce(better);
+  if (better.item<int64_t>() > 0) {
     best_val_loss_ = loss;
     write_tables((fs::path(dir_->run_dir()) / "prompt_tables_best").string(), step, loss);
   }

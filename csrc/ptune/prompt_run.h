@@ -34,7 +34,8 @@ struct PromptRunPlan {
 /// Throws std::invalid_argument (model.language_model_path, model.data.max_seq_length,
 /// model.restore_path, a task with records but nothing to train), config::RecipeError,
 /// prompt_data::TemplateError or data::DataError: bad input, exit status 2.
-PromptRunPlan plan_prompt_run(const config::Recipe& recipe);
+/// `resume_iteration` (--iteration) chooses the checkpoint whose recorded base iteration pins the base.
+PromptRunPlan plan_prompt_run(const config::Recipe& recipe, std::optional<int64_t> resume_iteration = std::nullopt);
 
 struct PromptRunOptions {
   int64_t stop_after_steps = 0;            ///< save and exit after this many steps (tests)

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <fcntl.h>  // AT_FDCWD
+
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc, _GNU_SOURCE)
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -61,6 +64,31 @@ config::TaskTemplate template_from_json(const nlohmann::json& j) {
   return t;
 }
 
+// `dir` without a trailing separator, so that "<dir>.new" is a sibling.
+fs::path folder_path(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  return p.filename().empty() ? p.parent_path() : p;
+}
+
+fs::path sibling(const fs::path& dir, const char* suffix) { return fs::path(dir.string() + suffix); }
+
+// Puts the complete folder `staged` in the place of `dir`.
+void swap_into_place(const fs::path& staged, const fs::path& dir) {
+  if (!fs::exists(dir)) {
+    fs::rename(staged, dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(staged);  // now the old set
+    return;
+  }
+  const fs::path previous = sibling(dir, ".old");
+  fs::remove_all(previous);
+  fs::rename(dir, previous);
+  fs::rename(staged, dir);
+  fs::remove_all(previous);
+}
+
 }  // namespace
 
 const PromptTable* PromptTables::find(const std::string& task) const {
@@ -77,7 +105,11 @@ std::string PromptTables::task_list() const {
 
 std::string prompt_tables_dir(const std::string& run_dir) { return (fs::path(run_dir) / "prompt_tables").string(); }
 
-void write_prompt_tables(const std::string& dir, const PromptTables& tables) {
+void write_prompt_tables(const std::string& dir_name, const PromptTables& tables,
+                         const std::function<void(const std::string& file)>& after_file) {
+  const fs::path final_dir = folder_path(dir_name);
+  const fs::path dir = sibling(final_dir, ".new");
+  fs::remove_all(dir);  // what an interrupted write left
   fs::create_directories(dir);
   nlohmann::json index{{"format", "loom-prompt-tables"}, {"version", 1}, {"virtual_prompt_style", tables.style},
                        {"base", tables.base}, {"iteration", tables.iteration}, {"val_loss", tables.val_loss},
@@ -95,26 +127,31 @@ void write_prompt_tables(const std::string& dir, const PromptTables& tables) {
                         {"virtual_token_splits", nlohmann::json(t.spec.virtual_token_splits).dump()},
                         {"prompt_template", t.spec.prompt_template},
                         {"virtual_prompt_style", tables.style}};
-    write_safetensors((fs::path(dir) / file).string(), content);
+    write_safetensors((dir / file).string(), content);
+    if (after_file) after_file((dir / file).string());
     index["tasks"].push_back({{"taskname", t.spec.taskname},
                               {"file", file},
                               {"tokens", t.vectors.size(0)},
                               {"hidden", t.vectors.size(1)},
                               {"template", template_json(t.spec)}});
   }
-  const fs::path path = fs::path(dir) / kIndexFile;
-  const fs::path tmp = path.string() + ".tmp";
+  const fs::path path = dir / kIndexFile;
   {
-    std::ofstream f(tmp, std::ios::trunc);
+    std::ofstream f(path, std::ios::trunc);
     f << index.dump(2) << "\n";
-    if (!f) throw std::runtime_error(tmp.string() + ": cannot write the file");
+    f.flush();
+    if (!f) throw std::runtime_error(path.string() + ": cannot write the file");
   }
-  fs::rename(tmp, path);
+  if (after_file) after_file(path.string());
+  swap_into_place(dir, final_dir);
 }
 
 PromptTables read_prompt_tables(const std::string& dir_or_run) {
   fs::path dir(dir_or_run);
   if (!fs::exists(dir / kIndexFile) && fs::exists(dir / "prompt_tables" / kIndexFile)) dir /= "prompt_tables";
+  // Between the two renames of a file system without RENAME_EXCHANGE, the old set is here.
+  if (!fs::exists(dir / kIndexFile) && fs::exists(sibling(folder_path(dir.string()), ".old") / kIndexFile))
+    dir = sibling(folder_path(dir.string()), ".old");
   const fs::path path = dir / kIndexFile;
   std::ifstream f(path);
   if (!f)

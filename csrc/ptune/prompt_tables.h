@@ -5,6 +5,7 @@
 // prompt_tables/index.json listing the tasks, their templates and files, and the base model.
 // `loom generate --prompt-checkpoint` and later runs adding tasks (restore_path) read them.
 #pragma once
+#include <functional>
 #include <ATen/core/Tensor.h>
 
 #include <nlohmann/json.hpp>
@@ -36,10 +37,15 @@ struct PromptTables {
 /// The folder of a run's tables: <run_dir>/prompt_tables.
 std::string prompt_tables_dir(const std::string& run_dir);
 
-/// Writes every table and then index.json (each file atomically; index.json last, so a reader
-/// never sees an index naming a table that is not written). Throws std::runtime_error naming
+/// Writes the set of tables as one: every table and index.json into the fresh folder
+/// "<dir>.new", which then replaces `dir` in one atomic exchange of the two folders
+/// (renameat2 RENAME_EXCHANGE; where the file system lacks it, two renames through
+/// "<dir>.old", which read_prompt_tables falls back to). A crash at any point leaves `dir`
+/// holding either the old set or the new one, never a mix. `after_file` (tests) is called after
+/// each file is written. Throws std::runtime_error or std::filesystem::filesystem_error naming
 /// the file on an I/O failure.
-void write_prompt_tables(const std::string& dir, const PromptTables& tables);
+void write_prompt_tables(const std::string& dir, const PromptTables& tables,
+                         const std::function<void(const std::string& file)>& after_file = {});
 
 /// Reads index.json and every table it names, given the tables' folder or a run directory
 /// holding prompt_tables/. Throws std::invalid_argument naming the file and the problem (no

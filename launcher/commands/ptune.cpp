@@ -80,7 +80,8 @@ int ptune_command(int argc, char** argv) {
   if (!under_launcher) {
     // Every input check before any rank starts (the ranks repeat the plan, cheaply).
     try {
-      const auto plan = loom::ptune::plan_prompt_run(recipe);
+      const auto plan =
+          loom::ptune::plan_prompt_run(recipe, iteration >= 0 ? std::optional<int64_t>(iteration) : std::nullopt);
       for (const auto& w : recipe.origin.warnings) std::cerr << "loom ptune: warning: " << w << "\n";
       std::cerr << "# resolved recipe (the model's shape is the base's)\n" << loom::config::to_yaml(plan.recipe) << std::flush;
     } catch (const std::exception& e) {

@@ -381,6 +381,29 @@ TEST_CASE("prompt tables: written and read back with their templates; a damaged 
   CHECK(back.base["iteration"] == 300);
   CHECK(back.find("none") == nullptr);
 
+  // A crash while the next set is written (after its first table, or after its index) leaves
+  // the folder holding the old set whole, and the next write succeeds.
+  PromptTables next = t;
+  for (auto& table : next.tasks) table.vectors = at::randn({3, 4});
+  next.iteration = 50;
+  for (int crash_after : {1, 4}) {
+    int files = 0;
+    struct Crash {};
+    CHECK_THROWS_AS(write_prompt_tables(prompt_tables_dir(run), next,
+                                        [&](const std::string&) {
+                                          if (++files == crash_after) throw Crash{};
+                                        }),
+                    Crash);
+    const PromptTables kept = read_prompt_tables(run);
+    CHECK(kept.iteration == 40);
+    for (size_t i = 0; i < t.tasks.size(); ++i) CHECK(at::equal(kept.tasks[i].vectors, t.tasks[i].vectors));
+  }
+  write_prompt_tables(prompt_tables_dir(run), next);
+  const PromptTables swapped = read_prompt_tables(run);
+  CHECK(swapped.iteration == 50);
+  for (size_t i = 0; i < next.tasks.size(); ++i) CHECK(at::equal(swapped.tasks[i].vectors, next.tasks[i].vectors));
+  CHECK_FALSE(fs::exists(prompt_tables_dir(run) + ".new"));
+
   std::ofstream(prompt_tables_dir(run) + "/index.json", std::ios::trunc) << "{\"tasks\": 3}";
   CHECK_THROWS_WITH(read_prompt_tables(run), Catch::Contains("index.json: malformed index"));
   CHECK_THROWS_WITH(read_prompt_tables(run + "/nothing"), Catch::Contains("no prompt tables here"));

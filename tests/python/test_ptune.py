@@ -11,6 +11,7 @@ LOOM_PTUNE_FULL_MATRIX=1 (tools/test.sh --full) runs every method under every la
 import json
 import math
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -20,7 +21,7 @@ from safetensors.torch import save_file
 from ptune_helpers import (METHODS, base_digests, directory_bytes, layout_overrides, make_base, run_ptune, tables,
                            tensor_close, write_recipe, write_task)
 from test_data_helpers import ROOT, loom_binary
-from train_helpers import make_corpus, metrics
+from train_helpers import make_corpus, metrics, run_train, tiny_overrides
 
 LAYOUTS = [(t, p, d) for t in (1, 2) for p in (1, 2) for d in (1, 2) if (t, p, d) != (1, 1, 1)]
 CI_PAIRS = [("tpmlp", (2, 2, 2)), ("lstm", (2, 1, 2)), ("mlp", (1, 2, 2)), ("embedding", (2, 2, 1)),
@@ -36,7 +37,7 @@ def setup(tmp_path_factory):
     folder = tmp_path_factory.mktemp("task")
     train, valid = write_task(folder)
     recipe = write_recipe(folder / "ptune.yaml", base, train, valid)
-    return {"base": base, "recipe": recipe, "train": train, "valid": valid, "folder": folder,
+    return {"base": base, "corpus": corpus, "recipe": recipe, "train": train, "valid": valid, "folder": folder,
             "base_bytes": directory_bytes(base / "checkpoints")}
 
 
@@ -236,3 +237,36 @@ def test_a_record_with_an_unknown_field_is_named_by_file_and_line(setup, tmp_pat
                      check=False)
     assert done.returncode == 2
     assert f"{bad}:3" in done.stderr and "speaker" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("content,expected", [("", "the file is empty"), ("\n  \n\n", "only 3 blank line(s)")],
+                         ids=["zero_bytes", "blank_lines"])
+def test_an_empty_training_file_is_named(setup, tmp_path, content, expected):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(content)
+    done = run_ptune(setup["recipe"], layout_overrides(tmp_path / "run") + [f"model.data.train_ds=[{setup['train']},{empty}]"],
+                     check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"model.data.train_ds: {empty} holds no records ({expected})" in done.stderr, done.stderr
+
+
+def test_a_resumed_run_keeps_its_base_iteration_when_the_base_trains_on(setup, tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(setup["base"], base)
+    recipe = write_recipe(tmp_path / "ptune.yaml", base, setup["train"], setup["valid"])
+    method = METHODS["embedding"] + ["trainer.val_check_interval=100"]
+    full = tmp_path / "full"
+    run_ptune(setup["recipe"], method + layout_overrides(full))  # on the same base (bytes) at iteration 2
+    run_ptune(recipe, method + layout_overrides(tmp_path / "run"), "--stop-after-steps", "2")
+    run_train(tiny_overrides(setup["corpus"], base, steps=4, global_batch=4))  # the base moves on to iteration 4
+    done = run_ptune(recipe, method + layout_overrides(tmp_path / "run"))
+    assert "(iteration 2, recorded by the checkpoint being resumed, iteration 2," in done.stderr, done.stderr[-3000:]
+    assert [r["loss"] for r in metrics(tmp_path / "run")] == [r["loss"] for r in metrics(full)]
+    # A fresh run reads the latest, unless the recipe names an iteration; one that is not there is named.
+    fresh = run_ptune(recipe, method + layout_overrides(tmp_path / "fresh") + ["trainer.max_steps=1"])
+    assert "(iteration 4," in fresh.stderr
+    pinned = run_ptune(recipe, method + layout_overrides(tmp_path / "pinned") +
+                       ["trainer.max_steps=1", "model.language_model_iteration=2"])
+    assert "(iteration 2, model.language_model_iteration," in pinned.stderr
+    bad = run_ptune(recipe, method + layout_overrides(tmp_path / "bad") + ["model.language_model_iteration=3"], check=False)
+    assert bad.returncode == 2 and "at model.language_model_iteration 3" in bad.stderr, bad.stderr[-3000:]
