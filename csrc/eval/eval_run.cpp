@@ -61,7 +61,7 @@ EvalPlan plan_eval(const EvalRequest& request) {
 }
 
 std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& request, runtime::ProcessGroups& groups,
-                                 const ScoringProgress& progress) {
+                                 const ScoringProgress& progress, const std::function<void(const ScoringCost&)>& on_cost) {
   const auto& layout = groups.layout();
   if (layout.tensor_parallel() != request.tensor_parallel || layout.pipeline_parallel() != request.pipeline_parallel ||
       layout.data_parallel() != request.data_parallel)
@@ -98,6 +98,8 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
       where[t].push_back(std::move(dr));
     }
   }
+
+  if (on_cost) on_cost(scoring_cost(requests, request.batch_size, config));
 
   // This rank's stage of the model, from the checkpoint whatever layout wrote it.
   const runtime::RankCoords me = groups.coords();

@@ -59,8 +59,10 @@ struct TaskResult {
 
 /// Collective over `groups` (world = t·p·d of the plan's request): every rank returns every
 /// task's results. `progress` is called on every rank as its batches complete.
+/// `on_cost` is called on every rank once the requests are built, before any scoring.
 std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& request, runtime::ProcessGroups& groups,
-                                 const ScoringProgress& progress = {});
+                                 const ScoringProgress& progress = {},
+                                 const std::function<void(const ScoringCost&)>& on_cost = {});
 
 /// lm-evaluation-harness's results layout: {"results": {task: {"alias", "METRIC,none",
 /// "METRIC_stderr,none" (a number or "N/A")}}, "configs", "higher_is_better", "n-samples",

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "model/cross_entropy.h"
+#include "train/flops.h"
 #include "model/vocab_parallel_argmax.h"
 
 namespace loom::eval {
@@ -118,6 +119,24 @@ void score_batch(const at::Tensor& y, const Batch& batch, const std::vector<Toke
 
 }  // namespace
 
+ScoringCost scoring_cost(const std::vector<TokenRequest>& requests, int64_t batch_size, const model::GptConfig& config) {
+  const std::vector<int64_t> order = harness_order(requests);
+  const int64_t n = static_cast<int64_t>(order.size());
+  ScoringCost cost;
+  cost.requests = n;
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    const int64_t end = std::min(n, begin + batch_size);
+    // Longest first: the batch's first request sets its padded length.
+    const int64_t s = static_cast<int64_t>(requests[order[begin]].tokens.size()) - 1;
+    ++cost.batches;
+    cost.positions += (end - begin) * s;
+    // A training iteration is one forward and two forward-sized backward passes.
+    cost.flops += train::model_flops_per_iteration({end - begin, s, config.hidden_size, config.num_layers,
+                                                    config.padded_vocab_size(1)}) / 3;
+  }
+  return cost;
+}
+
 std::vector<RequestScore> score_requests(const model::GptStage& stage, runtime::ProcessGroups& groups,
                                          const std::vector<TokenRequest>& requests, int64_t batch_size,
                                          const ScoringProgress& progress) {
@@ -137,6 +156,7 @@ std::vector<RequestScore> score_requests(const model::GptStage& stage, runtime::
   auto* out = results.data_ptr<double>();
   std::deque<std::unique_ptr<runtime::AsyncWork>> sends;
   int64_t done = 0;
+  if (progress) progress(0, mine_total);  // shown before the first (possibly long) batch
   // Data-parallel ranks take every d-th batch.
   for (int64_t k = me.dp; k < batches; k += d) {
     const Batch batch = make_batch(requests, order, k * batch_size, std::min(n, (k + 1) * batch_size));

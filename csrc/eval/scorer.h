@@ -24,9 +24,19 @@
 
 namespace loom::eval {
 
-/// Called on every rank after each of its batches: (requests this replica has run, requests
-/// of this replica in all).
+/// Called on every rank before its first batch (done = 0) and after each of its batches:
+/// (requests this replica has run, requests of this replica in all).
 using ScoringProgress = std::function<void(int64_t done, int64_t total)>;
+
+/// What scoring `requests` costs over all replicas: the forward passes of every batch at its
+/// padded length (docs/design/evaluation.md, "Cost").
+struct ScoringCost {
+  int64_t requests = 0;
+  int64_t batches = 0;
+  int64_t positions = 0;  ///< Σ over batches of b · s (padding included)
+  double flops = 0;       ///< forward FLOPs (train/flops.h's model FLOPs / 3 per sequence)
+};
+ScoringCost scoring_cost(const std::vector<TokenRequest>& requests, int64_t batch_size, const model::GptConfig& config);
 
 /// Scores of `requests` (the same list on every rank; every request non-empty and at most
 /// max_position_embeddings + 1 tokens) in their order: Σ log p of the scored tokens and

@@ -118,7 +118,13 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
     ProgressLine progress(request.data_parallel);
     loom::eval::ScoringProgress report;
     if (info.rank == 0) report = [&progress](int64_t done, int64_t total) { progress(done, total); };
-    const auto results = loom::eval::run_eval(plan, request, *groups, report);
+    auto cost_line = [&](const loom::eval::ScoringCost& c) {
+      if (info.rank != 0) return;
+      std::cerr << fmt::format("loom eval: {} requests in {} batches of up to {}: {} positions, {:.3g} TFLOP of "
+                               "forward passes (docs/design/evaluation.md, \"Cost\")\n",
+                               c.requests, c.batches, request.batch_size, c.positions, c.flops / 1e12);
+    };
+    const auto results = loom::eval::run_eval(plan, request, *groups, report, cost_line);
     groups->shutdown();
     if (info.rank == 0) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -229,3 +229,18 @@ def test_lm_evaluation_harness_gives_the_same_numbers(model, tmp_path):
 def pathlib_of(module):
     import pathlib
     return pathlib.Path(module.__file__).parent
+
+
+def test_rolling_windows_are_batched_and_their_cost_shown_before_scoring(model, tmp_path):
+    page = tmp_path / "page.jsonl"
+    page.write_text(json.dumps({"page": (ROOT / "data" / "tinyshakespeare.txt").read_text()[:20000]}) + "\n")
+    out = tmp_path / "results.json"
+    done = loom_eval(model, "--tasks", f"wikitext:{page}", "--max-length", 16, "--batch-size", 64, "--output", out,
+                     "--log-samples")
+    record = json.loads((tmp_path / "results_samples_page.jsonl").read_text().splitlines()[0])
+    windows, tokens = record["windows"], record["tokens"]
+    assert windows == -(-tokens // 16) and windows > 64  # every 16 tokens a window
+    line = f"loom eval: {windows} requests in {-(-windows // 64)} batches of up to 64: {windows * 16} positions"
+    assert line in done.stderr, done.stderr[-3000:]
+    # The progress line appears before the first batch, the cost line before it.
+    assert done.stderr.index(line) < done.stderr.index(f"loom eval: 0/{windows} requests"), done.stderr[-3000:]
