@@ -23,6 +23,8 @@
 #include "runtime/error_text.h"
 #include "runtime/process_groups.h"
 #include "runtime/run_device.h"
+#include "train/device_info.h"
+#include "train/flops.h"
 #include "train/gpt_step.h"
 #include "train/metrics_log.h"
 #include "train/micro_batches.h"
@@ -208,6 +210,10 @@ class PromptRun {
   PromptRun(const config::Recipe& recipe, const PromptRunOptions& options) : options_(options), plan_(plan_prompt_run(recipe, options.resume_iteration)), r_(plan_.recipe) {}
 
   int run();
+  /// After run() threw: this rank's step records not yet flushed (no collective).
+  void keep_unflushed_steps() noexcept {
+    if (step_log_) step_log_->keep_unflushed_steps();
+  }
 
  private:
   void setup();
@@ -247,6 +253,7 @@ class PromptRun {
   std::unique_ptr<train::StepLog> step_log_;
   std::unique_ptr<prompt_data::EpochOrder> order_;
   train::TrainingPosition position_;
+  int64_t first_step_ = 0;              ///< the first step this process trains (after resume)
   std::string base_digest_;             ///< this rank's slice of the base, checked at the end
   std::string base_checkpoint_digest_;  ///< the whole base checkpoint (the same for every layout)
   double best_val_loss_ = std::numeric_limits<double>::infinity();
@@ -256,6 +263,7 @@ int PromptRun::run() {
   setup();
   build_model();
   resume();
+  first_step_ = position_.iteration;
   dir_->write_resolved_recipe(r_);
   train::install_stop_signal_handlers();
 
@@ -333,6 +341,12 @@ void PromptRun::build_model() {
   lc.max_steps = r_.trainer.max_steps;
   lc.print_every = r_.trainer.log_every_n_steps;
   lc.tokens_per_step = shape_.global_batch * shape_.seq_length;
+  // The frozen base runs forward and the input-gradient half of backward (its weights take no
+  // gradients): 2/3 of a training iteration's model FLOPs (docs/design/ptuning.md, "The model").
+  lc.model_flops_per_step = train::model_flops_per_iteration({shape_.global_batch, shape_.seq_length,
+                                                              model_config_.hidden_size, model_config_.num_layers,
+                                                              chunks_.front().padded_vocab_size()}) * 2 / 3;
+  lc.peak_tflops = train::peak_tflops_for_device(train::accelerator_name(groups_->device()));
   lc.world_size = groups_->layout().world_size();
   if (r_.trainer.max_time)
     if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
@@ -409,16 +423,17 @@ void PromptRun::train_step(int64_t step) {
     auto ids = sampler.next();
     if (!ids) throw std::logic_error("prompt learning: the sample stream ended before trainer.max_steps");
     for (auto& i : *ids) i = (*order_)[i];  // stream index -> example
-    const int64_t row = (int64_t(k) * shape_.d + groups_->coords().dp) * shape_.micro_batch;
+    const int64_t row = train::micro_batch_global_row(int64_t(k), shape_.d, groups_->coords().dp, shape_.micro_batch);
     batches.push_back(micro_batch(*plan_.train, *ids, row, true, static_cast<uint64_t>(step)).mb);
   }
   model::DropoutContext dropout;  // the base has no dropout; kept for the step's interface
   dropout.seed = static_cast<uint64_t>(r_.model.seed);
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = shape_.global_batch;
-  optimizer_->zero_grad();
+  optimizer_->start_iteration(shape_.m);  // arms model.optim.overlap_grad_sync
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(), [&] { optimizer_->accumulate_grads(); });
   const train::optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
+  if (step == first_step_) train::report_gradient_overlap(*optimizer_, *log_, step);
   scheduler_->advance();
   position_.iteration = step + 1;
   position_.consumed_samples += shape_.global_batch;
@@ -444,7 +459,7 @@ at::Tensor PromptRun::evaluate(const prompt_data::PromptDataset& dataset, int64_
     std::vector<PromptMicroBatch> batches;
     for (int k = 0; k < shape_.m; ++k) {
       auto ids = sampler.next();
-      const int64_t row = (int64_t(k) * shape_.d + groups_->coords().dp) * shape_.micro_batch;
+      const int64_t row = train::micro_batch_global_row(int64_t(k), shape_.d, groups_->coords().dp, shape_.micro_batch);
       batches.push_back(micro_batch(dataset, *ids, row, false, 0));
     }
     auto result = train::run_pipeline_schedule(sc, groups_->pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
@@ -472,6 +487,7 @@ at::Tensor PromptRun::evaluate(const prompt_data::PromptDataset& dataset, int64_
 
 std::optional<double> PromptRun::validate(int64_t step) {
   if (!plan_.valid) return std::nullopt;
+  optimizer_->wait_for_params();  // model.optim.overlap_param_sync leaves the last gather open
   step_log_->flush();
   const auto start = Clock::now();
   int64_t batches = 0;
@@ -538,6 +554,7 @@ void PromptRun::write_tables(const std::string& dir, int64_t iteration, double v
 
 void PromptRun::save(int64_t iteration) {
   step_log_->flush();
+  optimizer_->wait_for_params();
   dir_->save(iteration, layout(), [&] {
     return train::capture_training_state(parts(), position_, groups_->coords().tp, shape_.t);
   });
@@ -558,11 +575,15 @@ int PromptRun::finish() {
 }  // namespace
 
 int run_prompt_learning(const config::Recipe& recipe, const PromptRunOptions& options) {
+  std::unique_ptr<PromptRun> run;
   try {
-    PromptRun run(recipe, options);
-    return run.run();
+    run = std::make_unique<PromptRun>(recipe, options);
+    return run->run();
   } catch (const std::exception& e) {
+    // Recorded while the groups are open (the launcher must see this error first); then this
+    // rank's step records not yet flushed, so that a failed run keeps its losses.
     launch::record_rank_error(runtime::error_text(e));
+    if (run) run->keep_unflushed_steps();
     throw;
   }
 }

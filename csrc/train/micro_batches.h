@@ -21,6 +21,13 @@ struct MicroBatch {
   model::PromptSplice prompt;
 };
 
+/// The row of the global batch where micro-batch `k` of data-parallel rank `dp_rank` starts:
+/// Megatron's sampler hands out micro_batch·d consecutive ids per micro-step and rank r takes
+/// slice r, so the rows start at (k·d + r)·micro_batch (dropout keys use it).
+inline int64_t micro_batch_global_row(int64_t k, int64_t d, int64_t dp_rank, int64_t micro_batch) {
+  return (k * d + dp_rank) * micro_batch;
+}
+
 /// `samples` (all of one length S) as one micro-batch on `device`. Throws std::invalid_argument
 /// for no samples, std::logic_error for samples of different lengths.
 MicroBatch make_micro_batch(const std::vector<data::GptSample>& samples, int64_t global_row, at::Device device);

@@ -67,6 +67,13 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
   }
 }
 
+void StepLog::keep_unflushed_steps() noexcept {
+  try {
+    flush(/*collective=*/false);
+  } catch (...) {
+  }
+}
+
 void StepLog::flush(bool collective) {
   if (pending_.empty()) return;
   // [pending, 5]: every pending step's loss, then its StepResult::values(), in one copy.

@@ -53,6 +53,9 @@ class StepLog {
   /// records only, so that a crash loses none). Throws std::runtime_error naming the step when
   /// a loss is not finite.
   void flush(bool collective = true);
+  /// On a rank's error path: flush(false), swallowing any error (the error being reported
+  /// matters more), so that a run that fails keeps the losses of the steps it did.
+  void keep_unflushed_steps() noexcept;
   /// The loss of the last flushed step (NaN before any).
   double last_loss() const { return last_loss_; }
 

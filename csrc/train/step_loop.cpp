@@ -10,6 +10,13 @@
 
 namespace loom::train {
 
+void report_gradient_overlap(const optim::Optimizer& optimizer, MetricsLog& log, int64_t step) {
+  if (!optimizer.options().overlap_grad_reduce) return;
+  log.message(fmt::format("[loom] model.optim.overlap_grad_sync: {} gradient bucket(s) started their reduction inside "
+                          "the backward of step {}",
+                          optimizer.buckets_started_in_backward(), step + 1));
+}
+
 StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int64_t stop_after_steps,
                           runtime::ProcessGroups& groups, MetricsLog& log, const StepLoopHooks& hooks) {
   const int64_t max_steps = recipe.trainer.max_steps;

@@ -9,6 +9,7 @@
 #include "config/recipe.h"
 #include "runtime/process_groups.h"
 #include "train/metrics_log.h"
+#include "train/optim/optimizer.h"
 
 namespace loom::train {
 
@@ -23,6 +24,10 @@ enum class StepLoopEnd {
   kStopped,      ///< stopped early (saved)
   kMaxSteps,     ///< trained to max_steps; the caller validates and saves the last step
 };
+
+/// After a run's first step in this process: with model.optim.overlap_grad_sync, logs how many
+/// gradient buckets started their reduction inside backward (0 means the overlap was not armed).
+void report_gradient_overlap(const optim::Optimizer& optimizer, MetricsLog& log, int64_t step);
 
 /// Collective (the stop agreement): every rank calls it with the same arguments.
 StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int64_t stop_after_steps,

@@ -89,6 +89,7 @@ class TrainingRun {
   std::unique_ptr<GptStep> step_;
   std::unique_ptr<StepLog> step_log_;
   TrainingPosition position_;
+  int64_t first_step_ = 0;  ///< the first step this process trains (after resume)
 };
 
 int TrainingRun::run() {
@@ -96,6 +97,7 @@ int TrainingRun::run() {
   build_data();
   build_model();
   resume_if_possible();
+  first_step_ = position_.iteration;
   dir_->write_resolved_recipe(r_);
   install_stop_signal_handlers();
 
@@ -218,9 +220,7 @@ std::vector<MicroBatch> TrainingRun::micro_batches(const StepSamples& samples) c
   std::vector<MicroBatch> out;
   const int dp_rank = groups_->coords().dp;
   for (size_t k = 0; k < samples.size(); ++k) {
-    // Megatron's sampler hands out micro_batch·d consecutive ids per micro-step, rank r taking
-    // slice r: this micro-batch's rows in the global batch start at (k·d + r)·micro_batch.
-    const int64_t row = (int64_t(k) * shape_.d + dp_rank) * shape_.micro_batch;
+    const int64_t row = micro_batch_global_row(int64_t(k), shape_.d, dp_rank, shape_.micro_batch);
     out.push_back(make_micro_batch(samples[k], row, groups_->device()));
   }
   return out;
@@ -245,6 +245,7 @@ void TrainingRun::train_step(int64_t step) {
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(),
                                  [&] { optimizer_->accumulate_grads(); });
   const optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
+  if (step == first_step_) report_gradient_overlap(*optimizer_, *log_, step);
   scheduler_->advance();
   position_.iteration = step + 1;
   position_.consumed_samples += shape_.global_batch;
@@ -288,11 +289,7 @@ void TrainingRun::save(int64_t iteration) {
 // log; write this rank's records (no collective: peers may be gone) so that a run that fails
 // keeps the losses of the steps it did. Best effort: the error being reported matters more.
 void TrainingRun::keep_logged_steps() noexcept {
-  if (!step_log_) return;
-  try {
-    step_log_->flush(/*collective=*/false);
-  } catch (...) {
-  }
+  if (step_log_) step_log_->keep_unflushed_steps();
 }
 
 int TrainingRun::finish() {

@@ -11,11 +11,15 @@ LOOM_PTUNE_FULL_MATRIX=1 (tools/test.sh --full) runs every method under every la
 import json
 import math
 import os
+import re
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import save_file
 
 from ptune_helpers import (METHODS, base_digests, directory_bytes, layout_overrides, make_base, run_ptune, tables,
@@ -270,3 +274,51 @@ def test_a_resumed_run_keeps_its_base_iteration_when_the_base_trains_on(setup, t
     assert "(iteration 2, model.language_model_iteration," in pinned.stderr
     bad = run_ptune(recipe, method + layout_overrides(tmp_path / "bad") + ["model.language_model_iteration=3"], check=False)
     assert bad.returncode == 2 and "at model.language_model_iteration 3" in bad.stderr, bad.stderr[-3000:]
+
+
+# ---- the step is loom train's: recipe fields take effect as there (one loop for both) ----
+
+def test_overlap_grad_sync_is_armed_and_changes_nothing(setup, tmp_path):
+    method = METHODS["mlp"] + ["trainer.val_check_interval=100"]
+    plain = run_ptune(setup["recipe"], method + layout_overrides(tmp_path / "plain", 1, 1, 2))
+    overlapped = run_ptune(setup["recipe"], method + layout_overrides(tmp_path / "overlap", 1, 1, 2) +
+                           ["model.optim.overlap_grad_sync=true"])
+    started = re.search(r"overlap_grad_sync: (\d+) gradient bucket\(s\) started their reduction inside the backward "
+                        r"of step 1", overlapped.stderr)
+    assert started and int(started[1]) > 0, overlapped.stderr[-3000:]
+    assert "started their reduction inside" not in plain.stderr
+    assert [r["loss"] for r in metrics(tmp_path / "overlap")] == [r["loss"] for r in metrics(tmp_path / "plain")]
+
+
+def test_model_flops_are_reported_as_two_thirds_of_training(setup, tmp_path):
+    done = run_ptune(setup["recipe"], METHODS["embedding"] + layout_overrides(tmp_path / "run"))
+    records = metrics(tmp_path / "run")
+    b = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["global_batch_size"]
+    s = int(re.search(r"; sequence length (\d+)", done.stderr)[1])
+    layers, h = map(int, re.search(r"(\d+) layers, hidden (\d+)", done.stderr).groups())
+    vocab = 50304  # GPT-2's 50257 padded to a multiple of 128
+    flops = 72 * b * layers * s * h * h * (1 + s / (6 * h) + vocab / (12 * h * layers)) * 2 / 3
+    for r in records:
+        assert r["model_tflops_per_device"] == pytest.approx(flops / r["step_time_s"] / 1e12, rel=1e-3), r
+
+
+def test_a_failed_rank_keeps_the_losses_of_the_steps_since_the_last_log(setup, tmp_path):
+    from test_train_reliability import cpu_seconds, rank_pids, wait_for_step
+    steps = 5000
+    overrides = METHODS["embedding"] + layout_overrides(tmp_path, 1, 1, 2) + [
+        f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={steps}", "trainer.val_check_interval=100000",
+        f"exp_manager.checkpoint_callback_params.every_n_steps={steps}"]
+    proc = subprocess.Popen([str(loom_binary()), "ptune", str(setup["recipe"]), *overrides], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_step(tmp_path, 1, proc)  # the first step is always written at once
+    rank0 = rank_pids(proc.pid)[0]
+    start, deadline = cpu_seconds(rank0), time.time() + 120
+    while cpu_seconds(rank0) - start < 2 and time.time() < deadline:
+        assert proc.poll() is None
+        time.sleep(0.1)
+    assert [r["step"] for r in metrics(tmp_path)] == [1]
+    os.kill(rank_pids(proc.pid)[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    written = [r["step"] for r in metrics(tmp_path)]
+    assert len(written) > 1 and written == list(range(1, len(written) + 1)), err[-3000:]
