@@ -20,8 +20,16 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// "0", "1", ...: no sign, no leading zero (so that one item has one name).
 bool is_index(const std::string& key) {
-  return !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos;
+  return !key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos &&
+         (key.size() == 1 || key[0] != '0');
+}
+
+// Something meant as an index that is not one: "-1", "01", "+2".
+bool looks_like_index(const std::string& key) {
+  const size_t digits = key.find_first_of("0123456789");
+  return digits != std::string::npos && key.find_first_not_of("+-0123456789") == std::string::npos;
 }
 
 // "field.I[.key...]" where `field` is a known field: item I of the sequence the recipe (or an
@@ -89,6 +97,12 @@ void report_unknown_key(const std::string& key, const KeyIndex& index, RecipeKin
   while (depth + 1 < keys.size() && index.sections.count(join_path(keys, depth + 1))) ++depth;
   const std::string parent = join_path(keys, depth);
   const std::string known_field = join_path(keys, depth + 1);
+  if (depth + 1 < keys.size() && index.fields.count(known_field) && looks_like_index(keys[depth + 1])) {
+    diag.error(where, key,
+               "'" + keys[depth + 1] + "' is not an index: the items of a list are numbered 0, 1, 2, ... (no sign, "
+               "no leading zero), as in '" + known_field + ".0=VALUE'");
+    return;
+  }
   if (depth + 1 < keys.size() && index.fields.count(known_field)) {
     // A field followed by more keys: it is a value, not a section (suggesting it back would
     // name the key that was given).

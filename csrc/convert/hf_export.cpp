@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <vector>
 
 #include "convert/convert_error.h"
 #include "convert/hf_gpt2.h"
@@ -11,6 +12,7 @@
 #include "convert/run_recipe.h"
 #include "data/gpt2_tokenizer.h"
 #include "generate/checkpoint_reader.h"
+#include "launch/file_util.h"
 #include "tensor_io/safetensors_file.h"
 
 namespace fs = std::filesystem;
@@ -21,12 +23,16 @@ namespace {
 // An export never replaces a model without being told to (checked before anything is read).
 void refuse_occupied_output(const HfExportRequest& request) {
   const fs::path out(request.output_dir);
+  if (fs::is_symlink(fs::symlink_status(out)) && !fs::exists(out))
+    throw ConvertInputError(request.output_dir + " is a symbolic link to nothing: name a directory");
   if (!fs::exists(out)) return;
   if (!fs::is_directory(out)) throw ConvertInputError(request.output_dir + " exists and is not a directory");
-  if (request.overwrite || fs::is_empty(out)) return;
+  // Not std::filesystem's directory iteration (launch/file_util.h says why).
+  const std::vector<std::string> entries = launch::list_directory(request.output_dir);
+  if (request.overwrite || entries.empty()) return;
   throw ConvertInputError(fmt::format("{} is not empty (it holds '{}'): --to hf writes into a new or empty directory; "
                                       "pass --overwrite to replace the Hugging Face files in it",
-                                      request.output_dir, fs::directory_iterator(out)->path().filename().string()));
+                                      request.output_dir, entries.front()));
 }
 
 }  // namespace

@@ -212,7 +212,10 @@ void check_config_against_tensors(const Gpt2Shape& s, const std::map<std::string
   };
   auto expect_dim = [&](const char* field, int64_t value, const std::string& tensor, int64_t dim) {
     const at::Tensor* t = find(tensor);
-    if (!t || t->dim() <= dim) return;  // hf_to_loom names a missing or misshapen tensor
+    if (!t)
+      throw ConvertInputError(fmt::format("{}: no tensor transformer.{}, which gives the size of {} ({} in {})",
+                                          weights_file, tensor, field, value, config_file));
+    if (t->dim() <= dim) return;  // hf_to_loom names a misshapen tensor
     if (t->size(dim) != value)
       throw ConvertInputError(fmt::format("{}: {} is {}, but transformer.{} in {} has size {} in dimension {}", config_file,
                                           field, value, tensor, weights_file, t->size(dim), dim));

@@ -67,8 +67,8 @@ Gpt2Shape gpt2_shape_from_config(const nlohmann::json& config, const std::string
 /// (read from `weights_file`) before anything of those sizes is built, so that an absurd
 /// config.json is refused up front instead of allocating: vocab_size and n_embd against
 /// wte.weight, n_positions against wpe.weight, n_layer against the h.N layers present, n_inner
-/// against h.0.mlp.c_fc.weight. A missing tensor is left to hf_to_loom, which names it. Throws
-/// ConvertInputError naming `config_file`, the field, its value and the tensor's size.
+/// against h.0.mlp.c_fc.weight. Throws ConvertInputError naming `config_file`, the field, its
+/// value and the tensor's size, or `weights_file` and the tensor when one of these is missing.
 void check_config_against_tensors(const Gpt2Shape& shape, const std::map<std::string, at::Tensor>& hf,
                                   const std::string& config_file, const std::string& weights_file);
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "launch/file_util.h"
 #include "tensor_io/safetensors_file.h"
 
 namespace fs = std::filesystem;
@@ -79,14 +80,14 @@ void swap_into_place(const fs::path& staged, const fs::path& dir) {
     return;
   }
   if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(staged);  // now the old set
+    launch::remove_tree(staged.string());  // now the old set
     return;
   }
   const fs::path previous = sibling(dir, ".old");
-  fs::remove_all(previous);
+  launch::remove_tree(previous.string());
   fs::rename(dir, previous);
   fs::rename(staged, dir);
-  fs::remove_all(previous);
+  launch::remove_tree(previous.string());
 }
 
 }  // namespace
@@ -109,7 +110,7 @@ void write_prompt_tables(const std::string& dir_name, const PromptTables& tables
                          const std::function<void(const std::string& file)>& after_file) {
   const fs::path final_dir = folder_path(dir_name);
   const fs::path dir = sibling(final_dir, ".new");
-  fs::remove_all(dir);  // what an interrupted write left
+  launch::remove_tree(dir.string());  // what an interrupted write left
   fs::create_directories(dir);
   nlohmann::json index{{"format", "loom-prompt-tables"}, {"version", 1}, {"virtual_prompt_style", tables.style},
                        {"base", tables.base}, {"iteration", tables.iteration}, {"val_loss", tables.val_loss},

@@ -106,13 +106,28 @@ SafetensorsContent read_safetensors(const std::string& path) {
   if (n > kMaxHeaderBytes || n > size - 8) throw bad(fmt::format("header length {} beyond the file ({} bytes)", n, size));
   std::string json(n, '\0');
   f.read(json.data(), static_cast<std::streamsize>(n));
-  // The format forbids a name twice; a JSON object parser would keep one of the two silently.
-  std::set<std::string> top_level_keys;
-  std::string duplicate;
-  auto refuse_duplicates = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-        !top_level_keys.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
+  // The format forbids a name twice, and a field twice in an entry (the reference reader's
+  // struct refuses it; __metadata__ is a free map there, the last value kept); a JSON object
+  // parser would keep one of the two silently.
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> open_objects;  // keys seen in each open object
+  std::vector<bool> checked;                        // false for __metadata__
+  std::string top_key, duplicate;
+  auto refuse_duplicates = [&](int /*depth*/, Event event, nlohmann::json& parsed) {
+    if (event == Event::object_start) {
+      checked.push_back(!(open_objects.size() == 1 && top_key == "__metadata__"));
+      open_objects.emplace_back();
+    } else if (event == Event::object_end) {
+      open_objects.pop_back();
+      checked.pop_back();
+    } else if (event == Event::key && !open_objects.empty()) {
+      const std::string key = parsed.get<std::string>();
+      const bool top = open_objects.size() == 1;
+      if (top) top_key = key;
+      if (checked.back() && !open_objects.back().insert(key).second && duplicate.empty())
+        duplicate = top ? "the header names '" + key + "' twice"
+                        : "the header's entry '" + top_key + "' has the field '" + key + "' twice";
+    }
     return true;
   };
   nlohmann::json header;
@@ -121,7 +136,7 @@ SafetensorsContent read_safetensors(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("header is not JSON: ") + e.what());
   }
-  if (!duplicate.empty()) throw bad("the header names '" + duplicate + "' twice (each name once, says the format)");
+  if (!duplicate.empty()) throw bad(duplicate + " (each name and field once, says the format)");
   if (!header.is_object()) throw bad("header is not a JSON object");
   const uint64_t data_bytes = size - 8 - n;
   SafetensorsContent out;

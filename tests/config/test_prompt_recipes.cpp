@@ -165,7 +165,7 @@ TEST_CASE("a resolved prompt-learning recipe loads back to the same recipe", "[c
   }
 }
 
-TEST_CASE("overrides address list items by index; their keys are checked with suggestions", "[config]") {
+TEST_CASE("overrides address list items by index, their keys are checked with suggestions", "[config]") {
   const Recipe r = load_prompt(kPromptRecipe, {"model.task_templates.1.prompt_template=<|VIRTUAL_PROMPT_0|> {line}"
                                                "<|VIRTUAL_PROMPT_1|> Which play:{play}",
                                                "model.task_templates.0.total_virtual_tokens=12",
@@ -180,7 +180,10 @@ TEST_CASE("overrides address list items by index; their keys are checked with su
   CHECK(r.origin.locations.at("model.task_templates").str() == "p.yaml:13:5");
 
   CHECK(has(prompt_errors(kPromptRecipe, {"model.task_templates.2.taskname=x"}),
-            "model.task_templates.2: 'model.task_templates' has 2 item(s), numbered from 0; found index 2"));
+            "model.task_templates.2.taskname: 'model.task_templates' has 2 item(s), numbered from 0; found index 2"));
+  for (const char* bad : {"-1", "01", "+1"})
+    CHECK(has(prompt_errors(kPromptRecipe, {std::string("model.task_templates.") + bad + ".taskname=x"}),
+              std::string("'") + bad + "' is not an index: the items of a list are numbered 0, 1, 2"));
   CHECK(has(prompt_errors(kPromptRecipe, {"model.task_templates.0.prompt_templat=x"}),
             "unknown key of a task template, found 'prompt_templat' (did you mean 'prompt_template'?)"));
   CHECK(has(prompt_errors(kPromptRecipe, {"model.existing_tasks.0=speaker"}),

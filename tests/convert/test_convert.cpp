@@ -104,22 +104,32 @@ TEST_CASE("safetensors: every dtype round-trips bit for bit", "[convert]") {
   launch::remove_tree(dir);
 }
 
-TEST_CASE("safetensors: a header naming one tensor twice is refused", "[convert]") {
-  // The first entry lies about its shape; a JSON object reader keeps only one of the two.
+TEST_CASE("safetensors: a header naming one tensor twice, or a field of an entry twice, is refused", "[convert]") {
+  // The first of the two lies about the shape; a JSON object reader keeps only one of them.
   const std::string dir = temp_dir("duplicate");
-  const std::string header =
-      R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
-  std::string bytes;
-  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xFF));
-  bytes += header + std::string(8, '\0');
-  const std::string path = dir + "/dup.safetensors";
-  std::ofstream(path, std::ios::binary) << bytes;
-  CHECK_THROWS_WITH(tensor_io::read_safetensors(path), Catch::Contains("dup.safetensors: not a safetensors file") &&
-                                                           Catch::Contains("names 'w' twice"));
+  auto file_with = [&](const std::string& header) {
+    std::string bytes;
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xFF));
+    bytes += header + std::string(8, '\0');
+    const std::string path = dir + "/dup.safetensors";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return path;
+  };
+  CHECK_THROWS_WITH(
+      tensor_io::read_safetensors(file_with(
+          R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})")),
+      Catch::Contains("dup.safetensors: not a safetensors file") && Catch::Contains("names 'w' twice"));
+  CHECK_THROWS_WITH(tensor_io::read_safetensors(
+                        file_with(R"({"w":{"dtype":"F32","shape":[9999999,5],"shape":[2],"data_offsets":[0,8]}})")),
+                    Catch::Contains("entry 'w' has the field 'shape' twice"));
+  // __metadata__ is a free map (the reference keeps the last value): accepted.
+  const auto content = tensor_io::read_safetensors(
+      file_with(R"({"__metadata__":{"k":"a","k":"b"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"));
+  CHECK(content.metadata.at("k") == "b");
   launch::remove_tree(dir);
 }
 
-TEST_CASE("hf mapping: Loom -> HF -> Loom is exact; QKV regrouped from per-head to [q|k|v]", "[convert]") {
+TEST_CASE("hf mapping: Loom -> HF -> Loom is exact, QKV regrouped from per-head to [q|k|v]", "[convert]") {
   const auto s = small_shape();
   const auto loom = loom_params(s, 16);
   const auto hf = convert::loom_to_hf(loom, s);

@@ -104,7 +104,7 @@ TEST_CASE("preprocess errors name the file and line", "[preprocess][errors]") {
   CHECK_THROWS_AS(preprocess(o), DataError);
 }
 
-TEST_CASE("several inputs are one corpus; a partition's share is contiguous", "[preprocess]") {
+TEST_CASE("several inputs are one corpus, a partition's share is contiguous", "[preprocess]") {
   TempDir dir;
   std::string all;
   for (int f = 0; f < 3; ++f) {

@@ -55,7 +55,7 @@ TEST_CASE("a strong repetition penalty keeps greedy decoding off the context's t
   }
 }
 
-TEST_CASE("min_new_tokens forbids the stop token until then; stop_when ends generation") {
+TEST_CASE("min_new_tokens forbids the stop token until then, stop_when ends generation") {
   model::GptStage model(tiny_config(), solo());
   set_truth(model, 0, 1);
   GenerationOptions o;

@@ -62,7 +62,7 @@ TEST_CASE("the search's pipeline splits: even when legal, else lighter uneven en
   }
 }
 
-TEST_CASE("per-stage memory: each stage's own layers and in-flight micro-batches; the worst is the maximum",
+TEST_CASE("per-stage memory: each stage's own layers and in-flight micro-batches, the worst is the maximum",
           "[planner]") {
   const ModelShape m = gpt(44, 4096, 32);
   TrainingSetup setup;

@@ -156,7 +156,7 @@ TEST_CASE("initial values are a function of (seed, task), the same for every lay
   CHECK(big.std().item<double>() == Approx(std::sqrt(2.0 / 500)).epsilon(0.02));
 }
 
-TEST_CASE("prompt tuning trains a table; text initialisation tiles or cuts the text's embeddings", "[ptune]") {
+TEST_CASE("prompt tuning trains a table, text initialisation tiles or cuts the text's embeddings", "[ptune]") {
   data::Gpt2Tokenizer tok(std::string(LOOM_SOURCE_DIR) + "/data/gpt2-vocab.json",
                           std::string(LOOM_SOURCE_DIR) + "/data/gpt2-merges.txt");
   const at::Tensor emb = at::arange(50304 * 2, at::kFloat).view({50304, 2});
@@ -347,7 +347,7 @@ TEST_CASE("safetensors: a round trip, and malformed files named with what is wro
   loom::launch::remove_tree(dir);
 }
 
-TEST_CASE("prompt tables: written and read back with their templates; a damaged index is named", "[ptune]") {
+TEST_CASE("prompt tables: written and read back with their templates, a damaged index is named", "[ptune]") {
   const std::string run = temp_dir("tables");
   PromptTables t;
   t.style = "p-tuning";

@@ -309,6 +309,15 @@ def test_import_absurd_sizes_refused_naming_the_field_before_allocating(hf_model
     assert not (tmp_path / "run").exists()
 
 
+def test_import_size_without_its_tensor_names_the_tensor_and_field(hf_model, tmp_path):
+    def drop_wpe(t):
+        t.pop("transformer.wpe.weight")
+    bad = edited_copy(hf_model, tmp_path, edit_tensors=drop_wpe, edit_config=lambda c: c.__setitem__("n_positions", 2**40))
+    expect_bad(["--from", "hf", bad, "--output", tmp_path / "run"],
+               "no tensor transformer.wpe.weight, which gives the size of n_positions (1099511627776 in")
+    assert not (tmp_path / "run").exists()
+
+
 def test_import_truncated_safetensors_named(hf_model, tmp_path):
     bad = edited_copy(hf_model, tmp_path)
     data = (bad / "model.safetensors").read_bytes()

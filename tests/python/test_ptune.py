@@ -13,9 +13,7 @@ import math
 import os
 import re
 import shutil
-import signal
 import subprocess
-import time
 
 import pytest
 import torch
@@ -25,7 +23,7 @@ from safetensors.torch import save_file
 from ptune_helpers import (METHODS, base_digests, directory_bytes, layout_overrides, make_base, run_ptune, tables,
                            tensor_close, write_recipe, write_task)
 from test_data_helpers import ROOT, loom_binary
-from train_helpers import make_corpus, metrics, run_train, tiny_overrides
+from train_helpers import assert_a_failed_run_keeps_its_steps, make_corpus, metrics, run_train, tiny_overrides
 
 LAYOUTS = [(t, p, d) for t in (1, 2) for p in (1, 2) for d in (1, 2) if (t, p, d) != (1, 1, 1)]
 CI_PAIRS = [("tpmlp", (2, 2, 2)), ("lstm", (2, 1, 2)), ("mlp", (1, 2, 2)), ("embedding", (2, 2, 1)),
@@ -303,22 +301,10 @@ def test_model_flops_are_reported_as_two_thirds_of_training(setup, tmp_path):
 
 
 def test_a_failed_rank_keeps_the_losses_of_the_steps_since_the_last_log(setup, tmp_path):
-    from test_train_reliability import cpu_seconds, rank_pids, wait_for_step
     steps = 5000
     overrides = METHODS["embedding"] + layout_overrides(tmp_path, 1, 1, 2) + [
         f"trainer.max_steps={steps}", f"trainer.log_every_n_steps={steps}", "trainer.val_check_interval=100000",
         f"exp_manager.checkpoint_callback_params.every_n_steps={steps}"]
     proc = subprocess.Popen([str(loom_binary()), "ptune", str(setup["recipe"]), *overrides], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_step(tmp_path, 1, proc)  # the first step is always written at once
-    rank0 = rank_pids(proc.pid)[0]
-    start, deadline = cpu_seconds(rank0), time.time() + 120
-    while cpu_seconds(rank0) - start < 2 and time.time() < deadline:
-        assert proc.poll() is None
-        time.sleep(0.1)
-    assert [r["step"] for r in metrics(tmp_path)] == [1]
-    os.kill(rank_pids(proc.pid)[1], signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    written = [r["step"] for r in metrics(tmp_path)]
-    assert len(written) > 1 and written == list(range(1, len(written) + 1)), err[-3000:]
+    assert_a_failed_run_keeps_its_steps(proc, tmp_path)

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from test_data_helpers import ROOT, loom_binary
-from train_helpers import RECIPE, make_corpus, metrics, run_train, tiny_overrides
+from train_helpers import (RECIPE, assert_a_failed_run_keeps_its_steps, make_corpus, metrics, rank_pids, run_train,
+                           tiny_overrides, wait_for_step)
 
 CKPT = "checkpoints"
 
@@ -47,36 +48,6 @@ def flip_a_byte(path):
 def start_train(overrides, *flags, **kwargs):
     cmd = [str(loom_binary()), "train", str(RECIPE), *overrides, *flags]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
-
-
-def wait_for_step(run_dir, step, proc, timeout=120):
-    metrics_file = pathlib.Path(run_dir) / "metrics.jsonl"
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if metrics_file.exists() and f'"step":{step},' in metrics_file.read_text().replace(" ", ""):
-            return
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.1)
-    raise AssertionError(f"step {step} not reached in {timeout} s")
-
-
-def rank_pids(launcher_pid):
-    """RANK -> pid of the ranks the local launcher started (its children, read from /proc)."""
-    out = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"\nPPid:\t{launcher_pid}\n" not in status:
-            continue
-        for var in env:
-            if var.startswith(b"RANK="):
-                out[int(var[5:])] = int(entry.name)
-    return out
 
 
 def test_a_deleted_tracker_resumes_from_the_newest_complete_checkpoint(corpus, tmp_path):
@@ -167,32 +138,13 @@ def test_a_flipped_bit_in_one_shard_names_the_rank_that_read_it(corpus, tmp_path
     assert "mp_rank_01/model_optim_rng.pt is corrupt" in summary.splitlines()[1]
 
 
-def cpu_seconds(pid):
-    """User + system CPU time of a process, from /proc/<pid>/stat."""
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_a_run_that_fails_keeps_the_losses_of_the_steps_since_the_last_log(corpus, tmp_path):
     # Records are written every log_every_n_steps; when a step throws (here: rank 1 dies, so
     # rank 0's next collective fails) rank 0 writes the steps done since the last record.
     steps = 5000
     o = small(corpus, tmp_path, steps=steps, every=steps, d=2, micro=1, global_batch=4) + [
         f"trainer.log_every_n_steps={steps}"]
-    proc = start_train(o)
-    wait_for_step(tmp_path, 1, proc)  # the first step is always written at once
-    rank0 = rank_pids(proc.pid)[0]
-    start, deadline = cpu_seconds(rank0), time.time() + 120
-    while cpu_seconds(rank0) - start < 2 and time.time() < deadline:  # steps of ~10-50 ms
-        assert proc.poll() is None
-        time.sleep(0.1)
-    assert [r["step"] for r in metrics(tmp_path)] == [1]
-    os.kill(rank_pids(proc.pid)[1], signal.SIGKILL)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    steps_written = [r["step"] for r in metrics(tmp_path)]
-    assert len(steps_written) > 1, err[-3000:]
-    assert steps_written == list(range(1, len(steps_written) + 1))
+    assert_a_failed_run_keeps_its_steps(start_train(o), tmp_path)
 
 
 def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(corpus, tmp_path):
@@ -217,20 +169,11 @@ def test_ctrl_c_saves_and_stops_and_a_second_one_stops_at_once(corpus, tmp_path)
     assert "loom train: interrupted twice: the ranks stopped at once, without saving" in err
 
 
-def test_sigusr1_at_a_rank_saves_and_stops(corpus, tmp_path):
-    # What Slurm sends each task before the time limit (--signal=USR1); one rank, no launcher.
-    proc = start_train(small(corpus, tmp_path, steps=200, every=1000))
-    wait_for_step(tmp_path, 1, proc)
-    proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-3000:]
-    assert "stop requested" in err
-    assert 1 <= tracker(tmp_path) < 200
-
-
-def test_sigusr1_at_the_local_launcher_is_forwarded_and_the_ranks_save_and_stop(corpus, tmp_path):
-    # Slurm may signal the job step's launcher rather than each task.
-    proc = start_train(small(corpus, tmp_path, steps=200, every=1000, d=2, micro=1, global_batch=4))
+@pytest.mark.parametrize("layout", [{}, {"d": 2, "micro": 1, "global_batch": 4}], ids=["at_a_rank", "at_the_launcher"])
+def test_sigusr1_saves_and_stops(corpus, tmp_path, layout):
+    # What Slurm sends before the time limit (--signal=USR1): to each task (one rank, no
+    # launcher), or to the job step's launcher, which forwards it to its ranks.
+    proc = start_train(small(corpus, tmp_path, steps=200, every=1000, **layout))
     wait_for_step(tmp_path, 1, proc)
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=120)

@@ -1,8 +1,11 @@
 """Shared helpers of the `loom train` tests: run the real executable on small layouts and read
 back its metrics and checkpoints."""
 import json
+import os
 import pathlib
+import signal
 import subprocess
+import time
 
 import torch
 import torch.jit._pickle
@@ -95,3 +98,57 @@ def full_parameters(run_dir, iteration):
     for name, tensor in out.items():
         assert not torch.isnan(tensor).any(), f"{name} not covered by the shards of {it_dir}"
     return out
+
+
+def wait_for_step(run_dir, step, proc, timeout=120):
+    metrics_file = pathlib.Path(run_dir) / "metrics.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if metrics_file.exists() and f'"step":{step},' in metrics_file.read_text().replace(" ", ""):
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"step {step} not reached in {timeout} s")
+
+
+def rank_pids(launcher_pid):
+    """RANK -> pid of the ranks the local launcher started (its children, read from /proc)."""
+    out = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"\nPPid:\t{launcher_pid}\n" not in status:
+            continue
+        for var in env:
+            if var.startswith(b"RANK="):
+                out[int(var[5:])] = int(entry.name)
+    return out
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process, from /proc/<pid>/stat."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def assert_a_failed_run_keeps_its_steps(proc, run_dir):
+    """`proc`: a local launcher of two or more ranks logging only step 1 before its last step.
+    Once rank 0 has computed for 2 s past step 1, kills rank 1 (SIGKILL): the run must fail and
+    rank 0 must have written the steps it did since step 1."""
+    wait_for_step(run_dir, 1, proc)  # the first step is always written at once
+    rank0 = rank_pids(proc.pid)[0]
+    start, deadline = cpu_seconds(rank0), time.time() + 120
+    while cpu_seconds(rank0) - start < 2 and time.time() < deadline:  # steps of ~10-50 ms
+        assert proc.poll() is None
+        time.sleep(0.1)
+    assert [r["step"] for r in metrics(run_dir)] == [1]
+    os.kill(rank_pids(proc.pid)[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    written = [r["step"] for r in metrics(run_dir)]
+    assert len(written) > 1 and written == list(range(1, len(written) + 1)), err[-3000:]

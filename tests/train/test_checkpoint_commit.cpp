@@ -142,7 +142,7 @@ TEST_CASE("a commit killed at any step is finished or rolled back, never lost", 
   }
 }
 
-TEST_CASE("re-saving identical shards keeps one copy; a damaged copy is superseded", "[train][checkpoint]") {
+TEST_CASE("re-saving identical shards keeps one copy, a damaged copy is superseded", "[train][checkpoint]") {
   TempDir d;
   make_folder(d.path, iteration_dir_name(4), 4, "four");
   make_folder(d.path, iteration_dir_name(4) + ".tmp", 4, "four");

@@ -38,7 +38,7 @@ TEST_CASE("hysteresis: the scale backs off only after consecutive overflows", "[
   CHECK(h1.scale() == 512);
 }
 
-TEST_CASE("the scale grows after growth_interval clean steps; an overflow restarts the count", "[train][optim]") {
+TEST_CASE("the scale grows after growth_interval clean steps, an overflow restarts the count", "[train][optim]") {
   LossScalerConfig c;
   c.initial_scale = 65536;
   c.hysteresis = 1;

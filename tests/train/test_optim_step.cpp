@@ -195,7 +195,7 @@ TEST_CASE("bf16 parameters with fp32 main weights track an fp32 run", "[train][o
   }
 }
 
-TEST_CASE("fp16: an overflow skips the step and backs off the scale; clean steps unscale", "[train][optim]") {
+TEST_CASE("fp16: an overflow skips the step and backs off the scale, clean steps unscale", "[train][optim]") {
   auto params = fake_model(at::kHalf);
   auto ref_params = fake_model(at::kHalf);
   LossScalerConfig sc;
