@@ -12,6 +12,7 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define CUDA_SIM_ASAN 1
 #endif
@@ -182,8 +183,19 @@ std::string barrier_site(const Thread& t) {
   return std::string("__syncthreads at ") + t.bar_file + ":" + std::to_string(t.bar_line);
 }
 
+// Frames that are switched away from for good keep their redzones' poison in ASan's shadow,
+// and GCC's instrumentation only poisons redzones on entry: later frames at those addresses
+// would see stale poison. So the two frames every exiting thread leaves behind have no
+// redzones (no_sanitize_address), and the stacks of threads abandoned after an error are
+// unpoisoned when their launch ends.
+#if defined(CUDA_SIM_ASAN)
+#define CUDA_SIM_NO_REDZONES __attribute__((no_sanitize_address))
+#else
+#define CUDA_SIM_NO_REDZONES
+#endif
+
 // Switches from the running thread back to the scheduler (exiting: never resumed again).
-void to_scheduler(bool exiting) {
+CUDA_SIM_NO_REDZONES void to_scheduler(bool exiting) {
   Sim& s = sim();
   Fiber& f = s.fibers[s.current];
 #if defined(CUDA_SIM_ASAN)
@@ -230,7 +242,7 @@ void thread_exits() {
   t.state = State::kExited;
 }
 
-void fiber_main() {
+CUDA_SIM_NO_REDZONES void fiber_main() {
   Sim& s = sim();
 #if defined(CUDA_SIM_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, &s.sched_stack_bottom, &s.sched_stack_size);
@@ -426,6 +438,11 @@ void launch_kernel(const char* name, const void* func, dim3 grid, dim3 block, si
   struct Cleanup {
     Sim& s;
     ~Cleanup() {
+#if defined(CUDA_SIM_ASAN)
+      for (size_t i = 0; i < s.threads.size(); ++i)
+        if (s.threads[i].state != State::kExited)
+          __asan_unpoison_memory_region(s.fibers[i].stack, kStackBytes);
+#endif
       std::free(s.dyn_smem);
       s.dyn_smem = nullptr;
       s.dyn_bytes = 0;

@@ -123,7 +123,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
 template <typename T>
 cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int value) {
-  return cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
+  return ::cuda_sim::api::cudaFuncSetAttribute(reinterpret_cast<const void*>(func), attr, value);
 }
 cudaError_t cudaMalloc(void** ptr, size_t size);
 cudaError_t cudaFree(void* ptr);
