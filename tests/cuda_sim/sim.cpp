@@ -54,8 +54,9 @@ const char* op_name(WarpOpKind k) {
 
 // Context switching. On x86-64 a fiber's context is its saved stack pointer and
 // cuda_sim_switch (below) saves and restores only the callee-saved registers and the FP
-// control words: no signal-mask system call as in glibc's swapcontext, which made launches of
-// ~10^6 threads take seconds. Elsewhere: ucontext.
+// control words, without the two signal-mask system calls of each glibc swapcontext (the
+// LayerNorm backward test starts over 3 million threads: 3.5 s instead of 5.9 s). Elsewhere, or
+// with -DCUDA_SIM_UCONTEXT: ucontext.
 #if defined(__x86_64__) && !defined(CUDA_SIM_UCONTEXT)
 extern "C" void cuda_sim_switch(void** save_sp, void* load_sp);
 asm(R"(

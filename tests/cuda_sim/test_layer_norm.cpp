@@ -56,6 +56,7 @@ TEST_CASE("layer_norm_backward matches Loom's CPU kernel and ATen", "[layer_norm
       {13, 1000, 0, "fused, two warps, rows strided over the blocks"},
       {3, 1024, 0, "fused, 16-byte vector path"},
       {4, 64, 1, "fused, misaligned pointers"},
+      {3, 8200, 0, "fused, 17 warps, 64 KiB of dynamic shared memory (cudaFuncSetAttribute)"},
       {3, 16400, 0, "unfused (row longer than the fused kernel's cache)"},
   };
   uint32_t seed = 100;
