@@ -192,11 +192,13 @@ inline void check_close(const std::vector<float>& got, const std::vector<float>&
 /// Runs f once per simulator schedule (once on a real GPU), naming the schedule.
 inline void for_each_schedule(const std::function<void(const std::string&)>& f) {
 #if defined(LOOM_CUDA_SIM)
+  struct Restore {
+    ~Restore() { cuda_sim::set_schedule(cuda_sim::Schedule::kRoundRobin); }
+  } restore;
   for (cuda_sim::Schedule s : cuda_sim::kAllSchedules) {
     cuda_sim::set_schedule(s);
     f(std::string("schedule ") + cuda_sim::schedule_name(s));
   }
-  cuda_sim::set_schedule(cuda_sim::Schedule::kRoundRobin);
 #else
   f("GPU");
 #endif
