@@ -150,3 +150,27 @@ TEST_CASE("dropout_forward matches Loom's CPU kernel and the Philox mask", "[dro
 
 }  // namespace
 }  // namespace loom::cuda_test
+
+namespace loom::cuda_test {
+namespace {
+
+TEST_CASE("dropout_forward strides over rows past grid.y's limit of 65535", "[dropout]") {
+  // 65537 rows of 8: grid (1, 65535), so blocks 0 and 1 also handle rows 65535 and 65536.
+  const DropoutCase c{{65537, 8}, {65540, 8}, {2, 0}, 0, false, true, 0.4, "65537 rows"};
+  const uint64_t seed = 9, stream = 5;
+  const std::vector<uint8_t> keep = expected_mask(c, seed, stream);
+  const int64_t n = static_cast<int64_t>(keep.size());
+  const DType t = DType::kFloat;
+  const std::vector<float> x = random_values(t, n, 900), residual = random_values(t, n, 901);
+  const float scale = ops::dropout_scale(c.p);
+  std::vector<float> want(n);
+  for (int64_t i = 0; i < n; ++i) want[i] = (keep[i] ? x[i] * scale : 0.0f) + residual[i];
+  DeviceArray dx(t, x), dres(t, residual), out(t, n);
+  ops::cuda::dropout_forward(t, dx.get(), nullptr, dres.get(), out.get(),
+                             ops::make_element_layout(c.local, c.global, c.offset), seed, stream,
+                             ops::dropout_keep_threshold(c.p), scale, nullptr);
+  check_close(out.values(), want, 1e-6, 1e-6, "out (one schedule: 2 million threads)");
+}
+
+}  // namespace
+}  // namespace loom::cuda_test
