@@ -9,7 +9,8 @@ foreach(i RANGE 1 ${PAIRS})
   string(FIND "${text}" "${from}" last REVERSE)
   if(first EQUAL -1 OR NOT first EQUAL last)
     message(FATAL_ERROR "CUDA kernel mutant ${NAME}: pattern ${i} must occur exactly once in "
-                        "${SRC} (the kernel changed? update tests/cuda_sim/mutants.cmake):\n${from}")
+                        "${SRC} (the kernel changed? update tests/cuda_sim/mutants.cmake):\n"
+                        "${from}")
   endif()
   string(REPLACE "${from}" "${to}" text "${text}")
 endforeach()

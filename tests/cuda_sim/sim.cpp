@@ -330,7 +330,8 @@ void run_block() {
     Thread& t = s.threads[i];
     t = Thread{};
     t.linear = i;
-    t.idx = make_uint3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+    t.idx = make_uint3(i % blockDim.x, (i / blockDim.x) % blockDim.y,
+                       i / (blockDim.x * blockDim.y));
     make_context(&s.fibers[i].ctx, s.fibers[i].stack, kStackBytes, fiber_main);
   }
   poison_shared();

@@ -78,7 +78,8 @@ __global__ void mixed_intrinsics_kernel(float* out) {
 }
 
 __global__ void partial_warp_kernel(float* out) {
-  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);  // 48 threads: lanes 16..31 of warp 1 missing
+  // launched with 48 threads: lanes 16..31 of warp 1 do not exist
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
 TEST_CASE("misused warp masks fail, naming the kernel, block and lane", "[simulator]") {

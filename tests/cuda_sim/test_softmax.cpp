@@ -59,9 +59,10 @@ TEST_CASE("softmax_forward matches Loom's CPU kernel and ATen, masks exactly", "
           dmask.upload(mask.data());
           drows.upload(mask_rows.data());
         }
-        ops::cuda::softmax_forward(t, dx.get(), c.padding ? static_cast<bool*>(dmask.get()) : nullptr,
-                                   c.padding ? static_cast<int64_t*>(drows.get()) : nullptr,
-                                   y.get(), rows, c.sq, c.sk, scale, c.causal, nullptr);
+        const bool* m = c.padding ? static_cast<bool*>(dmask.get()) : nullptr;
+        const int64_t* mr = c.padding ? static_cast<int64_t*>(drows.get()) : nullptr;
+        ops::cuda::softmax_forward(t, dx.get(), m, mr, y.get(), rows, c.sq, c.sk, scale, c.causal,
+                                   nullptr);
         const std::vector<float> got = y.values();
         for (RefImpl impl : kAllRefs)
           check_close(got, softmax_ref(impl, ref_type(t), x, mask, c.b, c.a, c.sq, c.sk, scale,
@@ -115,7 +116,8 @@ TEST_CASE("softmax_backward matches Loom's CPU kernel and ATen", "[softmax]") {
         ops::cuda::softmax_backward(t, ddy.get(), dy_.get(), dx.get(), c.rows, c.sk, scale,
                                     nullptr);
         for (RefImpl impl : kAllRefs)
-          check_close(dx.values(), softmax_backward_ref(impl, ref_type(t), dy, y, c.rows, c.sk, scale),
+          check_close(dx.values(),
+                      softmax_backward_ref(impl, ref_type(t), dy, y, c.rows, c.sk, scale),
                       out_rtol(t), 1e-6, "dx: " + what + " vs " + impl_name(impl));
       });
     }

@@ -45,7 +45,8 @@
 // LOOM_DYNAMIC_SHARED expand to these under a host compiler).
 #define CUDA_SIM_LAUNCH(kernel, grid, block, smem, stream) \
   ::cuda_sim::make_launch(kernel, #kernel, grid, block, smem, stream)
-#define CUDA_SIM_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::cuda_sim::dynamic_shared())
+#define CUDA_SIM_DYNAMIC_SHARED(T, name) \
+  T* const name = static_cast<T*>(::cuda_sim::dynamic_shared())
 
 // ---- built-in variables ------------------------------------------------------------------
 // Set by the scheduler before it resumes a thread (one thread runs at a time).
