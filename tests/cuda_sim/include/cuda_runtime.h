@@ -24,8 +24,10 @@
 #include "cuda_sim/cuda_sim.h"
 
 // Execution-space keywords: plain C++. Static __shared__ variables become function-local
-// statics in one linker section, which the simulator fills with NaN bytes at each block's
-// start (blocks run one at a time, so a static is exactly "per block").
+// statics (blocks run one at a time, so a static is exactly "per block") in one linker
+// section, which the simulator fills with NaN bytes at each block's start. Under
+// AddressSanitizer they stay out of that section instead: ASan gives no redzones to variables
+// in a named section, so there static shared arrays are bounds-checked rather than NaN-filled.
 #undef __host__
 #undef __device__
 #undef __global__
@@ -39,7 +41,11 @@
 #define __grid_constant__
 #define __launch_bounds__(...)
 #define __forceinline__ inline
+#if defined(__SANITIZE_ADDRESS__)
+#define __shared__ static __attribute__((aligned(16)))
+#else
 #define __shared__ static __attribute__((section("cuda_sim_shared"), aligned(16)))
+#endif
 
 // The kernels' launch and dynamic shared memory (common.cuh's LOOM_LAUNCH and
 // LOOM_DYNAMIC_SHARED expand to these under a host compiler).
