@@ -12,6 +12,19 @@
 
 #include "cuda/launchers.h"
 
+// A kernel launch and a dynamic shared-memory declaration, spelled as macros: under nvcc they
+// are exactly `kernel<<<grid, block, smem, stream>>>(args...)` and `extern __shared__ T name[]`;
+// under a host compiler they go to the test-only CUDA simulator (tests/cuda_sim,
+// docs/design/cuda_sim.md), which compiles these sources as C++ and runs the kernels on a CPU.
+#if defined(__CUDACC__)
+#define LOOM_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define LOOM_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#else
+#define LOOM_LAUNCH(kernel, grid, block, smem, stream) \
+  CUDA_SIM_LAUNCH(kernel, grid, block, smem, stream)
+#define LOOM_DYNAMIC_SHARED(T, name) CUDA_SIM_DYNAMIC_SHARED(T, name)
+#endif
+
 namespace loom::ops::cuda {
 
 template <typename T> __device__ __forceinline__ float to_float(T v);

@@ -132,7 +132,7 @@ void dropout_forward(DType t, const void* x, const float* bias, const void* resi
   const dim3 grid = grid_for(rows, cols, threads);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    dropout_kernel<T><<<grid, threads, 0, stream>>>(
+    LOOM_LAUNCH(dropout_kernel<T>, grid, threads, 0, stream)(
         static_cast<const T*>(x), bias, static_cast<const T*>(residual), static_cast<T*>(out),
         layout, seed, stream_id, threshold, scale, rows, vector);
   });
@@ -145,7 +145,8 @@ void dropout_mask(bool* out, const ElementLayout& layout, uint64_t seed, uint64_
   if (rows == 0 || cols == 0) return;
   const int threads = threads_for(cols);
   const dim3 grid = grid_for(rows, cols, threads);
-  dropout_mask_kernel<<<grid, threads, 0, stream>>>(out, layout, seed, stream_id, threshold, rows);
+  LOOM_LAUNCH(dropout_mask_kernel, grid, threads, 0, stream)(out, layout, seed, stream_id,
+                                                             threshold, rows);
   check_launch("dropout_mask");
 }
 
@@ -157,8 +158,8 @@ void bias_gelu_forward(DType t, const void* x, const float* bias, void* y, int64
   const dim3 grid = grid_for(rows, cols, threads);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    bias_gelu_kernel<T><<<grid, threads, 0, stream>>>(nullptr, static_cast<const T*>(x), bias,
-                                                      static_cast<T*>(y), rows, cols, vector);
+    LOOM_LAUNCH(bias_gelu_kernel<T>, grid, threads, 0, stream)(
+        nullptr, static_cast<const T*>(x), bias, static_cast<T*>(y), rows, cols, vector);
   });
   check_launch("bias_gelu_forward");
 }
@@ -172,9 +173,9 @@ void bias_gelu_backward(DType t, const void* dy, const void* x, const float* bia
   const dim3 grid = grid_for(rows, cols, threads);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    bias_gelu_kernel<T><<<grid, threads, 0, stream>>>(static_cast<const T*>(dy),
-                                                      static_cast<const T*>(x), bias,
-                                                      static_cast<T*>(dx), rows, cols, vector);
+    LOOM_LAUNCH(bias_gelu_kernel<T>, grid, threads, 0, stream)(
+        static_cast<const T*>(dy), static_cast<const T*>(x), bias, static_cast<T*>(dx), rows,
+        cols, vector);
   });
   check_launch("bias_gelu_backward");
 }

@@ -123,18 +123,20 @@ __global__ void __launch_bounds__(kMaxThreadsBwd)
                              const float* __restrict__ gamma, T* __restrict__ dx,
                              float* __restrict__ partial, int64_t rows, int64_t cols,
                              bool vector) {
-  extern __shared__ float acc[];  // [0, cols): dgamma partials, [cols, 2 cols): dbeta
+  LOOM_DYNAMIC_SHARED(float, acc);  // [0, cols): dgamma partials, [cols, 2 cols): dbeta
   __shared__ float scratch[64];
   const int64_t packs = (cols + kPack - 1) / kPack;
   const int64_t stride = blockDim.x;
+  // Only the row's columns: acc holds exactly 2 * cols floats, so the last pack's pad past
+  // cols must not be written (it would run past the end of the dynamic shared memory).
 #pragma unroll
   for (int i = 0; i < kCacheBwd; ++i) {
     const int64_t p = threadIdx.x + i * stride;
-    if (p < packs)
-#pragma unroll
-      for (int e = 0; e < kPack; ++e) acc[p * kPack + e] = acc[cols + p * kPack + e] = 0.0f;
+    if (p < packs) {
+      const int n = pack_len(cols, p * kPack);
+      for (int e = 0; e < n; ++e) acc[p * kPack + e] = acc[cols + p * kPack + e] = 0.0f;
+    }
   }
-  // (the pad past cols of the last pack is never written: pack_len guards it below)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     const T* dyr = dy + row * cols;
@@ -313,7 +315,8 @@ void layer_norm_forward(DType t, const void* x, const float* gamma, const float*
                       aligned16(beta);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    ln_forward_kernel<T><<<static_cast<unsigned>(rows), threads_for(packs), 0, stream>>>(
+    LOOM_LAUNCH(ln_forward_kernel<T>, static_cast<unsigned>(rows), threads_for(packs), 0,
+                stream)(
         static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), mean, rstd, cols, eps,
         vector);
   });
@@ -347,23 +350,25 @@ void layer_norm_backward(DType t, const void* dy, const void* x, const float* me
       if (smem > 48 * 1024)
         cudaFuncSetAttribute(ln_backward_fused_kernel<T>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      ln_backward_fused_kernel<T><<<parts, threads_for(packs, kCacheBwd, kMaxThreadsBwd), smem, stream>>>(
+      const int threads = threads_for(packs, kCacheBwd, kMaxThreadsBwd);
+      LOOM_LAUNCH(ln_backward_fused_kernel<T>, parts, threads, smem, stream)(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
           static_cast<T*>(dx), workspace, rows, cols, vector);
       check_launch("layer_norm_backward_fused");
     } else {
       const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
-      ln_backward_dx_kernel<T><<<blocks, kMaxThreads, 0, stream>>>(
+      LOOM_LAUNCH(ln_backward_dx_kernel<T>, blocks, kMaxThreads, 0, stream)(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
           static_cast<T*>(dx), rows, cols, vector);
       check_launch("layer_norm_backward_dx");
       const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(parts));
-      ln_param_partial_kernel<T><<<grid, 256, 0, stream>>>(
+      LOOM_LAUNCH(ln_param_partial_kernel<T>, grid, 256, 0, stream)(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, workspace, rows, cols);
       check_launch("layer_norm_param_partial");
     }
   });
-  ln_param_reduce_kernel<<<static_cast<unsigned>((cols + 255) / 256), 256, 0, stream>>>(
+  LOOM_LAUNCH(ln_param_reduce_kernel, static_cast<unsigned>((cols + 255) / 256), 256, 0,
+              stream)(
       workspace, parts, dgamma, dbeta, cols);
   check_launch("layer_norm_param_reduce");
 }

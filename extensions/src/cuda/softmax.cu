@@ -171,7 +171,7 @@ void softmax_forward(DType t, const void* x, const bool* mask, const int64_t* ma
   const bool vector = sk % kPack == 0 && aligned16(x) && aligned16(y);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    softmax_forward_kernel<T><<<blocks_for(rows), threads_for(sk), 0, stream>>>(
+    LOOM_LAUNCH(softmax_forward_kernel<T>, blocks_for(rows), threads_for(sk), 0, stream)(
         static_cast<const T*>(x), mask, mask_rows, static_cast<T*>(y), rows, sq, sk, scale,
         causal, vector);
   });
@@ -184,7 +184,7 @@ void softmax_backward(DType t, const void* dy, const void* y, void* dx, int64_t 
   const bool vector = sk % kPack == 0 && aligned16(dy) && aligned16(y) && aligned16(dx);
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    softmax_backward_kernel<T><<<blocks_for(rows), threads_for(sk), 0, stream>>>(
+    LOOM_LAUNCH(softmax_backward_kernel<T>, blocks_for(rows), threads_for(sk), 0, stream)(
         static_cast<const T*>(dy), static_cast<const T*>(y), static_cast<T*>(dx), rows, sk,
         scale, vector);
   });

@@ -1,0 +1,156 @@
+// Reference results from Loom's CPU kernels (loom_ops/ops.h on CPU tensors) and ATen.
+#include "reference.h"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "loom_ops/ops.h"
+
+namespace loom::cuda_test {
+namespace {
+
+at::ScalarType scalar_type(RefType t) {
+  switch (t) {
+    case RefType::kFloat: return at::kFloat;
+    case RefType::kBFloat16: return at::kBFloat16;
+    case RefType::kHalf: return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+// host: the references run on CPU tensors.
+at::Tensor tensor(const std::vector<float>& v, at::IntArrayRef shape, at::ScalarType st) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kFloat)).reshape(shape).to(st);
+}
+
+std::vector<float> values(const at::Tensor& t) {
+  const at::Tensor f = t.detach().to(at::kFloat).contiguous();
+  return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+}
+
+}  // namespace
+
+const char* impl_name(RefImpl impl) { return impl == RefImpl::kLoomCpu ? "Loom CPU" : "ATen"; }
+
+LayerNormRef layer_norm_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                            const std::vector<float>& gamma, const std::vector<float>& beta,
+                            int64_t rows, int64_t cols, float eps) {
+  const at::Tensor xt = tensor(x, {rows, cols}, scalar_type(t));
+  const at::Tensor g = tensor(gamma, {cols}, at::kFloat), b = tensor(beta, {cols}, at::kFloat);
+  if (impl == RefImpl::kLoomCpu) {
+    auto [y, mean, rstd] = ops::layer_norm_with_stats(xt, g, b, eps);
+    return {values(y), values(mean), values(rstd)};
+  }
+  // ATen: fp32 statistics of the same element values; output rounded to the element type.
+  auto [y, mean, rstd] = at::native_layer_norm(xt.to(at::kFloat), {cols}, g, b, eps);
+  return {values(y.to(scalar_type(t))), values(mean), values(rstd)};
+}
+
+LayerNormGradRef layer_norm_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                         const std::vector<float>& x,
+                                         const std::vector<float>& gamma,
+                                         const std::vector<float>& mean,
+                                         const std::vector<float>& rstd, int64_t rows,
+                                         int64_t cols) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor dyt = tensor(dy, {rows, cols}, st), xt = tensor(x, {rows, cols}, st);
+  const at::Tensor g = tensor(gamma, {cols}, at::kFloat);
+  const at::Tensor m = tensor(mean, {rows}, at::kFloat), r = tensor(rstd, {rows}, at::kFloat);
+  if (impl == RefImpl::kLoomCpu) {
+    auto [dx, dg, db] = ops::layer_norm_backward(dyt, xt, g, m, r);
+    return {values(dx), values(dg), values(db)};
+  }
+  auto [dx, dg, db] = at::native_layer_norm_backward(
+      dyt.to(at::kFloat), xt.to(at::kFloat), {cols}, m.reshape({rows, 1}), r.reshape({rows, 1}),
+      g, at::zeros_like(g), {true, true, true});
+  return {values(dx.to(st)), values(dg), values(db)};
+}
+
+std::vector<float> softmax_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                               const std::vector<uint8_t>& mask, int64_t b, int64_t a,
+                               int64_t sq, int64_t sk, float scale, bool causal) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor xt = tensor(x, {b, a, sq, sk}, st);
+  std::optional<at::Tensor> m;
+  if (!mask.empty())
+    m = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong)
+            .reshape({b, 1, sq, sk})
+            .to(at::kBool);
+  if (impl == RefImpl::kLoomCpu) return values(ops::scaled_masked_softmax(xt, m, scale, causal));
+  at::Tensor s = xt.to(at::kFloat) * scale;
+  at::Tensor masked = at::zeros({b, 1, sq, sk}, at::kBool);
+  if (m) masked = masked | *m;
+  if (causal) {
+    // key j masked for query i when j > i + (sk - sq)
+    const at::Tensor i = at::arange(sq, at::kLong).reshape({sq, 1});
+    const at::Tensor j = at::arange(sk, at::kLong).reshape({1, sk});
+    masked = masked | (j > i + (sk - sq));
+  }
+  s = s.masked_fill(masked, -std::numeric_limits<float>::infinity());
+  at::Tensor y = at::softmax(s, -1);
+  y = y.masked_fill(masked.all(-1, true), 0.0);  // fully masked rows: zeros, not NaN
+  return values(y.to(st));
+}
+
+std::vector<float> softmax_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                        const std::vector<float>& y, int64_t rows, int64_t sk,
+                                        float scale) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor dyt = tensor(dy, {rows, sk}, st), yt = tensor(y, {rows, sk}, st);
+  if (impl == RefImpl::kLoomCpu) return values(ops::scaled_masked_softmax_backward(dyt, yt, scale));
+  const at::Tensor dx = at::_softmax_backward_data(dyt.to(at::kFloat), yt.to(at::kFloat), -1,
+                                                   at::kFloat) *
+                        scale;
+  return values(dx.to(st));
+}
+
+std::vector<float> bias_gelu_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                 const std::vector<float>& x, const std::vector<float>& bias,
+                                 int64_t rows, int64_t cols) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor xt = tensor(x, {rows, cols}, st), b = tensor(bias, {cols}, at::kFloat);
+  const bool backward = !dy.empty();
+  if (impl == RefImpl::kLoomCpu) {
+    if (!backward) return values(ops::bias_gelu(xt, b));
+    return values(ops::bias_gelu_backward(tensor(dy, {rows, cols}, st), xt, b));
+  }
+  const at::Tensor u = xt.to(at::kFloat) + b;
+  if (!backward) return values(at::gelu(u, "tanh").to(st));
+  return values(at::gelu_backward(tensor(dy, {rows, cols}, st).to(at::kFloat), u, "tanh").to(st));
+}
+
+std::vector<float> loom_cpu_dropout(RefType t, const std::vector<float>& x,
+                                    const std::vector<float>& bias,
+                                    const std::vector<float>& residual,
+                                    const std::vector<int64_t>& local,
+                                    const std::vector<int64_t>& global,
+                                    const std::vector<int64_t>& offset, double p, uint64_t seed,
+                                    uint64_t stream) {
+  const at::ScalarType st = scalar_type(t);
+  ops::DropoutSpec spec;
+  spec.p = p;
+  spec.key = {seed, stream};
+  spec.block = {global, offset};
+  const at::Tensor xt = tensor(x, local, st);
+  if (residual.empty()) return values(ops::dropout(xt, spec));
+  std::optional<at::Tensor> b;
+  if (!bias.empty()) b = tensor(bias, {local.back()}, at::kFloat);
+  return values(ops::bias_dropout_add(xt, b, tensor(residual, local, st), spec));
+}
+
+std::vector<uint8_t> loom_cpu_dropout_mask(const std::vector<int64_t>& local,
+                                           const std::vector<int64_t>& global,
+                                           const std::vector<int64_t>& offset, double p,
+                                           uint64_t seed, uint64_t stream) {
+  ops::DropoutSpec spec;
+  spec.p = p;
+  spec.key = {seed, stream};
+  spec.block = {global, offset};
+  const at::Tensor m = ops::dropout_keep_mask(at::empty(local, at::kFloat), spec)
+                           .to(at::kByte)
+                           .contiguous();
+  return std::vector<uint8_t>(m.data_ptr<uint8_t>(), m.data_ptr<uint8_t>() + m.numel());
+}
+
+}  // namespace loom::cuda_test

@@ -1,0 +1,62 @@
+// Reference results for the CUDA kernel tests, from Loom's CPU kernels (the op library's CPU
+// backend) and from ATen, behind a torch-free interface: values travel as float vectors
+// holding exact values of the element type, so the simulator's translation units (and their
+// sanitizer build) never include a torch header.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom::cuda_test {
+
+enum class RefType { kFloat, kBFloat16, kHalf };
+/// Who computes the reference: the op library's CPU kernels, or ATen's own operators.
+enum class RefImpl { kLoomCpu, kAten };
+const char* impl_name(RefImpl impl);
+
+/// Results are rounded to the element type (statistics and parameter gradients: float32).
+struct LayerNormRef {
+  std::vector<float> y, mean, rstd;
+};
+LayerNormRef layer_norm_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                            const std::vector<float>& gamma, const std::vector<float>& beta,
+                            int64_t rows, int64_t cols, float eps);
+
+struct LayerNormGradRef {
+  std::vector<float> dx, dgamma, dbeta;
+};
+LayerNormGradRef layer_norm_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                         const std::vector<float>& x,
+                                         const std::vector<float>& gamma,
+                                         const std::vector<float>& mean,
+                                         const std::vector<float>& rstd, int64_t rows,
+                                         int64_t cols);
+
+/// x [b, a, sq, sk]; mask empty or [b, 1, sq, sk] (1 = masked out).
+std::vector<float> softmax_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                               const std::vector<uint8_t>& mask, int64_t b, int64_t a,
+                               int64_t sq, int64_t sk, float scale, bool causal);
+std::vector<float> softmax_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                        const std::vector<float>& y, int64_t rows, int64_t sk,
+                                        float scale);
+
+/// dy empty: gelu_tanh(x + bias); else dy * gelu_tanh'(x + bias).
+std::vector<float> bias_gelu_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                 const std::vector<float>& x, const std::vector<float>& bias,
+                                 int64_t rows, int64_t cols);
+
+/// Loom's CPU dropout of x (local shape `local`, the block at `offset` of `global`):
+/// bias and residual empty: dropout(x); else bias_dropout_add(x, bias or none, residual).
+std::vector<float> loom_cpu_dropout(RefType t, const std::vector<float>& x,
+                                    const std::vector<float>& bias,
+                                    const std::vector<float>& residual,
+                                    const std::vector<int64_t>& local,
+                                    const std::vector<int64_t>& global,
+                                    const std::vector<int64_t>& offset, double p, uint64_t seed,
+                                    uint64_t stream);
+std::vector<uint8_t> loom_cpu_dropout_mask(const std::vector<int64_t>& local,
+                                           const std::vector<int64_t>& global,
+                                           const std::vector<int64_t>& offset, double p,
+                                           uint64_t seed, uint64_t stream);
+
+}  // namespace loom::cuda_test
