@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import registry
 from .results import Results
 
 DATA = "gpu_bundle/data/tinyshakespeare_text_document"
+# Seconds kept back at the end of a call to write the results (and for a TERM's 10-s grace).
+RESERVE_S = 15
+# The device tool's limit on one command is 600 s; the default leaves room for its transfers.
+GPU_TIME_BUDGET_S = 570
 KILL_GRACE_S = 10          # TERM, then KILL this much later (as `timeout --kill-after=10`)
 MIN_START_S = 5            # a command with less time than this is not started
 
@@ -101,7 +104,7 @@ def make_config(mode: str, environ: Mapping[str, str], time_budget_s: Optional[i
     return Config(mode, Path("runs/bringup"), Path("docs/gpu_results.md"), Path("build-gpu"),
                   _int_env(env, "LOOM_BRINGUP_TINY_STEPS", 30), _int_env(env, "LOOM_BRINGUP_TPUT_STEPS", 10), 3,
                   mbs or [1, 2, 4, 8, 16, 32, 64, 128],
-                  time_budget_s or _int_env(env, "LOOM_BRINGUP_DEADLINE_S", registry.GPU_TIME_BUDGET_S), jobs, out, env)
+                  time_budget_s or _int_env(env, "LOOM_BRINGUP_DEADLINE_S", GPU_TIME_BUDGET_S), jobs, out, env)
 
 
 class Interrupted(Exception):
@@ -122,7 +125,7 @@ class Context:
     def __init__(self, cfg: Config, results: Results, clock=time.time):
         self.cfg, self.results, self.clock = cfg, results, clock
         self.start = results.start
-        self.deadline = self.start + cfg.time_budget_s - registry.RESERVE_S
+        self.deadline = self.start + cfg.time_budget_s - RESERVE_S
         self.logs = cfg.work / "logs"
         self.children: set = set()
         self.base_env: Dict[str, str] = dict(cfg.environ)

@@ -162,6 +162,7 @@ class Call:
         except Interrupted:
             ctx.stop_children()
             ctx.md("", "**Interrupted by a signal during this step.**")
+            ctx.done.append(step.name)
             res.finish(step.name, FAIL, ctx.clock() - t0, "interrupted")
             raise
         except Exception as e:  # a bug in the driver must not lose the other steps' results

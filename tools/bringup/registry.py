@@ -14,10 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-# Seconds kept back at the end of a call to write the results (and for a TERM's 10-s grace).
-RESERVE_S = 15
-# The device tool's limit on one command is 600 s; the default leaves room for its transfers.
-GPU_TIME_BUDGET_S = 570
+from .context import GPU_TIME_BUDGET_S, RESERVE_S  # noqa: F401 (part of this module's interface)
 
 
 @dataclass(frozen=True)
@@ -143,8 +140,7 @@ class Plan:
 
     def order(self) -> List[Step]:
         """Every selected step, in registry order."""
-        chosen = {s.name for s in self.planned + self.deferred}
-        return [s for s in STEPS if s.name in chosen]
+        return sorted(self.planned + self.deferred, key=lambda s: number(s.name))
 
 
 def plan(selected: Sequence[Step], time_budget_s: int, overrides: Optional[Dict[str, int]] = None) -> Plan:
