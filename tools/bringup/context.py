@@ -204,14 +204,19 @@ class Context:
             except subprocess.TimeoutExpired:
                 f.write(f"\ntimed out after {secs} s\n")
                 return self._stop(p)
+            except BaseException:   # TERM/INT of the driver: the command's process group goes too
+                self._stop(p)
+                raise
             finally:
                 self.children.discard(p)
 
     def capture(self, cmd: Sequence[str], timeout: float = 30, env: Optional[Mapping[str, str]] = None) -> str:
-        """stdout (and stderr) of a short query; "" when it fails to start or times out."""
+        """stdout (and stderr) of a short query; "" when it fails to start or times out (within
+        `timeout` seconds and the call's deadline)."""
         try:
             r = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, text=True, errors="replace", timeout=timeout,
+                               stdin=subprocess.DEVNULL, text=True, errors="replace",
+                               timeout=max(1.0, min(timeout, self.remaining())),
                                env=self.env_with(env))
             return r.stdout
         except (OSError, subprocess.SubprocessError):

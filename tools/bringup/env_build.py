@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -27,8 +28,7 @@ def find_python(ctx: Context) -> Optional[str]:
     cands += ["python3", "python"]
     for c in filter(None, cands):
         path = ctx.which(c)
-        if path and subprocess.run([path, "-c", "import torch"], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env=ctx.env_with()).returncode == 0:
+        if path and ctx.capture([path, "-c", "import torch; print('ok')"], timeout=120).strip().endswith("ok"):
             return path
     return None
 
@@ -154,7 +154,7 @@ def step_build(ctx: Context) -> str:
     gen = "Ninja" if ctx.which("ninja") else "Unix Makefiles"
     check_log, log = ctx.logs / "bundle_check.log", ctx.logs / "build.log"
     # Two seconds that tell a library problem from a Loom problem.
-    subprocess.run(["rm", "-rf", "build-bundle-check"])
+    shutil.rmtree("build-bundle-check", ignore_errors=True)
     rc = ctx.run(check_log, _sh(["cmake", "-S", "tools/gpu_bundle_check", "-B", "build-bundle-check", "-G", gen,
                                  *ctx.bundle_cmake_args],
                                 ["cmake", "--build", "build-bundle-check"], ["build-bundle-check/bundle_check"]), cap=60)

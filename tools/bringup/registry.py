@@ -34,13 +34,13 @@ def _steps() -> List[Step]:
     # (and testable) on its own.
     from . import calibrate, env_build, mcore, ops, overlap, throughput, tiny
     return [
-        Step("env", "Environment", 30, "logs/env.log",
+        Step("env", "Environment", 45, "logs/env.log",
              "nvidia-smi, torch.cuda properties, compilers, the bundle's libraries load",
              required=True, run=env_build.step_env),
         Step("build", "Build (`loom` and libloom_ops.so)", 420, "build-gpu/ (kept for later calls), logs/build.log",
              "`loom` + libloom_ops.so, CUDA for this GPU's architecture only, tests off "
              "(a dry run reuses build/)", required=True, run=env_build.step_build),
-        Step("tiny", "Tiny recipe on one device: GPU fp32 and bf16 against CPU fp32", 100,
+        Step("tiny", "Tiny recipe on one device: GPU fp32 and bf16 against CPU fp32", 90,
              "runs/tiny_*/metrics.jsonl",
              "recipes/gpt3_tiny_cpu.yaml, 1 rank through NCCL, GPU fp32 (1e-3) and bf16 (3%) "
              "against the bundle's CPU fp32 run", run=tiny.step_tiny),
