@@ -507,3 +507,90 @@ def test_cli_plan_help_and_bad_arguments():
     assert r.returncode == 2 and "the required steps need env 30 s + build 420 s" in r.stderr
     r = run_cli("--plan", env={"LOOM_BRINGUP_TPUT_STEPS": "ten"})
     assert r.returncode == 2 and "LOOM_BRINGUP_TPUT_STEPS: expected an integer, got 'ten'" in r.stderr
+
+
+# ---------------------------------------------------------------- the steps against a stub `loom`
+STUB_LOOM = r'''
+import json, os, sys
+FIT = 8                      # the largest micro-batch that "fits"
+args = sys.argv[1:]
+opt = lambda name: args[args.index(name) + 1]
+if args[:2] == ["plan", "calibrate"]:
+    with open(opt("--out"), "w") as f:
+        json.dump({"device": {"name": "stub", "peak_tflops": 1, "memory_bandwidth_gbs": 2}, "memory_bandwidth_gbs": 3.0,
+                   "kernel_launch_us": 4.0, "measured": {"dtype": "fp32"},
+                   "gemm": [{"m": 1, "n": 2, "k": 3, "tflops": 0.5}]}, f)
+    print("loom plan calibrate: 1 GEMM shape measured")
+    sys.exit(0)
+if args[0] == "plan":
+    b = int(opt("--mbs"))
+    tps = (880.0 if "--profile" in args else 1000.0) * b
+    with open(opt("--csv"), "w") as f:
+        f.write("micro_batch,fits,memory_gib,weights_optimizer_gib,activations_gib,embedding_logits_gib,"
+                "transient_gib,reserve_gib,step_seconds,tokens_per_second,model_tflops_per_gpu,mfu\n")
+        f.write(f"{b},{int(b <= FIT)},{0.1 * b},0.1,0.2,0.3,0.4,0.5,0.6,{tps},1.5,0.02\n")
+    sys.exit(0 if b <= FIT else 1)
+assert args[0] == "train"
+o = dict(a.split("=", 1) for a in args[2:])
+out = o.get("run.results_dir") or o["exp_manager.explicit_log_dir"]
+b = int(o.get("model.micro_batch_size", 2))
+print("[loom] device: stub " + o["trainer.accelerator"] + ", env LOOM_SINGLE_RANK_GROUPS=" + os.environ.get("LOOM_SINGLE_RANK_GROUPS", "-"))
+if b > FIT:
+    print("terminate called: CUDA out of memory (stub)")
+    sys.exit(1)
+os.makedirs(out, exist_ok=True)
+bump = 1.001 if o.get("trainer.precision") == "bf16" else 1.0
+with open(out + "/metrics.jsonl", "w") as f:
+    for i in range(1, int(o["trainer.max_steps"]) + 1):
+        f.write(json.dumps({"kind": "train", "step": i, "loss": (10 - 0.1 * i) * bump, "tokens_per_s": 100.0 * b,
+                            "step_time_s": 0.5, "elapsed_s": 0.5 * i, "model_tflops_per_device": 1.0, "mfu": 0.01,
+                            "peak_device_memory_mib": 50.0 * b, "max_rss_mib": 300.0}) + "\n")
+with open(out + "/config.yaml", "w") as f:
+    f.write("trainer:\n  devices: 1\nmodel:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 2\n"
+            "  encoder_seq_length: 64\n  make_vocab_size_divisible_by: 128\n")
+print("[loom] model: 2 layers, hidden 64, 123456 parameters on rank 0")
+'''
+
+
+def test_steps_against_a_stub_loom(tmp_path, monkeypatch):
+    """Steps 3, 4, 5 and 7 read what `loom` writes (metrics.jsonl, config.yaml, plan CSVs, the
+    calibrated profile): with a stub that writes those files, each must pass with its figures."""
+    from bringup import calibrate, tiny
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bld" / "bin").mkdir(parents=True)
+    loom = tmp_path / "bld" / "bin" / "loom"
+    loom.write_text(f"#!{sys.executable}\n" + STUB_LOOM)
+    loom.chmod(0o755)
+    cfg = dataclasses.replace(context.make_config("dry", {"LOOM_BRINGUP_MBS": "2 4 8 16 32"}),
+                              work=tmp_path / "work", build=tmp_path / "bld")
+    driver.clean_work(cfg.work)
+    res = Results(tmp_path / "r.md", cfg.work, [], "x", 1000)
+    ctx = context.Context(cfg, res)
+    ctx.py = sys.executable
+    tiny.choose_accelerator(ctx)
+    assert ctx.accel == "cpu" and "is not built yet" in ctx.accel_note   # no stand-in plugin here
+    details = {}
+    for name, fn in (("tiny", tiny.step_tiny), ("throughput", throughput.step_throughput),
+                     ("calibrate", calibrate.step_calibrate), ("layout", tiny.step_layout)):
+        ctx.current, ctx.step_deadline = name, time.time() + 120
+        details[name] = fn(ctx)
+        ctx.done.append(name)
+    assert details["tiny"] == "fp32 within 1e-3, bf16 within 3% of CPU fp32"
+    assert details["throughput"] == "b=8: 800 tokens/s, MFU 0.010"
+    assert details["calibrate"] == "measured profile +780.0% vs measured tokens/s (built-in profile +900.0%)"
+    assert details["layout"] == "cpu: max relative difference 0.000e+00 over 5 steps (limit 0.001): pass"
+    s = {k: "\n".join(v) for k, v in res.sections.items()}
+    assert "- GPU bf16: max relative difference 1.000e-03 over 5 steps (limit 0.03): pass" in s["tiny"]
+    assert "- `tiny_gpu_fp32` (cpu, precision 32): exit 0; device: stub cpu, env LOOM_SINGLE_RANK_GROUPS=-" in s["tiny"]
+    # The search starts at the planner's largest fit (8), goes up once and meets the OOM.
+    assert "| 8 | ok | 800 | 1.0 | 0.010 | 400 | - | 300 | 0.800 | 8000 | 0.020 |" in s["throughput"]
+    assert "| 16 | oom |" in s["throughput"] and "| 4 |" not in s["throughput"]
+    assert "- micro-batch 16 (oom): terminate called: CUDA out of memory (stub)" in s["throughput"]
+    assert "**Largest micro-batch that ran: 8** (next candidate 16: oom): 800 tokens/s" in s["throughput"]
+    assert "L=2 h=64 a=2 s=64 b=8 V=50304 P=123456" in s["throughput"]
+    assert "| loom plan, measured profile | 7040 | 0.020 | +780.0% |" in s["calibrate"]
+    assert "| 1 x 2 x 3 | 0.5 |" in s["calibrate"]
+    # A later call reads step 4's figures from the file this one left.
+    later = context.Context(cfg, Results(tmp_path / "r2.md", cfg.work, [], "x", 1000))
+    b, figures = throughput.last_throughput(later)
+    assert b == 8 and figures["tokens_per_s"] == 800

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -116,10 +117,10 @@ def clean_work(work: Path) -> None:
     (work / "runs").mkdir(parents=True, exist_ok=True)
 
 
-def _title_lines(cfg: Config) -> List[str]:
+def _title_lines(cfg: Config, accel_note: str = "the stand-in device when it is built") -> List[str]:
     if cfg.dry:
         return ["# Loom GPU bring-up — DRY RUN on the development machine (no GPU figures)", "",
-                "> Dry run of tools/gpu_bringup.sh: the existing build, small shapes, the stand-in device when built.",
+                f"> Dry run of tools/gpu_bringup.sh: the existing build, small shapes, {accel_note}.",
                 "> It checks the driver's plumbing only; nothing below describes a GPU."]
     return ["# Loom GPU bring-up results"]
 
@@ -128,7 +129,6 @@ class Call:
     """One call of the bring-up: its plan, results and the loop over the steps."""
 
     def __init__(self, cfg: Config, p: Plan, command: str, clock=None):
-        import time
         self.cfg, self.plan = cfg, p
         self.results = Results(cfg.results, cfg.work, _title_lines(cfg), command, cfg.time_budget_s, cfg.out,
                                clock=clock or time.time)
@@ -194,6 +194,8 @@ class Call:
                     if not stop:
                         from . import tiny
                         tiny.choose_accelerator(ctx)
+                        if self.cfg.dry:
+                            res.title_lines = _title_lines(self.cfg, ctx.accel_note)
                 elif step.name == "build" and status != PASS:
                     stop = f"step {registry.number('build')} (build) failed"
                 if not stop and step.name in ("env", "build") and all(s.name != "build" for s in steps[i + 1:]):
