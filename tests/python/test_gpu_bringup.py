@@ -340,6 +340,19 @@ def test_an_interrupted_call_writes_what_it_has(tmp_path, monkeypatch):
     assert "| 3 | tiny | FAIL | 3 | 100 | interrupted |" in text
 
 
+def test_a_driver_bug_between_steps_still_writes_the_results(tmp_path, monkeypatch):
+    def broken(self):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(driver.Call, "_build_unusable", broken)
+    call, ran, _, _ = make_call(tmp_path, "tiny", budget=1000)
+    assert call.run() == 1
+    assert ran == ["env"] and rows(tmp_path)["tiny"] == (NOT_RUN, None)
+    text = (tmp_path / "results.md").read_text()
+    assert "| 3 | tiny | not run | - | 100 | driver error: OSError: disk full |" in text
+    assert "Driver error between steps (a bug in tools/bringup/):" in text
+
+
 def test_step_deadline_is_its_budget(tmp_path, monkeypatch):
     monkeypatch.setattr(driver.Call, "_build_unusable", lambda self: None)
     left = {}

@@ -69,7 +69,8 @@ examples:
   tools/gpu_bringup.sh                        # on the GPU host: what fits in 570 s, build first
   tools/gpu_bringup.sh --plan                 # print the plan, run nothing
   tools/gpu_bringup.sh --steps throughput,calibrate,mcore   # a later call: reuses build-gpu/
-  tools/gpu_bringup.sh --skip overlap --time-budget 400
+  tools/gpu_bringup.sh --skip build --time-budget 280   # keep --time-budget under the device
+                                              # command's own timeout (less when less device time is left)
   tools/gpu_bringup.sh --dry-run              # here, on CPU: build/, small shapes, runs/bringup-dryrun/""")
     p.add_argument("--dry-run", action="store_true",
                    help="here, on CPU: reuses build/ (LOOM_BRINGUP_BUILD), the stand-in device, small shapes; "
@@ -208,6 +209,13 @@ class Call:
             self._not_run(steps, "the call was interrupted")
             res.write()
             ctx.say(f"interrupted: {self.cfg.results} written")
+            return 1
+        except Exception as e:   # a bug between steps: still write what the call has
+            self._not_run(steps, f"driver error: {type(e).__name__}: {e}")
+            res.plan_lines = res.plan_lines + ["", "Driver error between steps (a bug in tools/bringup/):", "```",
+                                               *traceback.format_exc().splitlines()[-12:], "```"]
+            res.write()
+            ctx.say(f"driver error: {type(e).__name__}: {e}; {self.cfg.results} written")
             return 1
         left = [n for n, r in res.rows.items() if r.status == DEFERRED]
         for n in left:
