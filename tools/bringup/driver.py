@@ -173,7 +173,7 @@ class Call:
         ctx.done.append(step.name)
         res.finish(step.name, status, ctx.clock() - t0, detail)
         res.write()
-        ctx.say(f"{label}: {status} ({int(ctx.clock() - t0)} s) {detail}")
+        ctx.say(f"{label}: {status} ({round(ctx.clock() - t0)} s) {detail}")
         return status
 
     def run(self) -> int:

@@ -80,12 +80,13 @@ class Results:
         for r in sorted(self.rows.values(), key=lambda r: r.number):
             if r.name not in self.sections and r.status in (PENDING, DEFERRED):
                 continue
-            out += [f"## {r.heading}", ""] + self.sections.get(r.name, [])
+            section = self.sections.get(r.name, [])
+            out += [f"## {r.heading}", ""] + (section + [""] if section else [])
             if r.status != PENDING:
                 secs = "" if r.seconds is None else f" ({r.seconds} s)"
-                out += ["", f"**Result: {r.status}**{secs} — {r.detail}", ""]
+                out += [f"**Result: {r.status}**{secs} — {r.detail}", ""]
             else:
-                out += ["", "**Result: pending** (the call stopped before this step ended)", ""]
+                out += ["**Result: pending** (the call stopped before this step ended)", ""]
         return "\n".join(out).rstrip("\n") + "\n"
 
     def summary(self) -> dict:
