@@ -151,6 +151,8 @@ def test_config_per_mode_and_bad_environment():
         context.make_config("gpu", {"LOOM_BRINGUP_TINY_STEPS": "x"})
     with pytest.raises(context.ConfigError, match="LOOM_BRINGUP_MBS: expected integers"):
         context.make_config("gpu", {"LOOM_BRINGUP_MBS": "1 two"})
+    with pytest.raises(context.ConfigError, match="--time-budget: expected a positive number of seconds, got 0"):
+        context.make_config("gpu", {}, 0)
     with pytest.raises(context.ConfigError, match="LOOM_BRINGUP_MBS: expected positive"):
         context.make_config("gpu", {"LOOM_BRINGUP_MBS": "0 4"})
 
@@ -603,6 +605,10 @@ def test_steps_against_a_stub_loom(tmp_path, monkeypatch):
     assert "L=2 h=64 a=2 s=64 b=8 V=50304 P=123456" in s["throughput"]
     assert "| loom plan, measured profile | 7040 | 0.020 | +780.0% |" in s["calibrate"]
     assert "| 1 x 2 x 3 | 0.5 |" in s["calibrate"]
+    # --make-reference (for tools/gpu_bundle.sh): the CPU fp32 run with the GPU run's step count.
+    assert tiny.make_reference(ctx, tmp_path / "ref") == 0
+    assert (tmp_path / "ref" / "tiny_steps").read_text() == "5\n"
+    assert len((tmp_path / "ref" / "tiny_cpu_fp32.metrics.jsonl").read_text().splitlines()) == 5
     # A later call reads step 4's figures from the file this one left.
     later = context.Context(cfg, Results(tmp_path / "r2.md", cfg.work, [], "x", 1000))
     b, figures = throughput.last_throughput(later)

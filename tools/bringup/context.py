@@ -77,6 +77,8 @@ class Config:
 def make_config(mode: str, environ: Mapping[str, str], time_budget_s: Optional[int] = None) -> Config:
     """The settings of a call from its mode and environment (LOOM_BRINGUP_*, LOOM_BIN, OUT)."""
     env = dict(environ)
+    if time_budget_s is not None and time_budget_s <= 0:
+        raise ConfigError(f"--time-budget: expected a positive number of seconds, got {time_budget_s}")
     out = Path(env["OUT"]) if env.get("OUT") else None
     jobs = _int_env(env, "LOOM_BRINGUP_JOBS", os.cpu_count() or 1)
     try:
