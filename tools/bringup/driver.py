@@ -46,7 +46,8 @@ environment:
 
 
 def steps_help() -> str:
-    lines = ["steps (run in this order; the numbers are those of docs/gpu_results.md):"]
+    lines = ["steps (run in this order; the numbers are those of docs/gpu_results.md; what each writes is",
+             "in runs/bringup/, a dry run's in runs/bringup-dryrun/):"]
     for s in registry.STEPS:
         tag = " [required]" if s.required else ""
         lines.append(f"  {registry.number(s.name):2d}. {s.name:<10} {s.budget_s:4d} s{tag}  {s.summary}")

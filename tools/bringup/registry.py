@@ -22,7 +22,7 @@ class Step:
     name: str                  # what --steps / --skip and the summary call it
     title: str                 # the section heading, after "N. "
     budget_s: int              # wall-clock cap of the whole step (its commands share it)
-    writes: str                # what it leaves behind, beside its section of the results
+    writes: str                # what it leaves in the call's folder (runs/bringup/), beside its section
     summary: str               # one line for --help
     required: bool = False     # never deferred: a call that cannot fit it does not start
     needs: Tuple[str, ...] = ()  # steps whose results it uses: deferred with them in one call
@@ -37,7 +37,7 @@ def _steps() -> List[Step]:
         Step("env", "Environment", 45, "logs/env.log",
              "nvidia-smi, torch.cuda properties, compilers, the bundle's libraries load",
              required=True, run=env_build.step_env),
-        Step("build", "Build (`loom` and libloom_ops.so)", 420, "build-gpu/ (kept for later calls), logs/build.log",
+        Step("build", "Build (`loom` and libloom_ops.so)", 420, "logs/build.log; the build in build-gpu/ (kept for later calls)",
              "`loom` + libloom_ops.so, CUDA for this GPU's architecture only, tests off "
              "(a dry run reuses build/)", required=True, run=env_build.step_build),
         Step("tiny", "Tiny recipe on one device: GPU fp32 and bf16 against CPU fp32", 90,
