@@ -143,6 +143,11 @@ def test_config_per_mode_and_bad_environment():
     assert (str(dry.results), str(dry.build), dry.mbs, str(dry.out)) == \
         ("runs/bringup-dryrun/gpu_results.md", "b2", [4, 8], "/o")
     assert "docs" not in str(dry.results)
+    # A dry run's budgets are the GPU host's x3 (CPU runs), and its default plans every step.
+    assert dry.budget_scale == 3 and gpu.budget_scale == 1
+    p = registry.plan(registry.select(), dry.time_budget_s, {"ops": 7}, dry.budget_scale)
+    assert planned(p) == (NAMES, [])
+    assert p.budgets["tiny"] == 3 * registry.BY_NAME["tiny"].budget_s and p.budgets["ops"] == 7
     ref = context.make_config("reference", {"LOOM_BIN": "/x/bld/bin/loom"})
     assert str(ref.build) == "/x/bld" and ref.tiny_steps == 30
     assert context.make_config("gpu", {"LOOM_BRINGUP_DEADLINE_S": "300"}).time_budget_s == 300

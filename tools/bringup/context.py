@@ -60,6 +60,8 @@ class Config:
     jobs: int
     out: Optional[Path]
     environ: Dict[str, str] = field(default_factory=dict)
+    # Step budgets are the GPU host's; a dry run's CPU runs take longer (x3 by default).
+    budget_scale: int = 1
 
     @property
     def dry(self) -> bool:
@@ -94,13 +96,16 @@ def make_config(mode: str, environ: Mapping[str, str], time_budget_s: Optional[i
         return Config(mode, work, work / "reference.md", build, _int_env(env, "LOOM_BRINGUP_TINY_STEPS", 30),
                       0, 0, [], time_budget_s or 600, jobs, None, env)
     if mode == "dry":
+        from . import registry
         work = Path("runs/bringup-dryrun")
-        # A dry run is not device time: its default budget plans every step.
-        default_budget = _int_env(env, "LOOM_BRINGUP_DEADLINE_S", 1800)
+        scale = _int_env(env, "LOOM_BRINGUP_DRY_SCALE", 3)
+        # A dry run is not device time: by default its budget plans every step.
+        default_budget = _int_env(env, "LOOM_BRINGUP_DEADLINE_S",
+                                  sum(s.budget_s * scale for s in registry.STEPS) + RESERVE_S)
         return Config(mode, work, work / "gpu_results.md",     # never docs/ for a dry run
                       Path(env.get("LOOM_BRINGUP_BUILD") or "build"),   # the development build, not rebuilt
                       _int_env(env, "LOOM_BRINGUP_TINY_STEPS", 5), _int_env(env, "LOOM_BRINGUP_TPUT_STEPS", 4), 2,
-                      mbs or [4, 8, 16, 32, 64], time_budget_s or default_budget, jobs, out, env)
+                      mbs or [4, 8, 16, 32, 64], time_budget_s or default_budget, jobs, out, env, scale)
     if mode != "gpu":
         raise ConfigError(f"unknown mode '{mode}'")
     return Config(mode, Path("runs/bringup"), Path("docs/gpu_results.md"), Path("build-gpu"),

@@ -31,7 +31,7 @@ environment:
   OUT                       also copy the results, logs' tails, metrics and JSON/CSV under it
   LOOM_PYTHON               python with torch (default: the first of python3/python that imports it)
   LOOM_BRINGUP_DEADLINE_S   default --time-budget (570 s on the GPU host: under the device tool's
-                            600-s command limit; a dry run plans every step)
+                            600-s command limit; a dry run's default plans every step)
   LOOM_BRINGUP_BUDGET_<STEP>  a step's budget in seconds (like --budget STEP=S)
   LOOM_BRINGUP_MBS          micro-batch candidates of step {tput} (default 1 2 4 ... 128)
   LOOM_BRINGUP_TINY_STEPS   steps of the tiny runs (30; the bundle's reference must match)
@@ -42,6 +42,7 @@ environment:
                             and its arguments
   LOOM_BRINGUP_JOBS         build jobs (default: the number of cores)
   LOOM_BRINGUP_BUILD        a dry run's build folder (default build/)
+  LOOM_BRINGUP_DRY_SCALE    a dry run's budgets as a multiple of the GPU host's (3: CPU runs are slower)
 """
 
 
@@ -252,7 +253,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.make_reference:
             return make_reference(cfg, Path(args.make_reference))
         p = registry.plan(registry.select(args.steps, args.skip), cfg.time_budget_s,
-                          budget_overrides(dict(os.environ), args.budget))
+                          budget_overrides(dict(os.environ), args.budget), cfg.budget_scale)
     except (SelectionError, ConfigError) as e:
         print(f"gpu_bringup: {e}", file=sys.stderr)
         return 2

@@ -143,13 +143,15 @@ class Plan:
         return sorted(self.planned + self.deferred, key=lambda s: number(s.name))
 
 
-def plan(selected: Sequence[Step], time_budget_s: int, overrides: Optional[Dict[str, int]] = None) -> Plan:
+def plan(selected: Sequence[Step], time_budget_s: int, overrides: Optional[Dict[str, int]] = None,
+         scale: int = 1) -> Plan:
     """Fits the selection into time_budget_s: required steps first, then optional ones in
     registry order while the sum of budgets still fits; the rest are deferred, and so is a step
     that needs a deferred one (a step it needs but that was not selected is not waited for:
-    the step then reads an earlier call's results). Raises
+    the step then reads an earlier call's results). `scale` multiplies the registry's budgets
+    (not the overrides): a dry run's CPU runs are slower than the GPU host's. Raises
     SelectionError when the required steps alone do not fit (nothing should start then)."""
-    budgets = {s.name: (overrides or {}).get(s.name, s.budget_s) for s in selected}
+    budgets = {s.name: (overrides or {}).get(s.name, s.budget_s * scale) for s in selected}
     room = time_budget_s - RESERVE_S
     required = [s for s in selected if s.required]
     need = sum(budgets[s.name] for s in required)
