@@ -618,3 +618,32 @@ def test_steps_against_a_stub_loom(tmp_path, monkeypatch):
     later = context.Context(cfg, Results(tmp_path / "r2.md", cfg.work, [], "x", 1000))
     b, figures = throughput.last_throughput(later)
     assert b == 8 and figures["tokens_per_s"] == 800
+
+
+def test_sanitizer_step_runs_each_tool_and_reports_errors(tmp_path, monkeypatch):
+    # A stand-in compute-sanitizer: runs the binary, reports 2 hazards under racecheck.
+    tools = tmp_path / "cuda"
+    tools.mkdir()
+    (tools / "compute-sanitizer").write_text(
+        "#!/bin/sh\n[ \"$1\" = --tool ] && tool=$2 && shift 4 && \"$@\" || exit 9\n"
+        "if [ \"$tool\" = racecheck ]; then echo '========= ERROR SUMMARY: 2 errors'; exit 99; fi\n"
+        "echo '========= ERROR SUMMARY: 0 errors'\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    binary = tmp_path / "kernel_tests"
+    binary.write_text("#!/bin/sh\necho \"kernel tests $*\"\n")
+    binary.chmod(0o755)
+    cfg = dataclasses.replace(context.make_config("gpu", {"LOOM_BRINGUP_KERNEL_TESTS": str(binary),
+                                                          "LOOM_BRINGUP_KERNEL_TEST_ARGS": "--order rand"}),
+                              work=tmp_path / "w")
+    res = Results(tmp_path / "r.md", cfg.work, [], "x", 570)
+    ctx = context.Context(cfg, res)
+    ctx.current, ctx.step_deadline = "sanitizer", time.time() + 60
+    with pytest.raises(StepError) as e:
+        ops.step_sanitizer(ctx)
+    assert e.value.status == FAIL and e.value.detail == "racecheck exit 99, 2 errors"
+    text = "\n".join(res.sections["sanitizer"])
+    assert "| memcheck | 0 | 0 |" in text and "| racecheck | 99 | 2 |" in text and "| synccheck | 0 | 0 |" in text
+    assert "racecheck:\n```" in text and "memcheck:\n```" not in text    # the failing tool's log tail only
+    log = (cfg.work / "logs" / "sanitizer_memcheck.log").read_text()
+    assert "--tool memcheck --error-exitcode 99" in log and "kernel tests --order rand" in log
