@@ -142,7 +142,7 @@ set(Protobuf_LIBRARY "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.a" CACHE FILEPATH
 set(Protobuf_LIBRARY_RELEASE "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.a" CACHE FILEPATH "" FORCE)
 EOF
   cat > "$BUNDLE/env.sh" <<'EOF'
-# Sourced by tools/gpu_bringup.sh (written by tools/gpu_bundle.sh): compiler, linker,
+# Sourced in bash by the GPU bring-up (tools/bringup/env_build.py; written by tools/gpu_bundle.sh): compiler, linker,
 # pkg-config and loader paths for the Debian packages unpacked in gpu_bundle/prefix.
 _loom_bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOOM_BUNDLE_USR=$_loom_bundle/prefix/usr
@@ -228,4 +228,4 @@ bundle_python
 bundle_reference
 write_manifest || exit 1
 echo "carry: [\"$BUNDLE\"]"
-echo "run on the GPU host: tools/gpu_bringup.sh   (see its header for --steps and time budgets)"
+echo "run on the GPU host: tools/gpu_bringup.sh   (see its --help for the steps and time budgets; --plan shows what fits)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Reads `loom train` run directories and `loom plan` CSVs for tools/gpu_bringup.sh.
+"""Reads `loom train` run directories and `loom plan` CSVs for the bring-up's steps.
 
-Standard library only (the GPU host's python may have nothing but torch). Subcommands:
+Standard library only (the GPU host's python may have nothing but torch). The functions
+compare(), throughput(), plan_row(), formula() and is_oom() serve the driver; by hand,
+`python3 tools/bringup/metrics.py SUBCOMMAND` prints the same. Subcommands:
   compare REF RUN [RUN ...] --rtol R [R ...]   loss table (markdown) of the runs' train records
                                                against REF, step by step; exit 1 when a run's
                                                relative difference exceeds its tolerance
@@ -43,15 +45,16 @@ def rel(a, ref):
     return abs(a - ref) / max(abs(ref), 1e-30)
 
 
-def cmd_compare(args):
-    ref = {r["step"]: r["loss"] for r in train_records(args.ref)}
-    runs = [{r["step"]: r["loss"] for r in train_records(d)} for d in args.runs]
-    tols = args.rtol if len(args.rtol) == len(runs) else [args.rtol[0]] * len(runs)
-    names = args.names or [Path(d).name for d in args.runs]
-    ref_name = args.ref_name or Path(args.ref).name
-    head = f"| step | {ref_name} |" + "".join(f" {n} | rel. diff |" for n in names)
-    print(head)
-    print("|---" * (2 + 2 * len(runs)) + "|")
+def compare(ref_dir, run_dirs, rtols, names=None, ref_name=None):
+    """(markdown lines, ok): the runs' losses beside REF's, step by step, and one verdict line
+    per run; ok when every run has every step of REF within its relative tolerance."""
+    ref = {r["step"]: r["loss"] for r in train_records(ref_dir)}
+    runs = [{r["step"]: r["loss"] for r in train_records(d)} for d in run_dirs]
+    tols = list(rtols) if len(rtols) == len(runs) else [rtols[0]] * len(runs)
+    names = names or [Path(d).name for d in run_dirs]
+    ref_name = ref_name or Path(ref_dir).name
+    out = [f"| step | {ref_name} |" + "".join(f" {n} | rel. diff |" for n in names),
+           "|---" * (2 + 2 * len(runs)) + "|"]
     worst = [0.0] * len(runs)
     missing = [0] * len(runs)
     for step in sorted(ref):
@@ -64,16 +67,22 @@ def cmd_compare(args):
             else:
                 missing[i] += 1
                 row += " - | - |"
-        print(row)
-    print()
-    status = 0
+        out.append(row)
+    out.append("")
+    all_ok = True
     for i, name in enumerate(names):
         ok = worst[i] <= tols[i] and missing[i] == 0 and len(runs[i]) > 0
-        print(f"- {name}: max relative difference {worst[i]:.3e} over {len(ref)} steps "
-              f"(limit {tols[i]:g}){'' if not missing[i] else f', {missing[i]} steps missing'}: "
-              f"{'pass' if ok else 'FAIL'}")
-        status |= 0 if ok else 1
-    return status
+        out.append(f"- {name}: max relative difference {worst[i]:.3e} over {len(ref)} steps "
+                   f"(limit {tols[i]:g}){'' if not missing[i] else f', {missing[i]} steps missing'}: "
+                   f"{'pass' if ok else 'FAIL'}")
+        all_ok = all_ok and ok
+    return out, all_ok
+
+
+def cmd_compare(args):
+    lines, ok = compare(args.ref, args.runs, args.rtol, args.names, args.ref_name)
+    print("\n".join(lines))
+    return 0 if ok else 1
 
 
 def mean(xs):
@@ -93,9 +102,10 @@ def wall_clock_rate(recs, key):
     return per_step * len(have) / sum(r["step_time_s"] for r in have)
 
 
-def cmd_throughput(args):
-    recs = train_records(args.run)
-    timed = recs[args.skip:] if len(recs) > args.skip else recs[-1:]
+def throughput(run_dir, skip):
+    """Means over the train records after `skip` steps (rates over the wall clock), peaks over all."""
+    recs = train_records(run_dir)
+    timed = recs[skip:] if len(recs) > skip else recs[-1:]
     get = lambda k: [r[k] for r in timed if isinstance(r.get(k), (int, float))]
     peak_dev = [r["peak_device_memory_mib"] for r in recs if isinstance(r.get("peak_device_memory_mib"), (int, float))]
     out = {
@@ -107,30 +117,41 @@ def cmd_throughput(args):
         "max_rss_mib": max(get("max_rss_mib")) if get("max_rss_mib") else None,
         "first_loss": recs[0]["loss"] if recs else None, "last_loss": recs[-1]["loss"] if recs else None,
     }
+    return out
+
+
+def cmd_throughput(args):
+    out = throughput(args.run, args.skip)
     print(json.dumps(out))
-    return 0 if recs else 1
+    return 0 if out["steps"] else 1
 
 
-def cmd_plan(args):
-    with open(args.csv) as f:
-        rows = [r for r in csv.DictReader(f) if int(r["micro_batch"]) == args.mbs]
+def plan_row(csv_path, mbs):
+    """The `loom plan` CSV row with that micro-batch, as floats; None when there is none."""
+    with open(csv_path) as f:
+        rows = [r for r in csv.DictReader(f) if int(r["micro_batch"]) == mbs]
     if not rows:
-        print(json.dumps(None))
-        return 1
+        return None
     r = rows[0]
     keys = ["fits", "memory_gib", "weights_optimizer_gib", "activations_gib", "embedding_logits_gib",
             "transient_gib", "reserve_gib", "step_seconds", "tokens_per_second", "model_tflops_per_gpu", "mfu"]
-    print(json.dumps({k: float(r[k]) for k in keys}))
-    return 0
+    return {k: float(r[k]) for k in keys}
 
 
-def cmd_formula(args):
-    s, b, h, a, L, V = args.seq, args.mbs, args.hidden, args.heads, args.layers, args.vocab
+def cmd_plan(args):
+    row = plan_row(args.csv, args.mbs)
+    print(json.dumps(row))
+    return 0 if row is not None else 1
+
+
+def formula(layers, hidden, heads, seq, mbs, vocab, params):
+    """Korthikanti et al.'s activation memory with selective recompute (t = 1), plus weights."""
+    s, b, h, a, L, V = seq, mbs, hidden, heads, layers, vocab
     per_layer_sel = 34 * s * b * h                  # bytes, t = 1, selective recompute
     per_layer_none = s * b * h * (34 + 5 * a * s / h)
     attention_work = 5 * a * s * s * b              # recomputed attention core of one layer
     logits = 4 * s * b * V                          # fp32 logits kept for the cross entropy
-    weights = 18 * args.params                      # bf16 params + fp32 main + 2 moments + fp32 grads
+    weights = 18 * params                      # bf16 params + fp32 main + 2 moments + fp32 grads
     total = L * per_layer_sel + attention_work + logits + weights
     out = {
         "per_layer_selective_gib": per_layer_sel / GIB, "per_layer_no_recompute_gib": per_layer_none / GIB,
@@ -139,10 +160,14 @@ def cmd_formula(args):
         "text": (f"activations L·34·s·b·h = {L}·34·{s}·{b}·{h} B = {L * per_layer_sel / GIB:.2f} GiB "
                  f"(no recompute: L·s·b·h·(34 + 5as/h) = {L * per_layer_none / GIB:.2f} GiB); "
                  f"recomputed attention core of one layer 5·a·s²·b = {attention_work / GIB:.2f} GiB; "
-                 f"fp32 logits 4·s·b·V = {logits / GIB:.2f} GiB; weights+grads+Adam 18 B × {args.params:,} "
+                 f"fp32 logits 4·s·b·V = {logits / GIB:.2f} GiB; weights+grads+Adam 18 B × {params:,} "
                  f"= {weights / GIB:.2f} GiB; sum {total / GIB:.2f} GiB"),
     }
-    print(json.dumps(out))
+    return out
+
+
+def cmd_formula(args):
+    print(json.dumps(formula(args.layers, args.hidden, args.heads, args.seq, args.mbs, args.vocab, args.params)))
     return 0
 
 
@@ -150,9 +175,13 @@ OOM = re.compile(r"out of memory|OutOfMemoryError|can't allocate memory|not enou
                  r"std::bad_alloc|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation", re.I)
 
 
+def is_oom(log):
+    """Whether the log reports an out-of-memory error (device or host)."""
+    return bool(OOM.search(Path(log).read_text(errors="replace")))
+
+
 def cmd_oom(args):
-    text = Path(args.log).read_text(errors="replace")
-    return 0 if OOM.search(text) else 1
+    return 0 if is_oom(args.log) else 1
 
 
 def main(argv=None):
@@ -180,7 +209,7 @@ def main(argv=None):
         return {"compare": cmd_compare, "throughput": cmd_throughput, "plan": cmd_plan,
                 "formula": cmd_formula, "oom": cmd_oom}[args.cmd](args)
     except (OSError, ValueError, KeyError) as e:
-        print(f"gpu_bringup_metrics {args.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"bringup.metrics {args.cmd}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
 
 
