@@ -15,7 +15,7 @@ from .results import SKIPPED
 
 # The kernel tests built by nvcc against the real CUDA runtime (issue #29 part 5): the CMake
 # target and the binary it leaves in <build>/bin. LOOM_BRINGUP_KERNEL_TESTS names another binary.
-KERNEL_TEST_TARGET = "loom_test_cuda_kernels"
+KERNEL_TEST_TARGET = "loom_test_cuda_kernels_gpu"  # tests/cuda_sim: the kernel tests built against the real runtime
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
