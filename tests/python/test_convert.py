@@ -276,11 +276,11 @@ def test_import_missing_tensor_named(hf_model, tmp_path):
 
 
 def test_import_wrong_shape_named(hf_model, tmp_path):
-    def shrink(t):
-        t["transformer.h.0.mlp.c_fc.weight"] = t["transformer.h.0.mlp.c_fc.weight"][:, :50].contiguous()
+    def shrink(t):  # layer 1: layer 0's c_fc is where config.json's n_inner is checked first
+        t["transformer.h.1.mlp.c_fc.weight"] = t["transformer.h.1.mlp.c_fc.weight"][:, :50].contiguous()
     bad = edited_copy(hf_model, tmp_path, edit_tensors=shrink)
     expect_bad(["--from", "hf", bad, "--output", tmp_path / "run"],
-               "transformer.h.0.mlp.c_fc.weight has shape [32, 50], expected [32, 96]")
+               "transformer.h.1.mlp.c_fc.weight has shape [32, 50], expected [32, 96]")
 
 
 @pytest.mark.parametrize("field,value,needle", [
