@@ -11,7 +11,7 @@ namespace loom::serve::limits {
 
 // --- one request's fields (serve/http_api.h) ---
 
-/// Nesting of JSON arrays and objects in a body (the deepest legal body nests 4: a list of
+/// Nesting of JSON arrays and objects in a body (the deepest legal body nests 3: a list of
 /// token-id lists in the body object). Checked while parsing, before any recursive walk.
 constexpr int kMaxJsonDepth = 16;
 /// Prompts per request (OpenAI `prompt` list, NeMo `sentences`; NeMo's own limit).

@@ -375,12 +375,15 @@ def test_slow_header_clients_do_not_starve_service(run_dir):
     answered at once, and each slow one gets 408 at the header deadline (--header-timeout-s 2)."""
     with Server(run_dir, "--header-timeout-s", 2) as s:
         port = port_of(s)
-        slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(200)]
         head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"p" * 100
+        slow = []
+        for _ in range(200):  # each starts its request at once (a silent connection is closed silently)
+            slow.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+            slow[-1].sendall(head[:1])
         stop = threading.Event()
 
         def dribble():
-            for i in range(len(head)):
+            for i in range(1, len(head)):
                 for c in slow:
                     try:
                         c.send(head[i:i + 1])
@@ -399,11 +402,13 @@ def test_slow_header_clients_do_not_starve_service(run_dir):
             assert r.status_code == 200, r.text
             assert time.time() - start < 1.5, f"answered after {time.time() - start:.1f} s"
             refused = 0
+            replies = []
             for c in slow:
                 c.settimeout(5)
                 reply = read_all(c)
+                replies.append(reply)
                 refused += reply.startswith(b"HTTP/1.1 408") and b'"headers"' in reply
-            assert refused == len(slow)
+            assert refused == len(slow), [r[:60] for r in replies if not r.startswith(b"HTTP/1.1 408")][:5]
         finally:
             stop.set()
             sender.join()

@@ -19,7 +19,7 @@ std::pair<RequestAssembler, std::string> assemble(const std::string& raw, size_t
   for (size_t at = 0; at < raw.size(); at += piece) {
     in.append(raw, at, piece);
     if (a.feed(in)) {
-      in.append(raw, at + piece, std::string::npos);
+      if (at + piece < raw.size()) in.append(raw, at + piece, std::string::npos);
       break;
     }
   }
