@@ -350,7 +350,7 @@ void HttpIntake::loop() {
           r.fd = c.fd;
           r.request = c.request->take_request();
           r.body_bytes = r.request.size();
-          r.leftover = std::move(c.in);
+          r.leftover = std::string(c.in);  // a copy: the buffer's capacity (up to the body's) is freed
           r.served = c.served;
           ++queued_;
           connections_.erase(polled[i].fd);  // the handler owns the socket now

@@ -160,6 +160,13 @@ struct InlineQueue : httplib::TaskQueue {
 // Bodies at least this large release the memory they took back to the system once answered
 // (malloc_trim): glibc keeps freed memory in per-thread arenas otherwise.
 constexpr size_t kTrimAfterBytes = size_t{1} << 20;
+// glibc's thresholds, fixed for the serving process: blocks of 1 MiB or more (a body, its
+// copies, a large JSON array) are mapped on their own and unmapped when freed, and a thread
+// arena's free top is returned past 8 MiB. glibc's defaults rise with the largest block freed
+// (to 32 MiB and 64 MiB), so one burst of 8 MiB bodies would leave each handler arena holding
+// tens of MiB that malloc_trim does not return (it trims only the main arena's top).
+constexpr int kMmapThresholdBytes = 1 << 20;
+constexpr int kTrimThresholdBytes = 8 << 20;
 
 }  // namespace
 
@@ -419,6 +426,8 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   State& s = *state_;
   auto& svr = s.server;
   if (s.options.threads < 1) throw std::invalid_argument("serve: handler threads must be >= 1");
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
   s.handlers = std::make_unique<httplib::ThreadPool>(static_cast<size_t>(s.options.threads));
   IntakeOptions intake;
   intake.max_body_bytes = s.options.max_body_bytes;
