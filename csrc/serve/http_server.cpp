@@ -142,6 +142,12 @@ class IntakeServer : public httplib::Server {
   bool serve(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
     return process_request(stream, close_connection, connection_closed, nullptr);
   }
+  // httplib listens with a backlog of 5 (Debian's build): clients connecting together past it
+  // were reset. listen() again on the bound socket sets a longer queue.
+  void widen_backlog(int backlog) {
+    if (::listen(svr_sock_, backlog) != 0)
+      throw std::runtime_error(std::string("serve: listen: ") + std::strerror(errno));
+  }
 
  private:
   bool process_and_close_socket(socket_t sock) override {
@@ -479,6 +485,7 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   if (port_ < 0 || (s.options.port != 0 && !svr.bind_to_port(s.options.host, s.options.port)))
     throw std::runtime_error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                                          s.options.host, s.options.port));
+  svr.widen_backlog(limits::kListenBacklog);
   s.listener = std::thread([&svr] { svr.listen_after_bind(); });
 }
 

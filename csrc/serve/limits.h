@@ -57,6 +57,8 @@ constexpr size_t kKeepAliveMaxCount = 1000;
 /// Connections still sending their request (or idle between requests), at most; beyond it the
 /// one that started longest ago is dropped for the new one.
 constexpr size_t kMaxPendingConnections = 512;
+/// Connections the kernel queues before they are accepted (capped by net.core.somaxconn).
+constexpr int kListenBacklog = 1024;
 /// Handler threads: each runs one complete request at a time (waiting for the engine).
 constexpr int kHandlerThreads = 128;
 /// A response write may wait this long for the client to read.
