@@ -229,8 +229,6 @@ void HttpIntake::stop() {
   incoming_.clear();
 }
 
-size_t HttpIntake::pending() const { return pending_; }
-
 void HttpIntake::add(int fd, std::string buffered, size_t served) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -289,7 +287,6 @@ void HttpIntake::loop() {
       close_connection(oldest->first);
       connections_.erase(oldest);
     }
-    pending_ = connections_.size();
     polled.clear();
     polled.push_back({wake_fd_, POLLIN, 0});
     auto next = now + std::chrono::seconds(1);
@@ -376,7 +373,6 @@ void HttpIntake::loop() {
   }
   for (auto& [fd, c] : connections_) close_connection(fd);
   connections_.clear();
-  pending_ = 0;
 }
 
 }  // namespace loom::serve

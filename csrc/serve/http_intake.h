@@ -66,14 +66,15 @@ class RequestAssembler {
   std::string field_, message_;
 };
 
+/// The limits the intake enforces; the server fills them from serve/limits.h and its flags.
 struct IntakeOptions {
-  size_t max_body_bytes = 0;
-  size_t max_head_bytes = 0;
-  int header_timeout_ms = 0;
-  int request_timeout_ms = 0;
-  int keep_alive_timeout_ms = 0;
+  size_t max_body_bytes = 0;      ///< decoded body (413)
+  size_t max_head_bytes = 0;      ///< request line and headers (431)
+  int header_timeout_ms = 0;      ///< head complete within this of its first byte (408)
+  int request_timeout_ms = 0;     ///< whole request within this of its first byte (408)
+  int keep_alive_timeout_ms = 0;  ///< an idle connection between requests is closed after this
   int linger_ms = 0;              ///< reading and dropping after a refusal
-  size_t max_pending = 0;
+  size_t max_pending = 0;         ///< connections held (the one waiting longest goes beyond)
   size_t max_queued = 0;          ///< requests handed over and not yet answered (503 beyond)
 };
 
@@ -83,7 +84,7 @@ struct ReadyRequest {
   std::string request;   ///< see RequestAssembler::take_request
   std::string leftover;  ///< bytes the client sent after it (the next request's start)
   size_t served = 0;     ///< requests answered on this connection before
-  size_t body_bytes = 0;
+  size_t body_bytes = 0;  ///< bytes of `request` (large ones: memory is handed back after)
 };
 
 class HttpIntake {
@@ -99,8 +100,8 @@ class HttpIntake {
   void add(int fd, std::string buffered = {}, size_t served = 0);
   /// A handed-over request was answered (for max_queued).
   void answered() { --queued_; }
+  /// Stops the poll thread and closes every connection it holds (idempotent).
   void stop();
-  size_t pending() const;
 
  private:
   struct Connection;
@@ -112,12 +113,11 @@ class HttpIntake {
   std::function<void(ReadyRequest)> ready_;
   std::function<std::string(int, const std::string&, const std::string&)> error_body_;
   int wake_fd_ = -1;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;  // incoming_
   std::vector<std::pair<int, std::pair<std::string, size_t>>> incoming_;  // fd, (bytes, served)
   std::map<int, std::unique_ptr<Connection>> connections_;                // poll thread only
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> queued_{0};
-  std::atomic<size_t> pending_{0};
   std::thread thread_;
 };
 
