@@ -13,12 +13,13 @@
 
 #include "model/mappings.h"
 #include "serve/control_messages.h"
+#include "serve/limits.h"
 
 namespace loom::serve {
 
 namespace {
 
-constexpr int64_t kMaxTopLogprobs = 20;
+using limits::kMaxTopLogprobs;
 // Rows of full-vocabulary logits gathered at once for a prompt's log-probabilities.
 constexpr int64_t kPromptLogitChunk = 64;
 
@@ -73,10 +74,12 @@ struct GenerationEngine::Running {
       : id(id_), spec(std::move(spec_)), row(row_), sampler(spec.sampling), context(spec.prompt) {}
 };
 
-// A token chosen on the last stage for one request (and its prompt's log-probabilities).
+// A token chosen on the last stage for one request (and its prompt's log-probabilities), or
+// why none could be chosen.
 struct GenerationEngine::Choice {
   TokenLogprob token;
   std::vector<TokenLogprob> prompt;
+  std::string error;
 };
 
 GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups groups,
@@ -247,9 +250,15 @@ GenerationEngine::Choice GenerationEngine::choose(Running& r, const float* z) {
   const bool eod_allowed = r.generated >= r.spec.min_new_tokens;
   if (!eod_allowed && options_.eod_id >= 0 && options_.eod_id < vocab)
     processed[static_cast<size_t>(options_.eod_id)] = -std::numeric_limits<float>::infinity();
-  const int64_t token = r.sampler.next(processed.data(), vocab);
   Choice c;
-  c.token = token_logprob(z, vocab, token, r.spec.logprobs ? r.spec.top_logprobs : 0);
+  try {
+    const int64_t token = r.sampler.next(processed.data(), vocab);
+    c.token = token_logprob(z, vocab, token, r.spec.logprobs ? r.spec.top_logprobs : 0);
+  } catch (const std::invalid_argument& e) {  // a non-finite logit: this request fails alone
+    c.token.token = -1;
+    c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the model "
+                          "gave a non-finite logit)", r.generated, e.what());
+  }
   return c;
 }
 
@@ -343,7 +352,9 @@ void GenerationEngine::prefill(const std::vector<Running*>& joined, Choices& cho
     if (r->spec.prompt_logprobs) c.prompt = prompt_logprobs(*r, logits);
     if (r->spec.max_new_tokens > 0) {
       const at::Tensor last = full_logits(logits, 0, n - 1, 1);
-      c.token = choose(*r, last[0].data_ptr<float>()).token;
+      Choice chosen = choose(*r, last[0].data_ptr<float>());
+      c.token = chosen.token;
+      c.error = std::move(chosen.error);
     } else {
       c.token.token = -1;
     }
@@ -359,7 +370,7 @@ void GenerationEngine::share_choices(Choices& choices) {
     for (const auto& [id, c] : choices) {
       nlohmann::json prompt = nlohmann::json::array();
       for (const auto& t : c.prompt) prompt.push_back(logprob_json(t));
-      message[std::to_string(id)] = {logprob_json(c.token), prompt};
+      message[std::to_string(id)] = {logprob_json(c.token), prompt, c.error};
     }
   }
   broadcast_json(*groups_.control, message, groups_.last_stage_root);
@@ -368,6 +379,7 @@ void GenerationEngine::share_choices(Choices& choices) {
     Choice c;
     c.token = logprob_from_json(value.at(0));
     for (const auto& t : value.at(1)) c.prompt.push_back(logprob_from_json(t));
+    c.error = value.at(2).get<std::string>();
     choices[std::stoull(key)] = std::move(c);
   }
 }
@@ -396,7 +408,12 @@ void GenerationEngine::apply_choices(Choices& choices, std::map<uint64_t, Reques
     FinishReason done = FinishReason::kNone;
     if (auto chosen = choices.find(r.id); chosen != choices.end()) {
       p.prompt = std::move(chosen->second.prompt);
-      done = take_token(r, chosen->second.token, p);
+      if (chosen->second.error.empty()) {
+        done = take_token(r, chosen->second.token, p);
+      } else {
+        done = FinishReason::kError;
+        p.error = std::move(chosen->second.error);
+      }
     }
     if (done == FinishReason::kNone && r.prefilled && r.generated >= r.spec.max_new_tokens)
       done = FinishReason::kLength;

@@ -46,7 +46,9 @@ struct TokenLogprob {
   std::vector<std::pair<int64_t, double>> top;
 };
 
-enum class FinishReason { kNone, kLength, kStop, kCancelled };
+/// kError: choosing the request's next token failed (a logit became inf or NaN under its
+/// sampling options, or the model gave one); that request ends, the rest of the batch goes on.
+enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
 
 /// What one step did for one request (reported on the serving rank).
 struct RequestProgress {
@@ -54,6 +56,7 @@ struct RequestProgress {
   std::vector<TokenLogprob> prompt;      ///< in the step that prefilled it, when asked (echo)
   std::vector<TokenLogprob> new_tokens;  ///< tokens generated in this step (0 or 1)
   FinishReason finished = FinishReason::kNone;
+  std::string error;                     ///< with kError: what failed
 };
 
 /// The groups a rank's engine uses.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "generate/generate_run.h"
+#include "serve/limits.h"
 #include "serve/prompt_requests.h"
 
 namespace loom::serve {
@@ -15,18 +16,24 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxPrompts = 128;  // NeMo's limit on sentences per request
-constexpr int64_t kMaxLogprobs = 20;
+using limits::kMaxPrompts;
+using limits::kMaxTopLogprobs;
 constexpr const char* kEndOfText = "<|endoftext|>";
+// Field names quoted in errors are cut to this many bytes.
+constexpr size_t kMaxFieldName = 64;
 
 ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, field, message); }
 
 const char* type_name(const json& v) { return v.type_name(); }
 
+std::string field_name(const std::string& key) {
+  return key.size() <= kMaxFieldName ? key : key.substr(0, kMaxFieldName) + "...";
+}
+
 void check_fields(const json& body, const std::set<std::string>& known) {
   if (!body.is_object()) throw bad("body", std::string("expected a JSON object, found ") + type_name(body));
   for (const auto& [key, value] : body.items())
-    if (!known.count(key)) throw bad(key, "unknown field");
+    if (!known.count(key)) throw bad(field_name(key), "unknown field");
 }
 
 bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
@@ -35,45 +42,62 @@ int64_t get_int(const json& body, const char* key, int64_t fallback, int64_t lo,
   if (!present(body, key)) return fallback;
   const json& v = body[key];
   if (!v.is_number_integer())
-    throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, v.dump()));
+    throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, excerpt(v)));
   const bool unsigned_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
   const int64_t x = unsigned_big ? INT64_MAX : v.get<int64_t>();
-  if (x < lo || x > hi) throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, v.dump()));
+  if (x < lo || x > hi) throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, excerpt(v)));
   return x;
+}
+
+// A temperature: 0 (greedy, when `zero_is_greedy`) or within the sampler's finite range.
+double get_temperature(const json& body, const char* key, double fallback, bool zero_is_greedy) {
+  if (!present(body, key)) return fallback;
+  const json& v = body[key];
+  const double x = v.is_number() ? v.get<double>() : std::nan("");
+  if ((zero_is_greedy && x == 0.0) || (x >= limits::kMinTemperature && x <= limits::kMaxTemperature)) return x;
+  throw bad(key, fmt::format("expected {}a number in [{}, {}], found {}", zero_is_greedy ? "0 (greedy) or " : "",
+                             limits::kMinTemperature, limits::kMaxTemperature, excerpt(v)));
 }
 
 double get_number(const json& body, const char* key, double fallback, double lo, double hi, bool open_lo = false) {
   if (!present(body, key)) return fallback;
   const json& v = body[key];
-  if (!v.is_number()) throw bad(key, std::string("expected a number, found ") + v.dump());
+  if (!v.is_number()) throw bad(key, std::string("expected a number, found ") + excerpt(v));
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < lo || x > hi || (open_lo && x == lo))
-    throw bad(key, fmt::format("expected a number in {}{}, {}], found {}", open_lo ? "(" : "[", lo, hi, v.dump()));
+    throw bad(key, fmt::format("expected a number in {}{}, {}], found {}", open_lo ? "(" : "[", lo, hi, excerpt(v)));
   return x;
 }
 
 bool get_bool(const json& body, const char* key, bool fallback) {
   if (!present(body, key)) return fallback;
-  if (!body[key].is_boolean()) throw bad(key, std::string("expected true or false, found ") + body[key].dump());
+  if (!body[key].is_boolean()) throw bad(key, std::string("expected true or false, found ") + excerpt(body[key]));
   return body[key].get<bool>();
 }
 
-std::vector<std::string> get_strings(const json& body, const char* key, std::vector<std::string> fallback) {
+// A string or a list of at most `max_count` non-empty strings of at most kMaxStopBytes each.
+std::vector<std::string> get_strings(const json& body, const char* key, std::vector<std::string> fallback,
+                                     size_t max_count) {
   if (!present(body, key)) return fallback;
   const json& v = body[key];
   std::vector<std::string> out;
+  if (v.is_array() && v.size() > max_count)
+    throw bad(key, fmt::format("at most {} strings, found {}", max_count, v.size()));
   if (v.is_string()) {
     out.push_back(v.get<std::string>());
   } else if (v.is_array()) {
     for (const auto& s : v) {
-      if (!s.is_string()) throw bad(key, "expected a string or a list of strings, found an element " + s.dump());
+      if (!s.is_string()) throw bad(key, "expected a string or a list of strings, found an element " + excerpt(s));
       out.push_back(s.get<std::string>());
     }
   } else {
-    throw bad(key, "expected a string or a list of strings, found " + v.dump());
+    throw bad(key, "expected a string or a list of strings, found " + excerpt(v));
   }
-  for (const auto& s : out)
+  for (const auto& s : out) {
     if (s.empty()) throw bad(key, "expected non-empty strings");
+    if (s.size() > limits::kMaxStopBytes)
+      throw bad(key, fmt::format("a string of {} bytes, more than {}", s.size(), limits::kMaxStopBytes));
+  }
   return out;
 }
 
@@ -82,7 +106,16 @@ uint64_t fresh_seed() {
   return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-std::vector<int64_t> encode(const std::string& text, const ApiContext& api, bool add_bos) {
+// A prompt text's bytes are bounded before it is tokenized (limits.h).
+void check_prompt_bytes(const std::string& text, const ApiContext& api, const char* field) {
+  if (api.max_prompt_bytes > 0 && text.size() > api.max_prompt_bytes)
+    throw bad(field, fmt::format("a text of {} bytes, more than this server accepts: {} bytes (the model's context "
+                                 "of {} tokens × the bytes of the tokenizer's longest token)",
+                                 text.size(), api.max_prompt_bytes, api.context));
+}
+
+std::vector<int64_t> encode(const std::string& text, const ApiContext& api, bool add_bos, const char* field) {
+  check_prompt_bytes(text, api, field);
   std::vector<int64_t> ids;
   if (add_bos && api.tokenizer->bos_id() >= 0) ids.push_back(api.tokenizer->bos_id());
   for (int32_t id : api.tokenizer->encode(text)) ids.push_back(id);
@@ -94,10 +127,12 @@ std::vector<int64_t> encode(const std::string& text, const ApiContext& api, bool
 
 std::vector<int64_t> token_list(const json& v, const ApiContext& api) {
   std::vector<int64_t> ids;
+  if (static_cast<int64_t>(v.size()) > api.context)
+    throw bad("prompt", fmt::format("{} tokens, more than the model's context of {} tokens", v.size(), api.context));
   const int64_t vocab = static_cast<int64_t>(api.tokenizer->vocab_size());
   for (const auto& t : v) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
-      throw bad("prompt", fmt::format("token ids must be integers in [0, {}), found {}", vocab, t.dump()));
+      throw bad("prompt", fmt::format("token ids must be integers in [0, {}), found {}", vocab, excerpt(t)));
     ids.push_back(t.get<int64_t>());
   }
   if (ids.empty()) throw bad("prompt", "a list of token ids must not be empty");
@@ -110,19 +145,20 @@ std::vector<std::vector<int64_t>> prompts(const json& body, const ApiContext& ap
   const json& p = body["prompt"];
   std::vector<std::vector<int64_t>> out;
   if (p.is_string()) {
-    out.push_back(encode(p.get<std::string>(), api, false));
+    out.push_back(encode(p.get<std::string>(), api, false, "prompt"));
   } else if (p.is_array() && !p.empty() && p[0].is_number()) {
     out.push_back(token_list(p, api));
   } else if (p.is_array() && !p.empty()) {
+    if (p.size() > kMaxPrompts)
+      throw bad("prompt", fmt::format("at most {} prompts per request, found {}", kMaxPrompts, p.size()));
     for (const auto& e : p) {
-      if (e.is_string()) out.push_back(encode(e.get<std::string>(), api, false));
+      if (e.is_string()) out.push_back(encode(e.get<std::string>(), api, false, "prompt"));
       else if (e.is_array()) out.push_back(token_list(e, api));
-      else throw bad("prompt", "expected texts or lists of token ids, found an element " + e.dump());
+      else throw bad("prompt", "expected texts or lists of token ids, found an element " + excerpt(e));
     }
   } else {
-    throw bad("prompt", "expected a text, a list of texts, a list of token ids or a list of those, found " + p.dump());
+    throw bad("prompt", "expected a text, a list of texts, a list of token ids or a list of those, found " + excerpt(p));
   }
-  if (out.size() > kMaxPrompts) throw bad("prompt", fmt::format("at most {} prompts per request, found {}", kMaxPrompts, out.size()));
   return out;
 }
 
@@ -183,6 +219,57 @@ json error_body(int status, const std::string& message, const std::string& field
 
 std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+std::string excerpt(const json& value) {
+  constexpr size_t kMax = 80;
+  std::string text = dump_json(value);
+  if (text.size() <= kMax) return text;
+  text.resize(kMax);
+  return text + "...";
+}
+
+size_t max_prompt_bytes(const data::Tokenizer& tokenizer, int64_t context) {
+  size_t longest = 1;
+  const auto vocab = static_cast<int32_t>(tokenizer.vocab_size());
+  for (int32_t id = 0; id < vocab; ++id) longest = std::max(longest, tokenizer.decode({id}).size());
+  return static_cast<size_t>(std::max<int64_t>(context, 1)) * longest;
+}
+
+json parse_request_body(const std::string& body) {
+  // The keys from the body object down to where the parser is (a nested object's key after
+  // its parent's), for naming the field of an error.
+  std::vector<std::string> path;
+  auto where = [&path] {
+    std::string out;
+    for (const auto& key : path)  // an array's level holds no key
+      if (!key.empty()) out += (out.empty() ? "" : ".") + field_name(key);
+    return out.empty() ? std::string("body") : out;
+  };
+  // nlohmann's depth: containers open around a key; the new container's parent count at a start.
+  const json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    using E = json::parse_event_t;
+    if (event == E::key) {
+      path.resize(static_cast<size_t>(depth));
+      if (depth > 0) path.back() = parsed.get<std::string>();
+    } else if (event == E::object_start || event == E::array_start) {
+      if (depth + 1 > limits::kMaxJsonDepth)  // named by the body's field that holds it
+        throw bad(path.empty() || path[0].empty() ? "body" : field_name(path[0]),
+                  fmt::format("arrays and objects nested deeper than {} levels", limits::kMaxJsonDepth));
+    } else if (event == E::object_end || event == E::array_end) {
+      if (path.size() > static_cast<size_t>(depth)) path.resize(static_cast<size_t>(depth));
+    }
+    return true;
+  };
+  try {
+    return json::parse(body, callback);
+  } catch (const json::out_of_range&) {  // 406: a number past a double's range
+    throw bad(where(), "a number too large for a double (finite numbers up to about 1.8e308 are accepted)");
+  } catch (const json::parse_error& e) {
+    std::string message = e.what();
+    if (message.size() > 200) message = message.substr(0, 200) + "...";
+    throw bad("body", "malformed JSON: " + message);
+  }
+}
+
 std::string generated_text(const RequestSpec& spec, const RequestResult& result, const data::Tokenizer& tokenizer) {
   return generate::continuation_text(result.tokens, spec.stop_strings, tokenizer);
 }
@@ -232,21 +319,21 @@ CompletionJob parse_completion(const json& body, const ApiContext& api) {
     job.include_usage = get_bool(o, "include_usage", false);
   }
   job.echo = get_bool(body, "echo", false);
-  job.logprobs = get_int(body, "logprobs", -1, 0, kMaxLogprobs);
+  job.logprobs = get_int(body, "logprobs", -1, 0, kMaxTopLogprobs);
   const int64_t max_tokens = get_int(body, "max_tokens", 16, 0, api.context);
   RequestSpec base;
   base.max_new_tokens = max_tokens;
-  const double temperature = get_number(body, "temperature", 1.0, 0.0, 100.0);
+  const double temperature = get_temperature(body, "temperature", 1.0, /*zero_is_greedy=*/true);
   base.sampling.greedy = temperature == 0.0;
   base.sampling.temperature = temperature == 0.0 ? 1.0 : temperature;
   base.sampling.top_p = get_number(body, "top_p", 1.0, 0.0, 1.0, /*open_lo=*/true);
   base.sampling.top_k = get_int(body, "top_k", 0, 0, INT64_MAX);
-  base.sampling.repetition_penalty = get_number(body, "repetition_penalty", 1.0, 0.0, 100.0, /*open_lo=*/true);
+  base.sampling.repetition_penalty = get_number(body, "repetition_penalty", 1.0, limits::kMinRepetitionPenalty,
+                                                limits::kMaxRepetitionPenalty);
   base.sampling.seed = present(body, "seed") ? static_cast<uint64_t>(get_int(body, "seed", 0, INT64_MIN, INT64_MAX))
                                              : fresh_seed();
   base.min_new_tokens = get_int(body, "min_tokens", 0, 0, api.context);
-  base.stop_strings = get_strings(body, "stop", {});
-  if (base.stop_strings.size() > 4) throw bad("stop", "at most 4 stop strings");
+  base.stop_strings = get_strings(body, "stop", {}, limits::kMaxStopStrings);
   base.logprobs = job.logprobs >= 0;
   base.top_logprobs = std::max<int64_t>(job.logprobs, 0);
   base.prompt_logprobs = job.echo && job.logprobs >= 0;
@@ -349,16 +436,16 @@ NemoJob parse_nemo(const json& body, const ApiContext& api) {
   RequestSpec base;
   base.max_new_tokens = get_int(body, "tokens_to_generate", 64, 0, api.context);
   base.sampling.greedy = get_bool(body, "greedy", false);
-  base.sampling.temperature = get_number(body, "temperature", 1.0, 0.0, 100.0, /*open_lo=*/true);
+  base.sampling.temperature = get_temperature(body, "temperature", 1.0, /*zero_is_greedy=*/false);
   base.sampling.top_k = get_int(body, "top_k", 0, 0, INT64_MAX);
   base.sampling.top_p = get_number(body, "top_p", 0.9, 0.0, 1.0);
   if (base.sampling.top_p == 0.0) base.sampling.top_p = 1.0;  // NeMo: 0 switches the nucleus filter off
-  base.sampling.repetition_penalty = get_number(body, "repetition_penalty", 1.0, 1.0, 100.0);
+  base.sampling.repetition_penalty = get_number(body, "repetition_penalty", 1.0, 1.0, limits::kMaxRepetitionPenalty);
   base.sampling.seed = present(body, "random_seed")
                            ? static_cast<uint64_t>(get_int(body, "random_seed", 0, 0, INT64_MAX))
                            : fresh_seed();
   base.min_new_tokens = get_int(body, "min_tokens_to_generate", 0, 0, api.context);
-  std::vector<std::string> ends = get_strings(body, "end_strings", {kEndOfText});
+  std::vector<std::string> ends = get_strings(body, "end_strings", {kEndOfText}, limits::kMaxEndStrings);
   base.stop_at_eod = false;
   for (const auto& s : ends) {
     if (s == kEndOfText) base.stop_at_eod = true;
@@ -366,7 +453,7 @@ NemoJob parse_nemo(const json& body, const ApiContext& api) {
   }
   base.logprobs = job.compute_logprob || job.all_probs;
   base.prompt_logprobs = base.logprobs;
-  base.top_logprobs = job.all_probs ? kMaxLogprobs : 0;
+  base.top_logprobs = job.all_probs ? kMaxTopLogprobs : 0;
   const bool add_bos = get_bool(body, "add_BOS", false);
   const json task_ids = present(body, "task_ids") ? body["task_ids"] : json();
   if (!task_ids.is_null() && !(task_ids.is_array() && task_ids.size() == sentences.size()))
@@ -379,8 +466,8 @@ NemoJob parse_nemo(const json& body, const ApiContext& api) {
       const int64_t task = prompt_task_index(api.prompts, task_ids[i], fmt::format("task_ids[{}]", i));
       lay_out_record(*api.prompts, task, s, *api.tokenizer, fmt::format("sentences[{}]", i), spec);
     } else {
-      if (!s.is_string()) throw bad("sentences", "expected strings, found an element " + s.dump());
-      spec.prompt = encode(s.get<std::string>(), api, add_bos);
+      if (!s.is_string()) throw bad("sentences", "expected strings, found an element " + excerpt(s));
+      spec.prompt = encode(s.get<std::string>(), api, add_bos, "sentences");
     }
     check_lengths(spec.prompt, spec.max_new_tokens, api, "tokens_to_generate", "sentences");
     job.specs.push_back(std::move(spec));

@@ -4,7 +4,8 @@
 // texts or token ids, max_tokens, temperature (0: greedy), top_p, top_k, logprobs, echo, seed,
 // stop, stream → choices with text, logprobs {tokens, token_logprobs, top_logprobs,
 // text_offset}, finish_reason, and usage). Parsing checks every field (type, range, unknown
-// names) and throws ApiError naming it; formatting is from the engine's results. Torch-free.
+// names, the counts and sizes of serve/limits.h) and throws ApiError naming it; formatting is
+// from the engine's results. Torch-free.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -42,7 +43,8 @@ struct RequestResult {
   std::vector<int64_t> tokens;          ///< generated
   std::vector<double> logprobs;
   std::vector<std::vector<std::pair<int64_t, double>>> top;
-  std::string finish_reason;            ///< "length" or "stop" ("" while running)
+  std::string finish_reason;            ///< "length", "stop" or "error" ("" while running)
+  std::string error;                    ///< why generation failed (finish_reason "error")
 };
 
 struct PromptTasks;  // serve/prompt_requests.h
@@ -53,7 +55,20 @@ struct ApiContext {
   int64_t context = 0;      ///< max_position_embeddings
   std::string model_name;   ///< the id /v1/models lists
   const PromptTasks* prompts = nullptr;  ///< learned prompts (--prompt-checkpoint); null: none
+  /// Bytes a prompt text may have (a longer one is refused before it is tokenized); 0: no
+  /// limit but the body's. max_prompt_bytes() gives the value `loom serve` uses.
+  size_t max_prompt_bytes = 0;
 };
+
+/// context × the bytes of the tokenizer's longest token: no prompt text longer than this can
+/// fit the context (limits.h).
+size_t max_prompt_bytes(const data::Tokenizer& tokenizer, int64_t context);
+
+/// Parses a request body as JSON, refusing (ApiError 400) malformed JSON and invalid UTF-8
+/// (`body`), nesting deeper than limits::kMaxJsonDepth (naming the body's field that holds it)
+/// and numbers past a double's range (naming where: "stream_options.include_usage").
+/// The depth is checked while parsing, before anything walks the value recursively.
+nlohmann::json parse_request_body(const std::string& body);
 
 /// A parsed POST /v1/completions.
 struct CompletionJob {
@@ -117,5 +132,7 @@ size_t streamable_prefix(const std::string& text, const std::vector<std::string>
 
 /// JSON text of `value` with invalid UTF-8 (a token may end inside a character) replaced.
 std::string dump_json(const nlohmann::json& value);
+/// The start of dump_json(value) for an error message (at most 80 bytes, then "...").
+std::string excerpt(const nlohmann::json& value);
 
 }  // namespace loom::serve

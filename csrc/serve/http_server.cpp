@@ -2,14 +2,25 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include "serve/http_intake.h"
 
 namespace loom::serve {
 
@@ -49,10 +60,119 @@ const char* reason_text(FinishReason r) {
     case FinishReason::kLength: return "length";
     case FinishReason::kStop: return "stop";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
     case FinishReason::kNone: break;
   }
   return "";
 }
+
+// Compares the whole of both keys whatever differs first (no timing hint of a key's prefix).
+bool same_key(const std::string& given, const std::string& expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(expected.size(), 1)]);
+  return diff == 0;
+}
+
+// The first failed request of a job: its message ("" when none failed).
+std::string failure(const std::vector<RequestResult>& results) {
+  for (const auto& r : results)
+    if (!r.error.empty()) return r.error;
+  return "";
+}
+
+// A request the intake read whole, answered on its socket: httplib parses it from memory and
+// writes the response through write(). Unlike httplib's socket stream, a client that shut its
+// sending side (half-close) still gets its answer; a client that is gone fails the write.
+class AssembledStream : public httplib::Stream {
+ public:
+  AssembledStream(int fd, std::string request, int write_timeout_ms)
+      : fd_(fd), request_(std::move(request)), write_timeout_ms_(write_timeout_ms) {}
+  bool is_readable() const override { return pos_ < request_.size(); }
+  bool is_writable() const override {
+    pollfd p{fd_, POLLOUT, 0};
+    return poll(&p, 1, write_timeout_ms_) > 0 && !(p.revents & (POLLERR | POLLHUP | POLLNVAL));
+  }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, request_.size() - pos_);
+    std::memcpy(ptr, request_.data() + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    size_t sent = 0;
+    while (sent < size) {
+      if (!is_writable()) return -1;
+      const ssize_t n = send(fd_, ptr + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address(false, ip, port); }
+  // httplib refuses descriptors >= FD_SETSIZE because its own streams select(); this one
+  // polls, so such a descriptor is reported as -1 (the value is used for nothing else).
+  socket_t socket() const override { return fd_ < FD_SETSIZE ? fd_ : -1; }
+
+ private:
+  void address(bool peer, std::string& ip, int& port) const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int rc = peer ? getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len)
+                        : getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
+    if (rc == 0 && getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                               NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+      ip = host;
+      port = std::atoi(serv);
+    }
+  }
+  int fd_;
+  std::string request_;
+  size_t pos_ = 0;
+  int write_timeout_ms_;
+};
+
+// httplib's server with its accepted sockets going to the intake instead of a handler thread,
+// and its request processing callable on a stream of ours.
+class IntakeServer : public httplib::Server {
+ public:
+  std::function<void(int)> accepted;
+  bool serve(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+    return process_request(stream, close_connection, connection_closed, nullptr);
+  }
+  // httplib listens with a backlog of 5 (Debian's build): clients connecting together past it
+  // were reset. listen() again on the bound socket sets a longer queue.
+  void widen_backlog(int backlog) {
+    if (::listen(svr_sock_, backlog) != 0)
+      throw std::runtime_error(std::string("serve: listen: ") + std::strerror(errno));
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    accepted(sock);
+    return true;
+  }
+};
+
+// httplib's accept loop hands each socket to its task queue: this one runs the hand-over at
+// once on the accepting thread (it only queues the socket for the intake).
+struct InlineQueue : httplib::TaskQueue {
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+// Bodies at least this large release the memory they took back to the system once answered
+// (malloc_trim): glibc keeps freed memory in per-thread arenas otherwise.
+constexpr size_t kTrimAfterBytes = size_t{1} << 20;
+// glibc's thresholds, fixed for the serving process: blocks of 1 MiB or more (a body, its
+// copies, a large JSON array) are mapped on their own and unmapped when freed, and a thread
+// arena's free top is returned past 8 MiB. glibc's defaults rise with the largest block freed
+// (to 32 MiB and 64 MiB), so one burst of 8 MiB bodies would leave each handler arena holding
+// tens of MiB that malloc_trim does not return (it trims only the main arena's top).
+constexpr int kMmapThresholdBytes = 1 << 20;
+constexpr int kTrimThresholdBytes = 8 << 20;
 
 }  // namespace
 
@@ -60,8 +180,11 @@ struct HttpServer::State {
   GenerationEngine& engine;
   ApiContext api;
   HttpOptions options;
-  httplib::Server server;
+  IntakeServer server;
+  std::unique_ptr<httplib::ThreadPool> handlers;  // runs complete requests
+  std::unique_ptr<HttpIntake> intake;              // reads them
   std::thread listener;
+  std::mutex trim_mutex;
   std::mutex mutex;                                  // jobs
   std::map<uint64_t, std::pair<std::shared_ptr<Job>, size_t>> jobs;  // engine id -> (job, index)
   std::atomic<bool> draining{false};
@@ -70,6 +193,12 @@ struct HttpServer::State {
   std::atomic<uint64_t> next_completion{1};
 
   State(GenerationEngine& e, ApiContext a, HttpOptions o) : engine(e), api(std::move(a)), options(std::move(o)) {}
+  ~State() {
+    server.stop();
+    if (listener.joinable()) listener.join();
+    if (intake) intake->stop();        // no new requests; the connections it holds close
+    if (handlers) handlers->shutdown();  // the requests being answered finish
+  }
 
   // Engine thread: a step's progress of one request.
   void report(const RequestProgress& p) {
@@ -96,6 +225,7 @@ struct HttpServer::State {
     }
     if (p.finished != FinishReason::kNone) {
       r.finish_reason = reason_text(p.finished);
+      if (p.finished == FinishReason::kError) r.error = p.error;
       --job->remaining;
     }
     ++job->version;
@@ -110,6 +240,8 @@ struct HttpServer::State {
     job->remaining = specs.size();
     for (size_t i = 0; i < specs.size(); ++i) job->results[i].prompt = specs[i].prompt;
     std::lock_guard<std::mutex> lock(mutex);
+    // After fail_all() no step will run: nothing may wait for one.
+    if (engine_failed) throw ApiError(503, "", "the engine stopped (a rank failed)");
     try {
       for (size_t i = 0; i < specs.size(); ++i) {
         const uint64_t id = engine.submit(specs[i]);
@@ -156,8 +288,8 @@ struct HttpServer::State {
   }
 
   void fail_all() {
-    engine_failed = true;
     std::lock_guard<std::mutex> lock(mutex);
+    engine_failed = true;
     for (auto& [id, entry] : jobs) {
       std::lock_guard<std::mutex> job_lock(entry.first->mutex);
       entry.first->failed = true;
@@ -165,13 +297,7 @@ struct HttpServer::State {
     }
   }
 
-  json parse_body(const httplib::Request& req) {
-    try {
-      return json::parse(req.body);
-    } catch (const json::parse_error& e) {
-      throw ApiError(400, "body", std::string("malformed JSON: ") + e.what());
-    }
-  }
+  json parse_body(const httplib::Request& req) { return parse_request_body(req.body); }
 
   template <typename Fn>
   void guarded(httplib::Response& res, Fn fn) {
@@ -197,6 +323,7 @@ struct HttpServer::State {
         Releaser done{this, job};
         done.cancel = !wait(job);
         if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
+        if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
         send_json(res, 200, completion_response(*job_spec, job->results, api, id, created));
         return;
       }
@@ -217,6 +344,11 @@ struct HttpServer::State {
             for (size_t i = 0; i < job->results.size(); ++i) {
               if ((*finished_sent)[i]) continue;
               const RequestResult& r = job->results[i];
+              if (!r.error.empty()) {  // this prompt failed: an error event in its place
+                events += "data: " + dump_json(error_body(500, r.error)) + "\n\n";
+                (*finished_sent)[i] = true;
+                continue;
+              }
               std::string text = job_spec->echo ? api.tokenizer->decode(std::vector<int32_t>(r.prompt.begin(), r.prompt.end())) : "";
               text += generated_text(job_spec->specs[i], r, *api.tokenizer);
               const bool done = !r.finish_reason.empty();
@@ -265,8 +397,33 @@ struct HttpServer::State {
       Releaser done{this, job};
       done.cancel = !wait(job);
       if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
+      if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
       send_json(res, 200, nemo_response(spec, job->results, api));
     });
+  }
+
+  // Handler thread: one complete request from the intake; the connection goes back to the
+  // intake for its next request, or is closed.
+  void handle(ReadyRequest r) {
+    AssembledStream stream(r.fd, std::move(r.request), limits::kWriteTimeoutS * 1000);
+    const bool last = r.served + 1 >= limits::kKeepAliveMaxCount;
+    bool connection_closed = false;
+    bool ok = false;
+    try {
+      ok = server.serve(stream, last, connection_closed);
+    } catch (...) {  // httplib reports errors by value; nothing may escape a pool thread
+    }
+    intake->answered();
+    if (r.body_bytes >= kTrimAfterBytes) {
+      std::lock_guard<std::mutex> lock(trim_mutex);
+      malloc_trim(0);
+    }
+    if (ok && !last && !connection_closed) {
+      intake->add(r.fd, std::move(r.leftover), r.served + 1);
+    } else {
+      shutdown(r.fd, SHUT_WR);
+      close(r.fd);
+    }
   }
 };
 
@@ -274,15 +431,32 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
     : state_(std::make_unique<State>(engine, std::move(api), std::move(options))) {
   State& s = *state_;
   auto& svr = s.server;
-  const int threads = s.options.threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  if (s.options.threads < 1) throw std::invalid_argument("serve: handler threads must be >= 1");
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
+  s.handlers = std::make_unique<httplib::ThreadPool>(static_cast<size_t>(s.options.threads));
+  IntakeOptions intake;
+  intake.max_body_bytes = s.options.max_body_bytes;
+  intake.max_head_bytes = limits::kMaxHeadBytes;
+  intake.header_timeout_ms = s.options.header_timeout_s * 1000;
+  intake.request_timeout_ms = limits::kRequestTimeoutS * 1000;
+  intake.keep_alive_timeout_ms = limits::kKeepAliveTimeoutS * 1000;
+  intake.linger_ms = limits::kLingerS * 1000;
+  intake.max_pending = limits::kMaxPendingConnections;
+  intake.max_queued = limits::kMaxQueuedRequests;
+  s.intake = std::make_unique<HttpIntake>(
+      intake, [&s](ReadyRequest r) { s.handlers->enqueue([&s, r = std::move(r)]() mutable { s.handle(std::move(r)); }); },
+      [](int status, const std::string& message, const std::string& field) {
+        return dump_json(error_body(status, message, field));
+      });
+  svr.accepted = [&s](int fd) { s.intake->add(fd); };
+  svr.new_task_queue = [] { return new InlineQueue; };
   svr.set_payload_max_length(s.options.max_body_bytes);
-  svr.set_keep_alive_max_count(1000);
-  svr.set_read_timeout(30, 0);
-  svr.set_write_timeout(30, 0);
+  svr.set_keep_alive_max_count(limits::kKeepAliveMaxCount);
+  svr.set_keep_alive_timeout(limits::kKeepAliveTimeoutS);
   const std::string key = s.options.api_key;
   svr.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
-    if (key.empty() || req.get_header_value("Authorization") == "Bearer " + key)
+    if (key.empty() || same_key(req.get_header_value("Authorization"), "Bearer " + key))
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, 401, "a valid API key is required: Authorization: Bearer <key>", "Authorization");
     return httplib::Server::HandlerResponse::Handled;
@@ -311,13 +485,11 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   if (port_ < 0 || (s.options.port != 0 && !svr.bind_to_port(s.options.host, s.options.port)))
     throw std::runtime_error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                                          s.options.host, s.options.port));
+  svr.widen_backlog(limits::kListenBacklog);
   s.listener = std::thread([&svr] { svr.listen_after_bind(); });
 }
 
-HttpServer::~HttpServer() {
-  state_->server.stop();
-  if (state_->listener.joinable()) state_->listener.join();
-}
+HttpServer::~HttpServer() = default;
 
 void HttpServer::run(const std::atomic<bool>& stop) {
   State& s = *state_;

@@ -1,9 +1,12 @@
 // The HTTP front of `loom serve` on the serving rank (cpp-httplib; docs/serving.md): routes
 // `PUT /generate` (NeMo), `POST /v1/completions` (OpenAI, streamed as server-sent events when
 // asked), `GET /v1/models` and `GET /health` to the engine, on a pool of handler threads while
-// the engine steps on the caller's thread. Bodies are bounded (413 past max_body_bytes), every
+// the engine steps on the caller's thread. Connections are read by one poll thread
+// (serve/http_intake.h: deadlines, head and body limits, chunked bodies included) and a handler
+// thread takes only a complete request, so slow or idle clients cannot hold the handlers. Every
 // refused request gets a JSON error naming the field, an optional API key is checked as a
-// bearer token (401), and a stream whose client went away cancels its requests.
+// bearer token (401), a request whose sampling fails gets 500 alone, and a stream whose client
+// went away cancels its requests.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -12,6 +15,7 @@
 
 #include "serve/engine.h"
 #include "serve/http_api.h"
+#include "serve/limits.h"
 
 namespace loom::serve {
 
@@ -19,8 +23,9 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 5555;                       ///< 0: any free port (printed)
   std::string api_key;                   ///< empty: no authentication
-  size_t max_body_bytes = size_t{8} << 20;
-  int threads = 128;                     ///< handler threads (one per open connection)
+  size_t max_body_bytes = static_cast<size_t>(limits::kDefaultMaxBodyMiB) << 20;
+  int threads = limits::kHandlerThreads;  ///< handler threads (one per request being answered)
+  int header_timeout_s = limits::kHeaderTimeoutS;  ///< see limits::kHeaderTimeoutS
 };
 
 class HttpServer {

@@ -28,23 +28,23 @@ int64_t prompt_task_index(const PromptTasks* tasks, const nlohmann::json& value,
   if (value.is_string()) {
     const int64_t k = prompt_data::find_task(tasks->templates, value.get<std::string>());
     if (k < 0)
-      throw ApiError(400, field, fmt::format("expected one of the tasks {}, found {}", tasks->task_list, value.dump()));
+      throw ApiError(400, field, fmt::format("expected one of the tasks {}, found {}", tasks->task_list, excerpt(value)));
     return k;
   }
   if (value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < n) return value.get<int64_t>();
   throw ApiError(400, field,
-                 fmt::format("expected a task name ({}) or index in [0, {}), found {}", tasks->task_list, n, value.dump()));
+                 fmt::format("expected a task name ({}) or index in [0, {}), found {}", tasks->task_list, n, excerpt(value)));
 }
 
 void lay_out_record(const PromptTasks& tasks, int64_t task, const nlohmann::json& record, const data::Tokenizer& tokenizer,
                     const std::string& field, RequestSpec& spec) {
   if (!record.is_object())
-    throw ApiError(400, field, "expected an object of the task's template fields, found " + record.dump());
+    throw ApiError(400, field, "expected an object of the task's template fields, found " + excerpt(record));
   prompt_data::PromptRecord fields;
   for (const auto& [key, value] : record.items()) {
     if (key == "taskname") continue;
     if (!value.is_string())
-      throw ApiError(400, field + "." + key, "expected a string, found " + value.dump());
+      throw ApiError(400, field + "." + key, "expected a string, found " + excerpt(value));
     fields[key] = value.get<std::string>();
   }
   const auto& tmpl = tasks.templates[static_cast<size_t>(task)];

@@ -1,5 +1,5 @@
 // `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
-// [--port N] [--api-key KEY] [--max-batch B] [--max-kv-tokens K]`: serves a training
+// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K]`: serves a training
 // checkpoint (any layout, resharded for t and split into p stages) over HTTP with NeMo's
 // `PUT /generate` and OpenAI's `POST /v1/completions` (docs/serving.md), continuous batching
 // in the engine (serve/engine.h). Rank 0 (first stage, TP rank 0) serves; the others follow
@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,7 @@
 #include "runtime/process_groups.h"
 #include "serve/engine_benchmark.h"
 #include "serve/http_server.h"
+#include "serve/limits.h"
 #include "serve/prompt_requests.h"
 #include "train/checkpoint.h"
 
@@ -53,6 +55,7 @@ struct ServeJob {
   std::string bench_out;  ///< --bench-out: measure the engine (no HTTP), its figures as JSON here
   loom::serve::BenchmarkWorkload bench;
   std::string prompt_checkpoint;  ///< --prompt-checkpoint: a prompt-learning run's inference tables
+  std::string api_key_file;       ///< --api-key-file: the key's first line
 };
 
 // --prompt-checkpoint's tables (GenerateInputError naming the flag when they do not read).
@@ -183,7 +186,8 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
         tasks = loom::serve::make_prompt_tasks(templates, tables->add_bos, tokenizer, config.max_position_embeddings);
       }
       loom::serve::ApiContext api{&tokenizer, config.max_position_embeddings, job.model_name,
-                                  tasks ? &*tasks : nullptr};
+                                  tasks ? &*tasks : nullptr,
+                                  loom::serve::max_prompt_bytes(tokenizer, config.max_position_embeddings)};
       loom::serve::HttpServer server(engine, api, job.http);
       std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
                                job.model_name, p.info.iteration, t, pp, engine.options().max_batch,
@@ -214,12 +218,19 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
   app.add_option("--pipeline-parallel", job.pipeline_parallel, "pipeline stages")->capture_default_str();
   app.add_option("--host", job.http.host, "address to listen on")->capture_default_str();
   app.add_option("--port", job.http.port, "port (0: any free one, printed)")->capture_default_str();
-  app.add_option("--api-key", job.http.api_key, "require Authorization: Bearer KEY (default: $LOOM_API_KEY, else none)");
+  app.add_option("--api-key-file", job.api_key_file,
+                 "require Authorization: Bearer KEY, KEY the file's first line (default: $LOOM_API_KEY, else none)");
+  app.add_option("--api-key", job.http.api_key,
+                 "the key itself: visible to every user in the process list (ps); prefer $LOOM_API_KEY or --api-key-file");
   app.add_option("--max-batch", job.engine.max_batch, "requests decoding together")->capture_default_str();
   app.add_option("--max-kv-tokens", job.engine.max_kv_tokens,
                  "KV-cache positions the running requests may reserve (prompt + max tokens; 0: max-batch x context)")
       ->capture_default_str();
-  app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB (413 beyond)")->capture_default_str();
+  app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB, chunked ones included (413 beyond)")
+      ->capture_default_str();
+  app.add_option("--header-timeout-s", job.http.header_timeout_s,
+                 "a request's line and headers must arrive within this many seconds (408 beyond)")
+      ->capture_default_str();
   app.add_option("--model-name", job.model_name, "the model id the API reports (default: the checkpoint folder's name)");
   app.add_option("--vocab-file", job.request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
   app.add_option("--merge-file", job.request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
@@ -246,11 +257,34 @@ bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, i
     std::cerr << "loom serve: error: --tensor-parallel: expected an integer >= 1\n";
     return false;
   }
-  if (max_body_mb < 1 || max_body_mb > 4096) {
-    std::cerr << "loom serve: error: --max-body-mb: expected 1..4096, found " << max_body_mb << "\n";
+  if (max_body_mb < 1 || max_body_mb > loom::serve::limits::kMaxBodyMiBFlag) {
+    std::cerr << "loom serve: error: --max-body-mb: expected 1.." << loom::serve::limits::kMaxBodyMiBFlag
+              << ", found " << max_body_mb << "\n";
     return false;
   }
   job.http.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
+  if (job.http.header_timeout_s < 1 || job.http.header_timeout_s > 3600) {
+    std::cerr << "loom serve: error: --header-timeout-s: expected 1..3600, found " << job.http.header_timeout_s << "\n";
+    return false;
+  }
+  if (!job.api_key_file.empty() && app.count("--api-key")) {
+    std::cerr << "loom serve: error: --api-key-file and --api-key: give one of them\n";
+    return false;
+  }
+  if (!job.api_key_file.empty()) {
+    std::ifstream in(job.api_key_file);
+    std::string key;
+    if (!in || !std::getline(in, key)) {
+      std::cerr << "loom serve: error: --api-key-file " << job.api_key_file << ": cannot read the file\n";
+      return false;
+    }
+    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+    if (key.empty()) {
+      std::cerr << "loom serve: error: --api-key-file " << job.api_key_file << ": the first line is empty\n";
+      return false;
+    }
+    job.http.api_key = key;
+  }
   if (job.http.api_key.empty())
     if (const char* key = std::getenv("LOOM_API_KEY")) job.http.api_key = key;
   if (job.model_name.empty()) {
@@ -265,7 +299,7 @@ bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, i
 int serve_command(int argc, char** argv) {
   CLI::App app{"Serve a training checkpoint over HTTP (NeMo and OpenAI completion APIs, continuous batching)."};
   ServeJob job;
-  int64_t iteration = -1, max_body_mb = 8;
+  int64_t iteration = -1, max_body_mb = loom::serve::limits::kDefaultMaxBodyMiB;
   add_serve_flags(app, job, iteration, max_body_mb);
   try {
     app.parse(argc, argv);

@@ -3,7 +3,10 @@ completions (text, lists, token ids, echo + logprobs + max_tokens 0 as lm-eval's
 local-completions model sends them, seeds, stop strings, server-sent events), NeMo's
 PUT /generate, the same answers as `loom generate` and under t = 2 × p = 2, concurrent requests
 equal to sequential ones, every bad input of the issue answered with a 4xx naming the field
-while the server keeps serving, the API key, SIGTERM finishing the requests in flight, a dead
+while the server keeps serving, hostile input (deep nesting, numbers past a double, sampling
+values that would make logits non-finite, huge prompts, slow headers, chunked bodies past the
+limit, a half-close) refused or answered and memory returning to its baseline after it, the API
+key (flag, file, environment), SIGTERM finishing the requests in flight, a dead
 rank ending the server, and a soak (8 clients × 25 requests; LOOM_SERVE_SOAK_FULL=1 or
 tools/test.sh --full: 64 × 500) with every response complete and the memory bounded. The HTTP
 server at t = 2 × p = 2 runs with the full switch only: CI checks the same equality in the
@@ -263,6 +266,22 @@ BAD = [
     ("100 MB body", None, 413, "body"),
     ("taskname without learned prompts", json.dumps({"prompt": {"text": "x"}, "taskname": "mood"}).encode(), 400,
      "taskname"),
+    # Hostile input (issue 35): each is refused before any work, naming the field.
+    ("a million nested lists as the prompt", b'{"prompt": ' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}", 400,
+     "prompt"),
+    ("nested objects", b'{"stream_options": ' + b'{"a": ' * 40 + b"1" + b"}" * 41, 400, "stream_options"),
+    ("an integer of 100,000 digits", b'{"prompt": "x", "max_tokens": ' + b"9" * 100_000 + b"}", 400, "max_tokens"),
+    ("temperature 1e400", b'{"prompt": "x", "temperature": 1e400}', 400, "temperature"),
+    ("a number past a double in a nested field", b'{"prompt": "x", "stream_options": {"include_usage": -1e999}}', 400,
+     "stream_options.include_usage"),
+    ("repetition_penalty 1e-300", json.dumps({"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0,
+                                               "repetition_penalty": 1e-300}).encode(), 400, "repetition_penalty"),
+    ("a subnormal temperature", json.dumps({"prompt": "x", "temperature": 1e-320}).encode(), 400, "temperature"),
+    ("5 stop strings", json.dumps({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}).encode(), 400, "stop"),
+    ("a stop string of 2 KB", json.dumps({"prompt": "x", "stop": ["s" * 2048]}).encode(), 400, "stop"),
+    ("a 7 MB one-word prompt", json.dumps({"prompt": "a" * (7 << 20)}).encode(), 400, "prompt"),
+    ("a million token ids", json.dumps({"prompt": [0] * 1_000_000}).encode(), 400, "prompt"),
+    ("129 prompts", json.dumps({"prompt": ["x"] * 129}).encode(), 400, "prompt"),
 ]
 
 
@@ -280,9 +299,155 @@ def test_bad_nemo_input_names_the_field(server):
     for body, field in [({"sentences": "x"}, "sentences"), ({"sentences": ["x"], "tokens_to_generate": 1.5},
                                                               "tokens_to_generate"),
                         ({"sentences": ["x"], "greedy": "yes"}, "greedy"), ({"prompts": ["x"]}, "prompts"),
-                        ({"sentences": [{"text": "x"}], "task_ids": ["mood"]}, "task_ids[0]")]:
+                        ({"sentences": [{"text": "x"}], "task_ids": ["mood"]}, "task_ids[0]"),
+                        # NeMo sets no limit on end_strings: this server takes 16.
+                        ({"sentences": ["x"], "end_strings": [f"e{i}" for i in range(17)]}, "end_strings"),
+                        ({"sentences": ["x"], "end_strings": ["e" * 1025]}, "end_strings"),
+                        ({"sentences": ["x"], "temperature": 1e-300}, "temperature"),
+                        ({"sentences": ["a" * (7 << 20)]}, "sentences")]:
         r = requests.put(server.url + "/generate", json=body, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    sixteen = requests.put(server.url + "/generate", json={"sentences": ["x"], "tokens_to_generate": 2,
+                                                            "end_strings": [f"e{i}" for i in range(16)]}, timeout=30)
+    assert sixteen.status_code == 200, sixteen.text
+    r = requests.put(server.url + "/generate", data=b'{"sentences": ["x"], "tokens_to_generate": 1e400}', timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tokens_to_generate", r.text
+
+
+def port_of(server):
+    return int(server.url.rsplit(":", 1)[1])
+
+
+def raw_request(body, path="/v1/completions", method="POST"):
+    return (f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def read_all(sock):
+    received = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return received
+        received += chunk
+
+
+def test_a_request_followed_by_a_half_close_is_answered(server):
+    """The client shuts its sending side after the request (as `nc -N` does): it is answered."""
+    body = json.dumps({"prompt": "ROMEO:", "max_tokens": 3, "temperature": 0}).encode()
+    with socket.create_connection(("127.0.0.1", port_of(server)), timeout=60) as s:
+        s.sendall(raw_request(body))
+        s.shutdown(socket.SHUT_WR)
+        reply = read_all(s)
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), reply[:300]
+    assert json.loads(payload)["usage"]["completion_tokens"] == 3
+
+
+def test_a_chunked_body_over_the_limit_is_refused_while_reading(server):
+    """A chunked body passing --max-body-mb (8 MiB) gets 413 naming `body` once the limit is passed;
+    its bytes are dropped, not kept (the server's memory does not grow by the 100 MB sent)."""
+    pid = server.ranks()[0]
+    before = server.rss_kib(pid)
+    sent = [0]
+
+    def chunks():
+        yield b'{"prompt": "'
+        for _ in range(100):
+            sent[0] += 1 << 20
+            yield b"a" * (1 << 20)
+        yield b'"}'
+
+    r = requests.post(server.url + "/v1/completions", data=chunks(), headers={"Content-Type": "application/json"},
+                      timeout=120)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"]["param"] == "body" and "chunked" in r.json()["error"]["message"]
+    assert (server.rss_kib(pid) - before) / 1024 < 50
+    # A chunked body within the limit is read as any other.
+    small = json.dumps({"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0}).encode()
+    ok = requests.post(server.url + "/v1/completions", data=iter([small[:5], small[5:]]),
+                       headers={"Content-Type": "application/json"}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2, ok.text
+
+
+def test_slow_header_clients_do_not_starve_service(run_dir):
+    """200 connections sending their headers a byte every 0.24 s: a normal request meanwhile is
+    answered at once, and each slow one gets 408 at the header deadline (--header-timeout-s 2)."""
+    with Server(run_dir, "--header-timeout-s", 2) as s:
+        port = port_of(s)
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Pad: " + b"p" * 100
+        slow = []
+        for _ in range(200):  # each starts its request at once (a silent connection is closed silently)
+            slow.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+            slow[-1].sendall(head[:1])
+        stop = threading.Event()
+
+        def dribble():
+            for i in range(1, len(head)):
+                for c in slow:
+                    try:
+                        c.send(head[i:i + 1])
+                    except OSError:
+                        pass
+                if stop.wait(0.24):
+                    return
+
+        sender = threading.Thread(target=dribble)
+        sender.start()
+        try:
+            time.sleep(0.5)
+            start = time.time()
+            r = requests.post(s.url + "/v1/completions", json={"prompt": "ROMEO:", "max_tokens": 2, "temperature": 0},
+                              timeout=20)
+            assert r.status_code == 200, r.text
+            assert time.time() - start < 1.5, f"answered after {time.time() - start:.1f} s"
+            refused = 0
+            replies = []
+            for c in slow:
+                c.settimeout(5)
+                reply = read_all(c)
+                replies.append(reply)
+                refused += reply.startswith(b"HTTP/1.1 408") and b'"headers"' in reply
+            assert refused == len(slow), [r[:60] for r in replies if not r.startswith(b"HTTP/1.1 408")][:5]
+        finally:
+            stop.set()
+            sender.join()
+            for c in slow:
+                c.close()
+        assert requests.get(s.url + "/health", timeout=10).json() == {"status": "ok"}
+
+
+def test_memory_returns_to_its_baseline_after_hostile_requests(server):
+    """A few seconds of hostile requests from 8 clients (huge prompts and token lists, deep nesting,
+    huge numbers, bodies at the limit): every one is refused, and the server's resident memory
+    returns to within 64 MiB of where it was."""
+    pid = server.ranks()[0]
+    complete(server.url, max_tokens=2)
+    baseline = server.rss_kib(pid)
+    bodies = [json.dumps({"prompt": "a" * (7 << 20)}).encode(),
+              json.dumps({"prompt": [0] * 1_500_000}).encode(),
+              json.dumps({"prompt": [[1, 2]] * 600_000}).encode(),
+              b'{"prompt": ' + b"[" * 2_000_000 + b"]" * 2_000_000 + b"}",
+              b'{"prompt": "x", "max_tokens": ' + b"7" * 4_000_000 + b"}",
+              json.dumps({"sentences": ["b" * (1 << 20)] * 7}).encode()]
+    statuses = []
+
+    def client(c):
+        session = requests.Session()
+        for i in range(6):
+            body = bodies[(c + i) % len(bodies)]
+            method = session.put if b"sentences" in body else session.post
+            r = method(server.url + ("/generate" if b"sentences" in body else "/v1/completions"), data=body,
+                       headers={"Content-Type": "application/json"}, timeout=120)
+            statuses.append(r.status_code)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(client, range(8)))
+    assert set(statuses) == {400}, statuses
+    time.sleep(0.5)
+    grown_mib = (server.rss_kib(pid) - baseline) / 1024
+    assert grown_mib < 64, f"the server kept {grown_mib:.0f} MiB after the hostile requests"
+    assert complete(server.url, max_tokens=2)["usage"]["completion_tokens"] == 2
 
 
 def test_a_client_leaving_mid_stream_does_not_stop_the_server(server):
@@ -299,6 +464,32 @@ def test_a_client_leaving_mid_stream_does_not_stop_the_server(server):
         s.close()
     assert complete(server.url, max_tokens=3)["choices"][0]["text"] is not None
     assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_api_key_from_a_file_or_the_environment(run_dir, tmp_path):
+    """--api-key-file and $LOOM_API_KEY keep the key out of the process list; --help says why."""
+    help_text = subprocess.run([str(loom_binary()), "serve", "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+    assert "--api-key-file" in help_text and "process list" in help_text and "LOOM_API_KEY" in help_text
+    key_file = tmp_path / "key"
+    key_file.write_text("open-sesame-7\n")
+    for flags, env in ((["--api-key-file", key_file], None), ([], {"LOOM_API_KEY": "open-sesame-7"})):
+        with Server(run_dir, *flags, env=env) as s:
+            with open(f"/proc/{s.proc.pid}/cmdline", "rb") as f:
+                assert b"open-sesame-7" not in f.read()
+            body = {"prompt": "x", "max_tokens": 1}
+            assert requests.post(s.url + "/v1/completions", json=body, timeout=30).status_code == 401
+            wrong = requests.post(s.url + "/v1/completions", json=body, headers={"Authorization": "Bearer open"},
+                                  timeout=30)
+            assert wrong.status_code == 401
+            right = requests.post(s.url + "/v1/completions", json=body,
+                                  headers={"Authorization": "Bearer open-sesame-7"}, timeout=30)
+            assert right.status_code == 200, right.text
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    done = subprocess.run([str(loom_binary()), "serve", "--checkpoint", str(run_dir), "--api-key-file", str(empty)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--api-key-file" in done.stderr
 
 
 def test_api_key_and_sigterm_finishing_requests_in_flight(run_dir):

@@ -1,8 +1,9 @@
 // The batched generation engine (serve/engine.h): requests run together with continuous
 // batching give what each gives alone (greedy: the same tokens; log-probabilities within fp32
 // rounding), greedy tokens equal generate::generate_tokens, a seeded sampled request gives the
-// same tokens whatever shares its batch, stop token / min tokens / stop strings / budgets, and
-// t = 2, p = 2 and t = 2 × p = 2 equal t = p = 1.
+// same tokens whatever shares its batch, stop token / min tokens / stop strings / budgets, a
+// request whose logits become non-finite failing alone while its batch goes on, and t = 2,
+// p = 2 and t = 2 × p = 2 equal t = p = 1 (the failing request included).
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -120,6 +121,15 @@ std::vector<RequestSpec> sampled_specs(const model::GptConfig& c) {
   return specs;
 }
 
+// A request whose repetition penalty drives a positive logit of its prompt's tokens to inf in
+// float (1e-300 is positive and finite, so the engine's own checks accept it): choosing its
+// first token fails.
+RequestSpec non_finite_spec(const model::GptConfig& c) {
+  RequestSpec s = greedy_specs(c)[4];
+  s.sampling.repetition_penalty = 1e-300;
+  return s;
+}
+
 void require_same(const Outcome& a, const Outcome& b, double tol = 1e-4) {
   REQUIRE(a.tokens == b.tokens);
   REQUIRE(a.reason == b.reason);
@@ -226,6 +236,27 @@ TEST_CASE("Engine: a seeded sampled request gives the same tokens whatever share
   REQUIRE(pair[0].tokens == pair[1].tokens);
 }
 
+TEST_CASE("Engine: a request whose logits become non-finite fails alone and its batch goes on") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  auto specs = greedy_specs(c);
+  const auto alone = one_at_a_time(stage, specs);
+  specs.insert(specs.begin() + 2, non_finite_spec(c));
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  const auto batched = drive(engine, specs, {0, 0, 1, 1, 2, 3, 3});
+  REQUIRE(batched[2].reason == FinishReason::kError);
+  REQUIRE(batched[2].tokens.empty());
+  for (size_t i = 0, k = 0; i < specs.size(); ++i) {
+    if (i == 2) continue;
+    INFO("request " << i);
+    require_same(batched[i], alone[k++]);
+  }
+  // The engine keeps serving: a request submitted afterwards gets its solo result.
+  REQUIRE(drive(engine, {greedy_specs(c)[0]}, {0})[0].tokens == alone[0].tokens);
+}
+
 TEST_CASE("Engine: stop token, min tokens, stop strings, max_tokens 0 and the KV budget") {
   const auto c = tiny_config();
   const auto stage = truth_stage(c);
@@ -302,6 +333,7 @@ void layout_worker() {
   auto specs = greedy_specs(c);
   const auto sampled = sampled_specs(c);
   specs.insert(specs.end(), sampled.begin(), sampled.end());
+  specs.push_back(non_finite_spec(c));  // its failure travels from the last stage to the others
   std::vector<int> after;
   for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 5));
   const bool serving = groups->rank() == 0;
@@ -324,7 +356,9 @@ TEST_CASE("Engine: t=2, p=2 and t=2 x p=2 give the t=1, p=1 results") {
   auto specs = greedy_specs(c);
   const auto sampled = sampled_specs(c);
   specs.insert(specs.end(), sampled.begin(), sampled.end());
+  specs.push_back(non_finite_spec(c));
   const auto reference = one_at_a_time(stage, specs);
+  REQUIRE(reference.back().reason == FinishReason::kError);
   const std::string dir = temp_dir("serve_layouts");
   for (auto [t, p] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
     INFO("t = " << t << ", p = " << p);
