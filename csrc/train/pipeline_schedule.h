@@ -65,8 +65,9 @@ struct ScheduleResult {
 ScheduleResult run_pipeline_schedule(const ScheduleConfig& config, runtime::PipelineLinks& pipeline,
                                      const ForwardStep& forward_step);
 
-/// The order of operations a stage performs: +(k+1) = forward of virtual micro-batch k,
-/// −(k+1) = its backward; exposed for tests of the schedule's shape.
+/// The operations a stage performs, in order: each a forward or a backward of micro-batch
+/// `microbatch` through model chunk `chunk` (backward visits the chunks in reverse); exposed for
+/// tests of the schedule's shape.
 struct ScheduledOp {
   bool forward;
   int chunk;
