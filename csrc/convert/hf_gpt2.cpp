@@ -95,6 +95,11 @@ bool flag(const nlohmann::json& config, const char* key, bool fallback, const st
   return config[key].get<bool>();
 }
 
+// A state-dict key without the GPT2LMHeadModel prefix (a GPT2Model's state dict has none).
+std::string without_model_prefix(const std::string& key) {
+  return key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
+}
+
 }  // namespace
 
 std::map<std::string, at::Tensor> loom_to_hf(const std::map<std::string, at::Tensor>& loom, const Gpt2Shape& shape) {
@@ -134,7 +139,7 @@ std::map<std::string, at::Tensor> hf_to_loom(const std::map<std::string, at::Ten
       lm_head = value;
       continue;
     }
-    const std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
+    const std::string name = without_model_prefix(key);
     const bool mask_buffer = name.size() > 10 && (name.substr(name.size() - 10) == ".attn.bias" ||
                                                   (name.size() > 17 && name.substr(name.size() - 17) == ".attn.masked_bias"));
     if (mask_buffer) continue;  // the causal mask, a buffer older transformers saved
@@ -227,7 +232,7 @@ void check_config_against_tensors(const Gpt2Shape& s, const std::map<std::string
   // The layer indices present: "h.<i>." with or without the "transformer." prefix.
   std::set<int64_t> layers;
   for (const auto& [key, value] : hf) {
-    const std::string name = key.rfind("transformer.", 0) == 0 ? key.substr(12) : key;
+    const std::string name = without_model_prefix(key);
     if (name.rfind("h.", 0) != 0) continue;
     const size_t dot = name.find('.', 2);
     const std::string index = name.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
