@@ -1,0 +1,26 @@
+#include "runtime/rank_session.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "runtime/cpu_threads.h"
+
+namespace loom::runtime {
+
+RankSession start_rank_session(const launch::RendezvousInfo& info, const RankSessionRequest& request) {
+  if (info.world_size != request.world_size)
+    throw std::invalid_argument(fmt::format("{} asks for {} ranks, but {} were started", request.world_size_source,
+                                            request.world_size, info.world_size));
+  use_fair_share_of_cores(info.local_world_size);
+  ProcessGroupOptions options;
+  options.tensor_parallel = request.tensor_parallel;
+  options.pipeline_parallel = request.pipeline_parallel;
+  options.timeout = request.timeout;
+  options.device = select_run_device(request.device, info.local_rank);
+  RankSession session{info, options.device, nullptr};
+  session.groups = ProcessGroups::create(info, options);
+  return session;
+}
+
+}  // namespace loom::runtime
