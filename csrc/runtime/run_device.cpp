@@ -79,11 +79,16 @@ c10::DeviceAllocator* device_allocator(c10::Device device) {
 }
 }  // namespace
 
-std::optional<int64_t> peak_device_memory_bytes(c10::Device device) {
+std::optional<DeviceMemoryBytes> device_memory_bytes(c10::Device device) {
   auto* allocator = device_allocator(device);
   if (!allocator) return std::nullopt;
   const auto stats = allocator->getDeviceStats(device.index());
-  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  return DeviceMemoryBytes{allocated.current, allocated.peak};
+}
+
+void reset_peak_device_memory(c10::Device device) {
+  if (auto* allocator = device_allocator(device)) allocator->resetPeakStats(device.index());
 }
 
 std::optional<int64_t> device_host_waits() {

@@ -40,10 +40,20 @@ enum class DeviceKind { kCpu, kAccelerator };
 /// std::runtime_error when LOOM_DEVICE_PLUGIN cannot be loaded.
 RunDevice select_run_device(DeviceKind kind, int local_rank);
 
-/// Peak bytes allocated on `device` since the process started or the last reset, from the
-/// device's caching allocator (CUDA's, or a plugin's that implements c10::DeviceAllocator);
-/// nullopt on the CPU or when the allocator keeps no statistics.
-std::optional<int64_t> peak_device_memory_bytes(c10::Device device);
+/// Bytes of tensors allocated on a device (not the allocator's cached, reserved blocks).
+struct DeviceMemoryBytes {
+  int64_t allocated = 0;  ///< now (torch.cuda.memory_allocated)
+  int64_t peak = 0;       ///< the most at once since the last reset (torch.cuda.max_memory_allocated)
+};
+
+/// `device`'s allocated and peak bytes from its caching allocator (CUDA's, or a device plugin's
+/// that implements c10::DeviceAllocator, as the stand-in's does); nullopt on the CPU or when the
+/// allocator keeps no statistics. A host read: it does not wait for the device.
+std::optional<DeviceMemoryBytes> device_memory_bytes(c10::Device device);
+
+/// Starts a new peak at the bytes allocated now (torch.cuda.reset_peak_memory_stats); no-op
+/// where device_memory_bytes has nothing.
+void reset_peak_device_memory(c10::Device device);
 
 /// How many times this process has waited for the device so far (.item(), copies to the host,
 /// blocking copies from it, synchronize), as counted by a device plugin that exports the

@@ -10,6 +10,7 @@
 
 #include "runlog/progress_line.h"
 #include "runtime/run_device.h"
+#include "train/step_memory.h"
 
 namespace loom::train {
 namespace {
@@ -18,18 +19,6 @@ double max_rss_mib() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return double(u.ru_maxrss) / 1024.0;
-}
-
-// The peak device memory in MiB of this rank, or with `collective` of the largest rank (a
-// reduction over the host group); -1 on CPU ranks.
-double peak_device_mib(runtime::ProcessGroups& groups, bool collective) {
-  const auto bytes = runtime::peak_device_memory_bytes(groups.device());
-  const double mine = bytes ? double(*bytes) / (1024.0 * 1024.0) : -1.0;
-  if (!collective) return mine;
-  // host: a host value, reduced on the host group.
-  at::Tensor peak = at::full({1}, mine, at::TensorOptions().dtype(at::kDouble));
-  groups.host_world().all_reduce(peak, runtime::ReduceOp::kMax);
-  return peak.item<double>();
 }
 
 // The first step, every `every`-th and the last (so a run shorter than the interval still shows
@@ -43,7 +32,14 @@ bool printed_step(int64_t step, int64_t every, int64_t last) {
 StepLog::StepLog(StepLogConfig config, runtime::ProcessGroups& groups, MetricsLog* log)
     : config_(config), groups_(groups), log_(log), last_loss_(NAN) {}
 
-void StepLog::begin_step() { waits_at_step_start_ = runtime::device_host_waits(); }
+void StepLog::begin_step() {
+  waits_at_step_start_ = runtime::device_host_waits();
+  // Each step's peak is measured from its own start; the run's peak so far keeps the earlier ones.
+  if (const auto memory = runtime::device_memory_bytes(groups_.device())) {
+    run_peak_bytes_ = std::max(run_peak_bytes_, memory->peak);
+    runtime::reset_peak_device_memory(groups_.device());
+  }
+}
 
 void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result, double lr,
                   double seconds, int64_t consumed_samples) {
@@ -55,7 +51,9 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
   ++steps_timed_;
   // The ETA counts training steps only (validation and saves excluded), at their mean time.
   const double eta = seconds_timed_ / double(steps_timed_) * double(std::max<int64_t>(0, config_.max_steps - step));
-  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta, waits});
+  std::optional<StepMemory> memory;
+  if (const auto now = runtime::device_memory_bytes(groups_.device())) memory = StepMemory{now->peak, now->allocated};
+  pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta, waits, memory});
   if (printed_step(step, config_.print_every, config_.max_steps)) {
     flush();
   } else if (log_) {
@@ -82,10 +80,15 @@ void StepLog::flush(bool collective) {
   for (const auto& p : pending_) rows.push_back(at::cat({p.loss.reshape({1}).to(at::kDouble), p.result.values()}));
   const at::Tensor host = at::stack(rows).to(at::kCPU).contiguous();  // the one sync
   const double* values = host.data_ptr<double>();
-  const double peak_device = peak_device_mib(groups_, collective);
   const double rss = max_rss_mib();
   std::vector<Pending> done;
   done.swap(pending_);
+  std::vector<std::optional<StepMemory>> step_memory;
+  for (const auto& p : done) step_memory.push_back(p.memory);
+  // The run's peak so far includes what was allocated since the last step ended.
+  int64_t run_peak = run_peak_bytes_;
+  if (const auto now = runtime::device_memory_bytes(groups_.device())) run_peak = std::max(run_peak, now->peak);
+  const StepMemoryRecords memory(step_memory, run_peak, groups_, collective);
   for (size_t i = 0; i < done.size(); ++i) {
     const auto& p = done[i];
     const double* v = values + kColumns * i;
@@ -110,7 +113,7 @@ void StepLog::flush(bool collective) {
                             {"model_tflops_per_device", tflops},
                             {"consumed_samples", p.consumed_samples},
                             {"max_rss_mib", rss}};
-      if (peak_device >= 0) rec["peak_device_memory_mib"] = peak_device;
+      memory.write(i, rec);
       if (p.host_waits) rec["host_waits"] = *p.host_waits;
       if (config_.peak_tflops) rec["mfu"] = tflops / *config_.peak_tflops;
       if (config_.max_time_s) rec["max_time_left_s"] = std::max(0.0, *config_.max_time_s - p.elapsed);

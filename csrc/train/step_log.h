@@ -19,6 +19,7 @@
 #include "runtime/process_groups.h"
 #include "train/metrics_log.h"
 #include "train/optim/optimizer.h"
+#include "train/step_memory.h"
 
 namespace loom::train {
 
@@ -69,6 +70,7 @@ class StepLog {
     double elapsed;  ///< seconds since the log was made, when the step was added
     double eta;      ///< seconds to max_steps at the mean step time so far
     std::optional<int64_t> host_waits;  ///< waits from begin_step() to add(), when counted
+    std::optional<StepMemory> memory;   ///< this rank's, where the device keeps statistics
   };
   StepLogConfig config_;
   runtime::ProcessGroups& groups_;
@@ -79,6 +81,7 @@ class StepLog {
   double seconds_timed_ = 0;  ///< host seconds of the steps added so far (for the ETA)
   int64_t steps_timed_ = 0;
   std::optional<int64_t> waits_at_step_start_;
+  int64_t run_peak_bytes_ = 0;  ///< device peak before the current step's reset
 };
 
 }  // namespace loom::train

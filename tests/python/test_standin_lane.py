@@ -7,6 +7,7 @@ the same text."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -112,8 +113,38 @@ def test_standin_run_is_bit_identical_to_cpu_ranks(corpus, cpu_runs, tmp_path, l
     for name, data in want_files.items():
         assert got_files[name] == data, f"checkpoint file {name} differs"
     if precision == "fp32":
-        # Peak device memory is reported where the device keeps statistics.
-        assert all("peak_device_memory_mib" in r for r in metrics(tmp_path))
+        check_step_memory(metrics(tmp_path), stages=2)
+
+
+def check_step_memory(records, stages):
+    """Each step's device memory (the stand-in's allocator keeps exact counts): per step and per
+    pipeline stage, the peak is at least what stays allocated after the step, the largest stage's
+    figures are the record's, what stays allocated no longer changes once the optimizer state
+    exists (no step leaks), and the run's peak covers every step's."""
+    for r in records:
+        assert len(r["mem_peak_bytes_by_stage"]) == len(r["mem_after_step_bytes_by_stage"]) == stages, r
+        assert r["mem_peak_bytes"] == max(r["mem_peak_bytes_by_stage"])
+        assert r["mem_after_step_bytes"] == max(r["mem_after_step_bytes_by_stage"])
+        for peak, after in zip(r["mem_peak_bytes_by_stage"], r["mem_after_step_bytes_by_stage"]):
+            assert peak > after > 0, r
+        assert r["peak_device_memory_mib"] * 2**20 >= r["mem_peak_bytes"], r
+    settled = [r["mem_after_step_bytes_by_stage"] for r in records[1:]]
+    assert settled == [settled[0]] * len(settled), settled
+
+
+def test_one_rank_step_memory_holds_the_model_states(corpus, tmp_path):
+    # fp32 Adam on one rank: after a step the parameters, their gradients and both moments stay
+    # allocated (4 copies of 4 bytes per parameter), and the step's peak adds its activations.
+    one_rank = ["trainer.devices=1", "model.tensor_model_parallel_size=1",
+                "model.pipeline_model_parallel_size=1", "model.sequence_parallel=false",
+                "model.global_batch_size=4"]
+    done = train(corpus, tmp_path, "standin", "t2p2_sp_selective", "fp32", steps=3, extra=one_rank)
+    params = int(re.search(r"hidden \d+, (\d+) parameters on rank 0", done.stderr)[1])
+    records = metrics(tmp_path)
+    check_step_memory(records, stages=1)
+    after = records[-1]["mem_after_step_bytes"]
+    assert 16 * params <= after < 17 * params, (after, params)
+    assert records[-1]["mem_peak_bytes"] > after
 
 
 def test_interleaved_pipeline_is_bit_identical_to_cpu_ranks(corpus, tmp_path):
