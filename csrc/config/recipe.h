@@ -4,10 +4,10 @@
 // Launcher's GPT-3 training configs (run, trainer, exp_manager, model{data,tokenizer,optim},
 // cluster). Every field below is marked
 //   [required]   the recipe must set it;
-//   [default X]  NeMo's default X is used when the key is absent;
+//   [default]    the initialiser (NeMo's value where NeMo has the key) when the key is absent;
 //   [derived]    absent or null means "computed from other fields" (stated per field).
 // Nullable fields (std::optional, or an enum with a kNone member) accept `null`.
-// recipes/README.md lists every field with its rule; docs of the checks live in validate.h.
+// recipes/README.md's field table is generated from these (loom recipe-fields); checks: validate.h.
 //
 // Paths in a recipe (data_prefix, vocab_file, merge_file, log dirs) are kept exactly as
 // written: a relative path is relative to the process's working directory (Loom is run from
@@ -57,37 +57,37 @@ enum class PromptEncoderType { kEmbedding, kMlp, kLstm, kTpMlp };
 enum class PromptInitMethod { kText, kRandom };
 
 struct RunConfig {
-  std::string name = "megatron_gpt";          ///< [default megatron_gpt]
+  std::string name = "megatron_gpt";          ///< [default]
   std::optional<std::string> results_dir;     ///< [default null]
   std::optional<std::string> time_limit;      ///< [default null] Slurm time limit, e.g. "1-00:00:00"
 };
 
 struct TrainerConfig {
-  int64_t num_nodes = 1;                      ///< [default 1]
-  int64_t devices = 1;                        ///< [default 1] ranks per node
-  Accelerator accelerator = Accelerator::kGpu;  ///< [default gpu]
-  Precision precision = Precision::kBf16;     ///< [default bf16]
+  int64_t num_nodes = 1;                      ///< [default]
+  int64_t devices = 1;                        ///< [default] ranks per node
+  Accelerator accelerator = Accelerator::kGpu;  ///< [default]
+  Precision precision = Precision::kBf16;     ///< [default]
   int64_t max_steps = 0;                      ///< [required] optimizer steps
   std::optional<std::string> max_time;        ///< [default null] "DD:HH:MM:SS"
-  int64_t log_every_n_steps = 10;             ///< [default 10]
-  int64_t val_check_interval = 100;           ///< [default 100] steps between validations
-  int64_t limit_val_batches = 50;             ///< [default 50] global batches per validation
-  double gradient_clip_val = 1.0;             ///< [default 1.0] max global grad norm; 0 = off
+  int64_t log_every_n_steps = 10;             ///< [default]
+  int64_t val_check_interval = 100;           ///< [default] steps between validations
+  int64_t limit_val_batches = 50;             ///< [default] global batches per validation
+  double gradient_clip_val = 1.0;             ///< [default] max global grad norm; 0 = off
 };
 
 struct CheckpointCallbackParams {
   /// [derived: trainer.val_check_interval] steps between checkpoints; NeMo's spelling
   /// `every_n_train_steps` is accepted as an alias.
   int64_t every_n_steps = 0;
-  bool save_last = true;                      ///< [default true]
+  bool save_last = true;                      ///< [default]
 };
 
 struct ExpManagerConfig {
   std::optional<std::string> explicit_log_dir;  ///< [default null] run directory if set
   std::optional<std::string> exp_dir;           ///< [default null] else <exp_dir or runs>/<name>
-  std::string name = "megatron_gpt";            ///< [default megatron_gpt]
-  bool resume_if_exists = true;                 ///< [default true]
-  /// [default true] false: no checkpoint is ever written (NeMo's switch; `loom plan --measure`
+  std::string name = "megatron_gpt";            ///< [default]
+  bool resume_if_exists = true;                 ///< [default]
+  /// [default] false: no checkpoint is ever written (NeMo's switch; `loom plan --measure`
   /// uses it for its short timing runs).
   bool create_checkpoint_callback = true;
   CheckpointCallbackParams checkpoint_callback_params;
@@ -105,26 +105,26 @@ struct DataConfig {
   /// [required] `[w1, prefix1, w2, prefix2, ...]`, or a single prefix (string or one-item list)
   /// which gets weight 1. Pretraining only (as are splits_string .. num_workers).
   std::vector<DataBlendEntry> data_prefix;
-  std::string splits_string = "900,50,50";    ///< [default 900,50,50] train,valid,test weights
+  std::string splits_string = "900,50,50";    ///< [default] train,valid,test weights
   int64_t seq_length = 0;                     ///< [derived: model.encoder_seq_length]
-  bool eod_mask_loss = false;                 ///< [default false]
+  bool eod_mask_loss = false;                 ///< [default]
   std::optional<std::string> index_mapping_dir;  ///< [default null: <run dir>/index_cache]
-  int64_t num_workers = 2;                    ///< [default 2]
+  int64_t num_workers = 2;                    ///< [default]
 
   // Prompt learning only (docs/design/ptuning.md): JSONL files of records.
   std::vector<std::string> train_ds;          ///< [required] training records
   std::vector<std::string> validation_ds;     ///< [default []] validation records
   std::vector<std::string> test_ds;           ///< [default []] records for `loom generate`
-  bool add_bos = false;                       ///< [default false] <|endoftext|> before a record
-  bool add_eos = true;                        ///< [default true] <|endoftext|> after it
+  bool add_bos = false;                       ///< [default] <|endoftext|> before a record
+  bool add_eos = true;                        ///< [default] <|endoftext|> after it
   /// [default null: the base model's max_position_embeddings] longest record, in tokens.
   std::optional<int64_t> max_seq_length;
 };
 
 /// The tokenizer (docs/design/tokenizers.md); data::make_tokenizer builds it.
 struct TokenizerConfig {
-  TokenizerLibrary library = TokenizerLibrary::kMegatron;  ///< [default megatron]
-  /// [default GPT2BPETokenizer] megatron: the tokenizer class (GPT2BPETokenizer only);
+  TokenizerLibrary library = TokenizerLibrary::kMegatron;  ///< [default]
+  /// [default] megatron: the tokenizer class (GPT2BPETokenizer only);
   /// huggingface: the model's hub name, informational (files are read offline, from `model`);
   /// sentencepiece: unused (NeMo writes null).
   std::optional<std::string> type = std::string("GPT2BPETokenizer");
@@ -144,7 +144,7 @@ struct TaskTemplate {
   std::vector<std::string> prompt_template_fields;  ///< [required] the {field} names, in order
   int64_t total_virtual_tokens = 0;                 ///< [required] sum of the splits
   std::vector<int64_t> virtual_token_splits;        ///< [required] tokens per marker
-  bool answer_only_loss = false;                    ///< [default false]
+  bool answer_only_loss = false;                    ///< [default]
   std::optional<std::string> answer_field;          ///< [default null] last in the template
   std::optional<std::string> truncate_field;        ///< [default null] cut when too long
   bool operator==(const TaskTemplate& o) const {
@@ -157,27 +157,27 @@ struct TaskTemplate {
 };
 
 struct SchedConfig {
-  SchedulerName name = SchedulerName::kCosineAnnealing;  ///< [default CosineAnnealing]
-  int64_t warmup_steps = 500;                 ///< [default 500]
-  int64_t constant_steps = 50000;             ///< [default 50000]
-  double min_lr = 2e-5;                       ///< [default 2e-5]
+  SchedulerName name = SchedulerName::kCosineAnnealing;  ///< [default]
+  int64_t warmup_steps = 500;                 ///< [default]
+  int64_t constant_steps = 50000;             ///< [default]
+  double min_lr = 2e-5;                       ///< [default]
   int64_t max_steps = 0;                      ///< [derived: trainer.max_steps]
 };
 
 struct OptimConfig {
-  OptimizerName name = OptimizerName::kFusedAdam;  ///< [default fused_adam]
+  OptimizerName name = OptimizerName::kFusedAdam;  ///< [default]
   double lr = 0.0;                            ///< [required] peak learning rate
-  double weight_decay = 0.01;                 ///< [default 0.01]
-  std::array<double, 2> betas{0.9, 0.98};     ///< [default [0.9, 0.98]]
-  double eps = 1e-8;                          ///< [default 1e-8]
+  double weight_decay = 0.01;                 ///< [default]
+  std::array<double, 2> betas{0.9, 0.98};     ///< [default]
+  double eps = 1e-8;                          ///< [default]
   SchedConfig sched;
   /// Data-parallel gradient reduction overlapped with backward (NeMo's optim.overlap_grad_sync,
   /// Megatron-Core's overlap_grad_reduce): each gradient bucket's all-reduce / reduce-scatter
-  /// starts when its last gradient of the step is accumulated. [default false]
+  /// starts when its last gradient of the step is accumulated. [default]
   bool overlap_grad_sync = false;
   /// Distributed optimizer only: the parameter all-gathers after the step (one per bucket) are
   /// asynchronous and the next forward waits for each bucket just before a layer reads it
-  /// (NeMo's optim.overlap_param_sync, Megatron-Core's overlap_param_gather). [default false]
+  /// (NeMo's optim.overlap_param_sync, Megatron-Core's overlap_param_gather). [default]
   bool overlap_param_sync = false;
   /// Elements (parameters) per gradient bucket (NeMo's optim.ddp_bucket_size, Megatron-Core's
   /// bucket_size). [default null: Megatron's max(40 000 000, 1 000 000 · data-parallel size)]
@@ -186,11 +186,11 @@ struct OptimConfig {
 
 /// model.p_tuning (NeMo's keys): the prompt encoder of p-tuning.
 struct PTuningConfig {
-  PromptEncoderType encoder_type = PromptEncoderType::kTpMlp;  ///< [default tpmlp]
+  PromptEncoderType encoder_type = PromptEncoderType::kTpMlp;  ///< [default]
   std::optional<int64_t> encoder_hidden;      ///< [default null: hidden_size / 2] H
-  int64_t num_layers = 2;                     ///< [default 2] MLP layers (mlp: >= 2; lstm: LSTM layers)
-  double dropout = 0.0;                       ///< [default 0.0] in the encoder
-  double init_std = 0.023;                    ///< [default 0.023] normal init of tpmlp's weights
+  int64_t num_layers = 2;                     ///< [default] MLP layers (mlp: >= 2; lstm: LSTM layers)
+  double dropout = 0.0;                       ///< [default] in the encoder
+  double init_std = 0.023;                    ///< [default] normal init of tpmlp's weights
 };
 
 /// model.prompt_tuning (NeMo's keys): how the tables of new tasks start. Each list has one
@@ -207,7 +207,7 @@ struct PromptLearningConfig {
   /// [default null: on resume the base iteration the prompt checkpoint recorded, else the
   /// base's latest] the base checkpoint iteration to tune on (docs/design/ptuning.md)
   std::optional<int64_t> language_model_iteration;
-  VirtualPromptStyle virtual_prompt_style = VirtualPromptStyle::kPTuning;  ///< [default p-tuning]
+  VirtualPromptStyle virtual_prompt_style = VirtualPromptStyle::kPTuning;  ///< [default]
   std::vector<TaskTemplate> task_templates;   ///< [required]
   std::vector<std::string> new_tasks;         ///< [derived: every task of task_templates] trained now
   std::vector<std::string> existing_tasks;    ///< [default []] kept from restore_path, not trained
@@ -219,40 +219,40 @@ struct PromptLearningConfig {
 struct ModelConfig {
   int64_t micro_batch_size = 0;               ///< [required] sequences per micro-batch per DP rank
   int64_t global_batch_size = 0;              ///< [required] sequences per optimizer step
-  int64_t tensor_model_parallel_size = 1;     ///< [default 1] t
-  int64_t pipeline_model_parallel_size = 1;   ///< [default 1] p
+  int64_t tensor_model_parallel_size = 1;     ///< [default] t
+  int64_t pipeline_model_parallel_size = 1;   ///< [default] p
   std::optional<int64_t> virtual_pipeline_model_parallel_size;  ///< [default null] v (interleaving)
   /// [default null: an even share] Megatron-Core's uneven pipeline split: transformer layers of
   /// the first / last pipeline stage; the other layers split evenly over the middle stages
   /// (rules::stage_layer_counts, docs/design/parallel_layout.md "Uneven stages").
   std::optional<int64_t> num_layers_in_first_pipeline_stage;
   std::optional<int64_t> num_layers_in_last_pipeline_stage;  ///< [default null: an even share]
-  bool sequence_parallel = false;             ///< [default false]; forced off (warning) when t == 1
+  bool sequence_parallel = false;             ///< [default]; forced off (warning) when t == 1
   int64_t encoder_seq_length = 0;             ///< [required] s, tokens per sample
   int64_t max_position_embeddings = 0;        ///< [derived: encoder_seq_length]
   int64_t num_layers = 0;                     ///< [required] L
   int64_t hidden_size = 0;                    ///< [required] h
   int64_t ffn_hidden_size = 0;                ///< [derived: 4 * hidden_size]
   int64_t num_attention_heads = 0;            ///< [required] a
-  double init_method_std = 0.02;              ///< [default 0.02]
-  double hidden_dropout = 0.1;                ///< [default 0.1]
-  double attention_dropout = 0.1;             ///< [default 0.1]
-  /// [default false] NeMo's name: the attention core through ATen's fused
+  double init_method_std = 0.02;              ///< [default]
+  double hidden_dropout = 0.1;                ///< [default]
+  double attention_dropout = 0.1;             ///< [default]
+  /// [default] NeMo's name: the attention core through ATen's fused
   /// scaled_dot_product_attention (flash / memory-efficient / cuDNN kernels; no s×s
   /// activations). Needs attention_dropout 0 and no selective recompute
   /// (rules::fused_attention_violations; docs/design/sp_sar.md, "Fused attention").
   bool use_flash_attention = false;
-  double ffn_dropout = 0.0;                   ///< [default 0.0]
-  double layernorm_epsilon = 1e-5;            ///< [default 1e-5]
-  int64_t make_vocab_size_divisible_by = 128;  ///< [default 128]
-  RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;  ///< [default null]
-  RecomputeMethod activations_checkpoint_method = RecomputeMethod::kNone;  ///< [default null]
+  double ffn_dropout = 0.0;                   ///< [default]
+  double layernorm_epsilon = 1e-5;            ///< [default]
+  int64_t make_vocab_size_divisible_by = 128;  ///< [default]
+  RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;  ///< [default]
+  RecomputeMethod activations_checkpoint_method = RecomputeMethod::kNone;  ///< [default]
   std::optional<int64_t> activations_checkpoint_num_layers;  ///< [default null]
-  int64_t seed = 1234;                        ///< [default 1234]
-  double label_smoothing = 0.0;               ///< [default 0.0]
+  int64_t seed = 1234;                        ///< [default]
+  double label_smoothing = 0.0;               ///< [default]
   /// [derived: true when optim.name is distributed_fused_adam, else false] ZeRO-1 sharding.
   bool use_distributed_optimizer = false;
-  double collective_timeout_s = 600.0;        ///< [default 600] Loom: timeout of every collective
+  double collective_timeout_s = 600.0;        ///< [default] Loom: timeout of every collective
   DataConfig data;
   TokenizerConfig tokenizer;
   OptimConfig optim;
@@ -264,9 +264,9 @@ struct ModelConfig {
 struct ClusterConfig {
   std::optional<std::string> partition;       ///< [default null]
   std::optional<std::string> account;         ///< [default null]
-  std::string job_name_prefix = "loom-";      ///< [default loom-]
+  std::string job_name_prefix = "loom-";      ///< [default]
   int64_t gpus_per_node = 0;                  ///< [derived: trainer.devices]
-  bool exclusive = true;                      ///< [default true]
+  bool exclusive = true;                      ///< [default]
   std::optional<std::string> container_image;  ///< [default null]
   std::vector<std::string> container_mounts;  ///< [default []]
   std::optional<std::string> gpu;             ///< [default null] GPU model for the planner, e.g. A100-80GB

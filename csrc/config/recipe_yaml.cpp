@@ -102,14 +102,20 @@ std::string one_line(std::string s) {
 
 }  // namespace
 
-std::string to_yaml(const Recipe& recipe) {
+namespace detail {
+Node recipe_tree(const Recipe& recipe) {
   Recipe copy = recipe;
   Writer writer;
-  detail::visit_recipe(copy, writer);
+  visit_recipe(copy, writer);
+  return writer.root;
+}
+}  // namespace detail
+
+std::string to_yaml(const Recipe& recipe) {
   std::string header = "# Loom recipe, fully resolved (defaults and derived values filled in)\n";
   if (!recipe.origin.file.empty()) header += "# source: " + one_line(recipe.origin.file) + "\n";
   for (const auto& o : recipe.origin.overrides) header += "# override: " + one_line(o) + "\n";
-  return header + detail::emit_yaml(writer.root);
+  return header + detail::emit_yaml(detail::recipe_tree(recipe));
 }
 
 }  // namespace loom::config

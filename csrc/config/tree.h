@@ -79,6 +79,9 @@ std::string describe(const Node& node);
 std::vector<std::string> split_path(const std::string& path);
 std::string join_path(const std::vector<std::string>& keys, size_t count);
 
+/// The recipe as a tree of every schema field of its kind, in dump order (what to_yaml emits).
+Node recipe_tree(const Recipe& recipe);
+
 /// Emits the tree as block-style YAML (2-space indent; sequences of scalars in flow style).
 std::string emit_yaml(const Node& root);
 

@@ -1,9 +1,18 @@
-// Internal: carrying a C++ object (a communicator, a closure) through an autograd context's
-// saved_data, which holds IValues only. Include from .cpp files of this folder only.
+// Internal: what the custom autograd functions of this folder (mappings, parallel_linear,
+// cross_entropy, recompute) share: the names of torch's autograd Function API, and carrying a
+// C++ object (a communicator, a closure) through an autograd context's saved_data, which holds
+// IValues only. Include from .cpp files of this folder only.
 #pragma once
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <utility>
+
+namespace loom::model {
+using torch::autograd::AutogradContext;
+using torch::autograd::Function;
+using torch::autograd::variable_list;
+}  // namespace loom::model
 
 namespace loom::model::detail {
 

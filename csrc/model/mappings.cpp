@@ -10,10 +10,6 @@
 
 namespace loom::model {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::Function;
-using torch::autograd::variable_list;
-
 namespace comm {
 
 at::Tensor all_gather_dim0(const at::Tensor& x, runtime::Communicator& tp) {

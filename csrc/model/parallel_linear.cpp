@@ -9,10 +9,6 @@
 
 namespace loom::model {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::Function;
-using torch::autograd::variable_list;
-
 namespace {
 
 struct LinearWithGather : Function<LinearWithGather> {
@@ -54,7 +50,7 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, const at::Tensor& f
                                            const std::optional<at::Tensor>& full_bias,
                                            runtime::CommunicatorPtr tp, bool sequence_parallel,
                                            const at::TensorOptions& options)
-    : name_(std::move(name)), tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {
+    : ParallelLinearState(std::move(name), std::move(tp), sequence_parallel) {
   weight_ = make_parameter(shard(full_weight, 0, tp_->rank(), tp_->size()), options);
   if (full_bias && full_bias->defined())
     bias_ = make_parameter(shard(*full_bias, 0, tp_->rank(), tp_->size()), options);
@@ -81,7 +77,7 @@ void ColumnParallelLinear::collect(ParamList& out) const {
 RowParallelLinear::RowParallelLinear(std::string name, const at::Tensor& full_weight,
                                      const at::Tensor& full_bias, runtime::CommunicatorPtr tp,
                                      bool sequence_parallel, const at::TensorOptions& options)
-    : name_(std::move(name)), tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {
+    : ParallelLinearState(std::move(name), std::move(tp), sequence_parallel) {
   weight_ = make_parameter(shard(full_weight, 1, tp_->rank(), tp_->size()), options);
   bias_ = make_parameter(full_bias, options);
 }

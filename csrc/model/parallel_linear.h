@@ -29,8 +29,22 @@ at::Tensor linear_with_sequence_parallel_gather(const at::Tensor& x, const at::T
                                                 const std::optional<at::Tensor>& bias,
                                                 const runtime::CommunicatorPtr& tp);
 
+namespace detail {
+/// What both tensor-parallel linear layers hold: the parameters' name prefix, this rank's
+/// weight and bias, the tensor-parallel group and whether sequence parallelism is on.
+class ParallelLinearState {
+ protected:
+  ParallelLinearState(std::string name, runtime::CommunicatorPtr tp, bool sequence_parallel)
+      : name_(std::move(name)), tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {}
+  std::string name_;
+  at::Tensor weight_, bias_;
+  runtime::CommunicatorPtr tp_;
+  bool sequence_parallel_;
+};
+}  // namespace detail
+
 /// Rank `tp->rank()`'s shard of a full weight [out, in] (and bias [out]) built by the caller.
-class ColumnParallelLinear {
+class ColumnParallelLinear : detail::ParallelLinearState {
  public:
   ColumnParallelLinear(std::string name, const at::Tensor& full_weight,
                        const std::optional<at::Tensor>& full_bias, runtime::CommunicatorPtr tp,
@@ -40,15 +54,11 @@ class ColumnParallelLinear {
   const at::Tensor& weight() const { return weight_; }
   const at::Tensor& bias() const { return bias_; }  ///< undefined when built without bias
   void collect(ParamList& out) const;
-
- private:
-  std::string name_;
-  at::Tensor weight_, bias_;
-  runtime::CommunicatorPtr tp_;
-  bool sequence_parallel_;
 };
 
-class RowParallelLinear {
+/// Rank `tp->rank()`'s shard of a full weight [out, in] (split along `in`) built by the
+/// caller; the bias [out] is whole on every rank.
+class RowParallelLinear : detail::ParallelLinearState {
  public:
   RowParallelLinear(std::string name, const at::Tensor& full_weight, const at::Tensor& full_bias,
                     runtime::CommunicatorPtr tp, bool sequence_parallel,
@@ -56,12 +66,6 @@ class RowParallelLinear {
   /// [s, b, in/t] -> ([s(/t), b, out] without bias, bias [out]).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) const;
   void collect(ParamList& out) const;
-
- private:
-  std::string name_;
-  at::Tensor weight_, bias_;
-  runtime::CommunicatorPtr tp_;
-  bool sequence_parallel_;
 };
 
 }  // namespace loom::model

@@ -8,10 +8,6 @@
 
 namespace loom::model {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::Function;
-using torch::autograd::variable_list;
-
 namespace {
 
 struct CheckpointFunction : Function<CheckpointFunction> {
