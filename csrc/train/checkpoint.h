@@ -27,15 +27,6 @@
 
 namespace loom::train {
 
-/// What one model-parallel rank saves and restores.
-struct RankCheckpoint {
-  std::map<std::string, at::Tensor> model;      ///< parameter name → this rank's shard
-  /// Per parameter: {"global_shape": [...], "offset": [...]} (where the shard sits).
-  nlohmann::json shard_info = nlohmann::json::object();
-  std::map<std::string, at::Tensor> optimizer;  ///< optimizer state tensors
-  nlohmann::json values = nlohmann::json::object();  ///< optimizer/scheduler/scaler/position
-};
-
 /// The layout a checkpoint was written under; loading needs the same t, p, v (d may differ:
 /// optimizer state is stored per whole parameter).
 struct CheckpointLayout {
@@ -48,6 +39,15 @@ struct CheckpointLayout {
   /// recipe's uneven end stages (null: an even share). A resume needs the same stage_layers.
   std::vector<int64_t> stage_layers;
   std::optional<int64_t> first_stage_layers, last_stage_layers;
+};
+
+/// What one model-parallel rank saves and restores.
+struct RankCheckpoint {
+  std::map<std::string, at::Tensor> model;      ///< parameter name → this rank's shard
+  /// Per parameter: {"global_shape": [...], "offset": [...]} (where the shard sits).
+  nlohmann::json shard_info = nlohmann::json::object();
+  std::map<std::string, at::Tensor> optimizer;  ///< optimizer state tensors
+  nlohmann::json values = nlohmann::json::object();  ///< optimizer/scheduler/scaler/position
 };
 
 /// Collective over the world: every rank calls it; data-parallel rank 0 of each model-parallel
