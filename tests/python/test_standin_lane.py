@@ -120,7 +120,8 @@ def check_step_memory(records, stages):
     """Each step's device memory (the stand-in's allocator keeps exact counts): per step and per
     pipeline stage, the peak is at least what stays allocated after the step, the largest stage's
     figures are the record's, what stays allocated no longer changes once the optimizer state
-    exists (no step leaks), and the run's peak covers every step's."""
+    exists (no step leaks: only the step log's own unflushed records, a few scalars per step,
+    come and go), and the run's peak covers every step's."""
     for r in records:
         assert len(r["mem_peak_bytes_by_stage"]) == len(r["mem_after_step_bytes_by_stage"]) == stages, r
         assert r["mem_peak_bytes"] == max(r["mem_peak_bytes_by_stage"])
@@ -129,7 +130,9 @@ def check_step_memory(records, stages):
             assert peak > after > 0, r
         assert r["peak_device_memory_mib"] * 2**20 >= r["mem_peak_bytes"], r
     settled = [r["mem_after_step_bytes_by_stage"] for r in records[1:]]
-    assert settled == [settled[0]] * len(settled), settled
+    for stage in range(stages):
+        after = [step[stage] for step in settled]
+        assert max(after) - min(after) < 1024, settled
 
 
 def test_one_rank_step_memory_holds_the_model_states(corpus, tmp_path):
