@@ -185,6 +185,23 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
   return out;
 }
 
+runtime::RankSessionRequest rank_session_request(const GeneratePlan& plan) {
+  runtime::RankSessionRequest session;
+  session.world_size = plan.tensor_parallel;
+  session.world_size_source = "--tensor-parallel";
+  session.tensor_parallel = plan.tensor_parallel;
+  session.device = plan.accelerator ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu;
+  return session;
+}
+
+GenerateOutput generate_on_rank(const launch::RendezvousInfo& info, const GeneratePlan& plan,
+                                const GenerateRequest& request) {
+  const runtime::RankSession session = runtime::start_rank_session(info, rank_session_request(plan));
+  GenerateOutput out = run_generation(plan, request, session.groups->tensor_ptr());
+  session.groups->shutdown();
+  return out;
+}
+
 namespace {
 
 std::string decode(const std::vector<int64_t>& tokens, const data::Tokenizer& tokenizer) {

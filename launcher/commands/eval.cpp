@@ -28,8 +28,6 @@
 #include "runlog/event_file.h"
 #include "runlog/progress_line.h"
 #include "runlog/record_scalars.h"
-#include "runtime/cpu_threads.h"
-#include "runtime/process_groups.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -104,17 +102,6 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
     const auto start = std::chrono::steady_clock::now();
     const EvalRequest& request = job.request;
     const auto plan = loom::eval::plan_eval(request);
-    const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
-    if (info.world_size != world)
-      return fail(2, fmt::format("{} ranks were started for t × p × d = {}", info.world_size, world));
-    loom::runtime::use_fair_share_of_cores(info.local_world_size);
-    loom::runtime::ProcessGroupOptions opt;
-    opt.tensor_parallel = request.tensor_parallel;
-    opt.pipeline_parallel = request.pipeline_parallel;
-    opt.device = loom::runtime::select_run_device(
-        plan.model.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu,
-        info.local_rank);
-    auto groups = loom::runtime::ProcessGroups::create(info, opt);
     ProgressLine progress(request.data_parallel);
     loom::eval::ScoringProgress report;
     if (info.rank == 0) report = [&progress](int64_t done, int64_t total) { progress(done, total); };
@@ -124,8 +111,7 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
                                "forward passes (docs/design/evaluation.md, \"Cost\")\n",
                                c.requests, c.batches, request.batch_size, c.positions, c.flops / 1e12);
     };
-    const auto results = loom::eval::run_eval(plan, request, *groups, report, cost_line);
-    groups->shutdown();
+    const auto results = loom::eval::eval_on_rank(info, plan, request, report, cost_line);
     if (info.rank == 0) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       write_outputs(job, plan, results, seconds);

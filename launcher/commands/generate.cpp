@@ -29,8 +29,6 @@
 #include "ptune/prompt_generate.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
-#include "runtime/cpu_threads.h"
-#include "runtime/process_groups.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -57,17 +55,7 @@ struct GenerateJob {
 int run_prompted(const GenerateJob& job, const loom::launch::RendezvousInfo& info, const std::string& who) {
   const auto start = std::chrono::steady_clock::now();
   const auto plan = loom::ptune::plan_prompt_generation(*job.prompted);
-  if (info.world_size != plan.base.tensor_parallel)
-    throw loom::generate::GenerateInputError(
-        fmt::format("{} ranks were started for --tensor-parallel {}", info.world_size, plan.base.tensor_parallel));
-  loom::runtime::use_fair_share_of_cores(info.local_world_size);
-  loom::runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = plan.base.tensor_parallel;
-  opt.device = loom::runtime::select_run_device(
-      plan.base.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu, info.local_rank);
-  auto groups = loom::runtime::ProcessGroups::create(info, opt);
-  const auto predictions = loom::ptune::run_prompt_generation(plan, *job.prompted, groups->tensor_ptr());
-  groups->shutdown();
+  const auto predictions = loom::ptune::prompt_generate_on_rank(info, plan, *job.prompted);
   if (info.rank != 0) return 0;
   std::ofstream file;
   if (!job.output.empty()) {
@@ -102,20 +90,8 @@ int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
   try {
     if (job.prompted) return run_prompted(job, info, who);
     const auto start = std::chrono::steady_clock::now();
-    auto plan = loom::generate::plan_generation(request);
-    if (info.world_size != plan.tensor_parallel)
-      return fail(2, fmt::format("{} ranks were started for --tensor-parallel {}",
-                                 info.world_size, plan.tensor_parallel));
-    loom::runtime::use_fair_share_of_cores(info.local_world_size);
-    loom::runtime::ProcessGroupOptions opt;
-    opt.tensor_parallel = plan.tensor_parallel;
-    opt.device = loom::runtime::select_run_device(plan.accelerator
-                                                      ? loom::runtime::DeviceKind::kAccelerator
-                                                      : loom::runtime::DeviceKind::kCpu,
-                                                  info.local_rank);
-    auto groups = loom::runtime::ProcessGroups::create(info, opt);
-    auto out = loom::generate::run_generation(plan, request, groups->tensor_ptr());
-    groups->shutdown();
+    const auto plan = loom::generate::plan_generation(request);
+    const auto out = loom::generate::generate_on_rank(info, plan, request);
     if (info.rank == 0) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
