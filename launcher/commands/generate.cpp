@@ -35,15 +35,6 @@ namespace {
 
 using loom::generate::GenerateRequest;
 
-const char* stop_reason(loom::generate::StopReason r) {
-  switch (r) {
-    case loom::generate::StopReason::kMaxNewTokens: return "max-new-tokens reached";
-    case loom::generate::StopReason::kStopToken: return "stopped at <|endoftext|>";
-    case loom::generate::StopReason::kContextFull: return "stopped at max_position_embeddings";
-  }
-  return "";
-}
-
 // What was asked: plain generation from a prompt, or prompted generation over JSONL records.
 struct GenerateJob {
   GenerateRequest request;
@@ -99,7 +90,7 @@ int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
       std::cerr << fmt::format("loom generate: {} prompt tokens, {} new tokens ({}), t = {}, "
                                "iteration {}, {:.2f} s\n",
                                out.prompt_ids.size(), out.result.tokens.size(),
-                               stop_reason(out.result.reason), plan.tensor_parallel,
+                               loom::generate::describe(out.result.reason), plan.tensor_parallel,
                                plan.info.iteration, seconds);
     }
     return 0;
