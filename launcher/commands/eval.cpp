@@ -92,13 +92,7 @@ void write_outputs(const EvalJob& job, const loom::eval::EvalPlan& plan,
 }
 
 int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
-  const std::string who = info.world_size > 1 ? fmt::format("loom eval: [rank {}] ", info.rank) : "loom eval: ";
-  auto fail = [&](int code, const std::string& what) {
-    loom::launch::record_rank_error(what);
-    std::cerr << who << "error: " << what << "\n";
-    return code;
-  };
-  try {
+  return loom::cli::run_rank_body(loom::cli::rank_prefix("eval", info), [&] {
     const auto start = std::chrono::steady_clock::now();
     const EvalRequest& request = job.request;
     const auto plan = loom::eval::plan_eval(request);
@@ -121,13 +115,7 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
                                job.output.empty() ? "" : "; results in " + job.output);
     }
     return 0;
-  } catch (const loom::eval::EvalInputError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::invalid_argument& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::exception& e) {
-    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
-  }
+  });
 }
 
 // What was asked, as parsed (the task specs still as written).

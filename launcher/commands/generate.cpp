@@ -71,14 +71,8 @@ int run_prompted(const GenerateJob& job, const loom::launch::RendezvousInfo& inf
 
 int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
   const GenerateRequest& request = job.request;
-  const std::string who =
-      info.world_size > 1 ? fmt::format("loom generate: [rank {}] ", info.rank) : "loom generate: ";
-  auto fail = [&](int code, const std::string& what) {
-    loom::launch::record_rank_error(what);
-    std::cerr << who << "error: " << what << "\n";
-    return code;
-  };
-  try {
+  const std::string who = loom::cli::rank_prefix("generate", info);
+  return loom::cli::run_rank_body(who, [&] {
     if (job.prompted) return run_prompted(job, info, who);
     const auto start = std::chrono::steady_clock::now();
     const auto plan = loom::generate::plan_generation(request);
@@ -94,11 +88,7 @@ int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
                                plan.info.iteration, seconds);
     }
     return 0;
-  } catch (const std::invalid_argument& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::exception& e) {
-    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
-  }
+  });
 }
 
 // Largest --prompt-file read: far beyond any context window, small enough to read whole.

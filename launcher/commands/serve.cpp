@@ -53,13 +53,9 @@ void write_benchmark(const ServeJob& job, const loom::serve::BenchmarkResult& re
 }
 
 int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
-  const std::string who = info.world_size > 1 ? fmt::format("loom serve: [rank {}] ", info.rank) : "loom serve: ";
-  auto fail = [&](int code, const std::string& what) {
-    loom::launch::record_rank_error(what);
-    std::cerr << who << "error: " << what << std::endl;
-    return code;
-  };
-  try {
+  const std::string who = loom::cli::rank_prefix("serve", info);
+  // Bad input (2) includes a flag only the engine checks (--max-batch, --bench-*) and the world size.
+  return loom::cli::run_rank_body(who, [&] {
     if (info.rank == 0) {
       std::signal(SIGTERM, on_stop_signal);
       std::signal(SIGINT, on_stop_signal);
@@ -79,11 +75,7 @@ int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
     events.benchmarked = [&](const loom::serve::BenchmarkResult& r) { write_benchmark(job, r, who); };
     loom::serve::serve_on_rank(info, request, g_stop, events);
     return 0;
-  } catch (const std::invalid_argument& e) {  // a flag the engine refuses (--max-batch, --bench-*), the world size
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::exception& e) {
-    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
-  }
+  });
 }
 
 // Every flag of `loom serve`, bound to the job (and to the two that need checking after parsing).
