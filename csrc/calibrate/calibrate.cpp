@@ -14,6 +14,7 @@
 #include "planner/hardware.h"
 #include "planner/time_model.h"
 #include "runtime/communicator.h"
+#include "runtime/rank_session.h"
 #include "runtime/run_device.h"
 
 namespace loom::calibrate {
@@ -236,6 +237,19 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
   measure_memory_bound(world, opt, opts, r);
   if (r.ranks > 1) measure_collectives(world, opt, opts, r);
   return r;
+}
+
+CalibrationResult calibrate_on_rank(const launch::RendezvousInfo& info, runtime::DeviceKind device,
+                                    std::chrono::milliseconds timeout, CalibrationOptions options) {
+  runtime::RankSessionRequest ranks;
+  ranks.world_size = info.world_size;  // any number of ranks: they are what is measured
+  ranks.device = device;
+  ranks.timeout = timeout;
+  const runtime::RankSession session = runtime::start_rank_session(info, ranks);
+  options.device = session.device.device;
+  CalibrationResult result = run_calibration(session.groups->world(), options);
+  session.groups->shutdown();
+  return result;
 }
 
 std::string to_profile_json(const CalibrationResult& r) {

@@ -3,13 +3,19 @@
 // GEMM throughput at several shapes, copy bandwidth, the fixed cost of one small op and the
 // all-reduce bus bandwidth and per-step latency over all ranks. The result is the measured
 // profile JSON that `loom plan --profile FILE` reads (docs/planner.md, "Measured profiles").
+// calibrate_on_rank is one rank of `loom plan calibrate`, started by runtime::start_rank_session
+// (docs/architecture.md, "One rank session").
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+
+#include "launch/env_rendezvous.h"
+#include "runtime/run_device.h"
 
 namespace loom::runtime {
 class Communicator;
@@ -85,6 +91,15 @@ struct CalibrationResult {
 /// Runs every measurement; collective over `world` (every rank must call it with the same
 /// options). Each figure is that of the slowest rank. Throws what the collectives throw.
 CalibrationResult run_calibration(runtime::Communicator& world, const CalibrationOptions& options);
+
+/// One rank of `loom plan calibrate` (collective over the job's ranks, every one with the same
+/// arguments; calibration measures whatever world was started): starts the rank
+/// (runtime::start_rank_session: this rank's share of the node's cores, the device of `device`,
+/// std::invalid_argument when the host lacks it; every collective bounded by `timeout`), runs
+/// run_calibration on that device (options.device is replaced) and shuts the groups down.
+/// Every rank returns the same result.
+CalibrationResult calibrate_on_rank(const launch::RendezvousInfo& info, runtime::DeviceKind device,
+                                    std::chrono::milliseconds timeout, CalibrationOptions options);
 
 /// The measured profile JSON: "device" (a GPU-table entry: the built-in entry of a recognised
 /// GPU, else one built from the measurements with `efficiency` fractions of 1 and the measured

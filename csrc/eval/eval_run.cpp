@@ -138,6 +138,20 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
   return out;
 }
 
+std::vector<TaskResult> eval_on_rank(const launch::RendezvousInfo& info, const EvalPlan& plan,
+                                     const EvalRequest& request, const ScoringProgress& progress,
+                                     const std::function<void(const ScoringCost&)>& on_cost) {
+  runtime::RankSessionRequest ranks = generate::rank_session_request(plan.model);
+  ranks.world_size = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
+  ranks.world_size_source = "--tensor-parallel × --pipeline-parallel × --data-parallel";
+  ranks.tensor_parallel = request.tensor_parallel;
+  ranks.pipeline_parallel = request.pipeline_parallel;
+  const runtime::RankSession session = runtime::start_rank_session(info, ranks);
+  std::vector<TaskResult> results = run_eval(plan, request, *session.groups, progress, on_cost);
+  session.groups->shutdown();
+  return results;
+}
+
 nlohmann::json results_json(const EvalPlan& plan, const EvalRequest& request, const std::vector<TaskResult>& results,
                             double seconds) {
   nlohmann::json j;

@@ -4,7 +4,8 @@
 // every rank of a t × p × d world, builds this rank's stage of the model from the checkpoint
 // (any layout it was saved at), turns the tasks' documents into the harness's token requests,
 // scores them (scorer.h) and aggregates the harness's metrics; results_json lays them out as
-// lm-evaluation-harness's results file.
+// lm-evaluation-harness's results file. eval_on_rank is one rank of `loom eval`, started by
+// runtime::start_rank_session (docs/architecture.md, "One rank session").
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "eval/scorer.h"
 #include "eval/task_docs.h"
 #include "generate/generate_run.h"
+#include "launch/env_rendezvous.h"
 #include "runtime/process_groups.h"
 
 namespace loom::eval {
@@ -63,6 +65,14 @@ struct TaskResult {
 std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& request, runtime::ProcessGroups& groups,
                                  const ScoringProgress& progress = {},
                                  const std::function<void(const ScoringCost&)>& on_cost = {});
+
+/// One rank of `loom eval` (collective over the job's ranks, every one with the same plan and
+/// request): starts the rank (runtime::start_rank_session: std::invalid_argument unless the
+/// world is t·p·d ranks of the request; the plan's device), runs run_eval with `progress` and
+/// `on_cost` and shuts the groups down. Every rank returns every task's results.
+std::vector<TaskResult> eval_on_rank(const launch::RendezvousInfo& info, const EvalPlan& plan,
+                                     const EvalRequest& request, const ScoringProgress& progress = {},
+                                     const std::function<void(const ScoringCost&)>& on_cost = {});
 
 /// lm-evaluation-harness's results layout: {"results": {task: {"alias", "METRIC,none",
 /// "METRIC_stderr,none" (a number or "N/A")}}, "configs", "higher_is_better", "n-samples",

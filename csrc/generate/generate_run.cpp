@@ -7,6 +7,7 @@
 #include "config/recipe.h"
 #include "data/data_error.h"
 #include "data/recipe_tokenizer.h"
+#include "generate/request_checks.h"
 
 namespace fs = std::filesystem;
 
@@ -34,24 +35,20 @@ void require_file(const std::string& path, const std::string& flag) {
     throw GenerateInputError(flag + " " + path + " does not exist or is not a file");
 }
 
-void check_request(const GenerateRequest& request) {
-  if (request.max_new_tokens < 0)
-    throw GenerateInputError("--max-new-tokens must be >= 0, found " +
-                             std::to_string(request.max_new_tokens));
-  if (request.tensor_parallel < 0)
-    throw GenerateInputError("--tensor-parallel must be >= 1, found " +
-                             std::to_string(request.tensor_parallel));
-  if (request.min_new_tokens < 0)
-    throw GenerateInputError("--min-new-tokens must be >= 0, found " + std::to_string(request.min_new_tokens));
-  for (const auto& stop : request.stop_strings)
-    if (stop.empty()) throw GenerateInputError("--stop: expected a non-empty string");
-  if (request.iteration && *request.iteration < 0)
-    throw GenerateInputError("--iteration must be >= 0, found " + std::to_string(*request.iteration));
+// The flags that need no checkpoint: the request's fields (request_checks.h, named by their
+// flags), --tensor-parallel, --iteration, --accelerator. Throws GenerateInputError.
+void check_flags(const GenerateRequest& request) {
   try {
-    validate(request.sampling);
+    check_request_fields(request.max_new_tokens, request.min_new_tokens, request.stop_strings, 0, request.sampling,
+                         generate_flag_names());
   } catch (const std::invalid_argument& e) {
     throw GenerateInputError(e.what());
   }
+  if (request.tensor_parallel < 0)
+    throw GenerateInputError("--tensor-parallel must be >= 1, found " +
+                             std::to_string(request.tensor_parallel));
+  if (request.iteration && *request.iteration < 0)
+    throw GenerateInputError("--iteration must be >= 0, found " + std::to_string(*request.iteration));
   if (!request.accelerator.empty() && request.accelerator != "cpu" && request.accelerator != "gpu")
     throw GenerateInputError("--accelerator: expected cpu or gpu, found '" + request.accelerator + "'");
 }
@@ -92,7 +89,7 @@ data::TokenizerSpec plan_tokenizer(const GenerateRequest& request, const std::op
 }  // namespace
 
 GeneratePlan plan_generation(const GenerateRequest& request) {
-  check_request(request);
+  check_flags(request);
   GeneratePlan plan;
   plan.accelerator = request.accelerator == "gpu";
   plan.location = locate_checkpoint(request.checkpoint);
@@ -170,10 +167,12 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
                                " has no end-of-document (or beginning-of-sequence) token");
     out.prompt_ids.push_back(start);
   }
-  if (static_cast<int64_t>(out.prompt_ids.size()) > config.max_position_embeddings)
-    throw GenerateInputError("--prompt is " + std::to_string(out.prompt_ids.size()) +
-                             " tokens long; the model takes at most max_position_embeddings = " +
-                             std::to_string(config.max_position_embeddings));
+  try {
+    check_prompt_length(static_cast<int64_t>(out.prompt_ids.size()), {config.vocab_size, config.max_position_embeddings},
+                        "--prompt");
+  } catch (const RequestError& e) {
+    throw GenerateInputError(e.what());
+  }
 
   model::GptStage model = [&] {
     FullCheckpoint checkpoint = read_full_checkpoint(plan.location.checkpoints, plan.info);
@@ -182,6 +181,23 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
 
   out.result = generate_tokens(model, tp, out.prompt_ids, generation_options(request, tokenizer));
   out.text = request.prompt + continuation_text(out.result.tokens, request.stop_strings, tokenizer);
+  return out;
+}
+
+runtime::RankSessionRequest rank_session_request(const GeneratePlan& plan) {
+  runtime::RankSessionRequest session;
+  session.world_size = plan.tensor_parallel;
+  session.world_size_source = "--tensor-parallel";
+  session.tensor_parallel = plan.tensor_parallel;
+  session.device = plan.accelerator ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu;
+  return session;
+}
+
+GenerateOutput generate_on_rank(const launch::RendezvousInfo& info, const GeneratePlan& plan,
+                                const GenerateRequest& request) {
+  const runtime::RankSession session = runtime::start_rank_session(info, rank_session_request(plan));
+  GenerateOutput out = run_generation(plan, request, session.groups->tensor_ptr());
+  session.groups->shutdown();
   return out;
 }
 

@@ -1,7 +1,8 @@
 // `loom generate` end to end, minus the command line and process spawning: find the
 // checkpoint and tokenizer (plan_generation, run once before any rank starts), then on every
 // tensor-parallel rank load the model resharded for t, tokenise the prompt, generate with the
-// KV cache and decode (run_generation).
+// KV cache and decode (run_generation); generate_on_rank is one rank of `loom generate`,
+// started by runtime::start_rank_session (docs/architecture.md, "One rank session").
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,7 +16,9 @@
 #include "generate/model_loader.h"
 #include "generate/sampling.h"
 #include "generate/token_generator.h"
+#include "launch/env_rendezvous.h"
 #include "runtime/communicator.h"
+#include "runtime/rank_session.h"
 
 namespace loom::generate {
 
@@ -84,5 +87,19 @@ struct GenerateOutput {
 /// prompt that does not fit the model.
 GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& request,
                               const runtime::CommunicatorPtr& tp);
+
+/// The rank start of a model served by `plan`: plan.tensor_parallel ranks (named
+/// "--tensor-parallel" in the error for another world size), tensor-parallel over all of them,
+/// on the plan's device kind. Commands that need more ranks (eval's p and d, serve's p) change
+/// world_size, world_size_source and pipeline_parallel.
+runtime::RankSessionRequest rank_session_request(const GeneratePlan& plan);
+
+/// One rank of `loom generate` (collective over the job's ranks, every one with the same plan
+/// and request): starts the rank (runtime::start_rank_session with rank_session_request(plan):
+/// std::invalid_argument when the world is not plan.tensor_parallel ranks or the host lacks
+/// the device), runs run_generation over its tensor-parallel group and shuts the groups down.
+/// Every rank returns the same output. Throws what run_generation throws.
+GenerateOutput generate_on_rank(const launch::RendezvousInfo& info, const GeneratePlan& plan,
+                                const GenerateRequest& request);
 
 }  // namespace loom::generate

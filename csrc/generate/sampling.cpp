@@ -115,4 +115,12 @@ int64_t TokenSampler::next(const float* logits, int64_t n) {
   return ids.back();  // u above the rounded total
 }
 
+int64_t TokenSampler::next_token(float* logits, int64_t n, const std::vector<int64_t>& context, int64_t generated,
+                                 int64_t stop_token, int64_t min_new_tokens) {
+  apply_repetition_penalty(logits, n, context, options_.repetition_penalty);
+  if (generated < min_new_tokens && stop_token >= 0 && stop_token < n)
+    logits[stop_token] = -std::numeric_limits<float>::infinity();
+  return next(logits, n);
+}
+
 }  // namespace loom::generate

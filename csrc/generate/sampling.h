@@ -46,6 +46,14 @@ class TokenSampler {
     return next(logits.data(), static_cast<int64_t>(logits.size()));
   }
 
+  /// One step of generation, as `loom generate` and the serving engine take it: the
+  /// repetition penalty (the options') over `context` (the prompt and the tokens generated so
+  /// far), `stop_token` held back (logit -inf) while fewer than `min_new_tokens` of the
+  /// `generated` tokens exist (a stop_token outside [0, n): none), then next(). Changes
+  /// logits[0..n) in place. Throws what next() throws.
+  int64_t next_token(float* logits, int64_t n, const std::vector<int64_t>& context, int64_t generated,
+                     int64_t stop_token, int64_t min_new_tokens);
+
   /// The renormalised probabilities next() would draw from (0 for filtered tokens); for tests.
   std::vector<double> distribution(const float* logits, int64_t n) const;
 

@@ -3,28 +3,30 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "generate/request_checks.h"
 #include "model/kv_cache.h"
 #include "model/mappings.h"
 
 namespace loom::generate {
+
+at::Tensor gather_vocab_logits(const at::Tensor& local, const runtime::CommunicatorPtr& tp, int64_t vocab_size) {
+  at::NoGradGuard no_grad;
+  const at::Tensor full = model::gather_from_tensor_model_parallel_region(local.contiguous(), tp);  // [rows, V_pad]
+  if (full.size(-1) < vocab_size)
+    throw std::invalid_argument("gather_vocab_logits: " + std::to_string(full.size(-1)) +
+                                " gathered logits for a vocabulary of " + std::to_string(vocab_size));
+  return full.narrow(-1, 0, vocab_size).to(at::kCPU, at::kFloat).contiguous();
+}
 
 at::Tensor gather_last_logits(const at::Tensor& local_logits, const runtime::CommunicatorPtr& tp,
                               int64_t vocab_size) {
   if (local_logits.dim() != 3 || local_logits.size(0) < 1)
     throw std::invalid_argument("gather_last_logits: expected logits [n, b, V/t], found " +
                                 c10::str(local_logits.sizes()));
-  at::NoGradGuard no_grad;
-  at::Tensor last = local_logits.select(0, local_logits.size(0) - 1).contiguous();  // [b, V/t]
-  at::Tensor full = model::gather_from_tensor_model_parallel_region(last, tp);      // [b, V_pad]
-  if (full.size(-1) < vocab_size)
-    throw std::invalid_argument("gather_last_logits: " + std::to_string(full.size(-1)) +
-                                " gathered logits for a vocabulary of " +
-                                std::to_string(vocab_size));
-  return full.narrow(-1, 0, vocab_size).to(at::kCPU, at::kFloat).contiguous();
+  return gather_vocab_logits(local_logits.select(0, local_logits.size(0) - 1), tp, vocab_size);  // [b, V]
 }
 
 GenerationResult generate_tokens(const model::GptStage& model, const runtime::CommunicatorPtr& tp,
@@ -32,21 +34,11 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
                                  const GenerationOptions& options,
                                  const model::PromptSplice& virtual_tokens) {
   const auto& config = model.config();
-  if (prompt.empty()) throw std::invalid_argument("generate: the prompt has no tokens");
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (n > config.max_position_embeddings)
-    throw std::invalid_argument("generate: the prompt has " + std::to_string(n) +
-                                " tokens, more than the model's max_position_embeddings " +
-                                std::to_string(config.max_position_embeddings));
-  for (int64_t id : prompt) {
-    if (id < 0 || id >= config.vocab_size)
-      throw std::invalid_argument("generate: prompt token " + std::to_string(id) +
-                                  " is outside the vocabulary [0, " +
-                                  std::to_string(config.vocab_size) + ")");
-  }
-  if (options.max_new_tokens < 0)
-    throw std::invalid_argument("--max-new-tokens must be >= 0, found " +
-                                std::to_string(options.max_new_tokens));
+  // The context bounds the generation (kContextFull), not the request.
+  const ModelBounds bounds{config.vocab_size, config.max_position_embeddings, /*reserve_max_new_tokens=*/false};
+  check_request(prompt, options.max_new_tokens, options.min_new_tokens, {}, 0, options.sampling, bounds,
+                generate_flag_names());
   TokenSampler sampler(options.sampling);
 
   GenerationResult result;
@@ -60,12 +52,9 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
   std::vector<int64_t> context = prompt;  // for the repetition penalty
   while (true) {
     at::Tensor full = gather_last_logits(logits, tp, config.vocab_size);  // [1, V]
-    float* z = full.data_ptr<float>();
-    apply_repetition_penalty(z, config.vocab_size, context, options.sampling.repetition_penalty);
-    const bool stop_allowed = static_cast<int64_t>(result.tokens.size()) >= options.min_new_tokens;
-    if (!stop_allowed && options.stop_token >= 0 && options.stop_token < config.vocab_size)
-      z[options.stop_token] = -std::numeric_limits<float>::infinity();
-    const int64_t token = sampler.next(z, config.vocab_size);
+    const int64_t token =
+        sampler.next_token(full.data_ptr<float>(), config.vocab_size, context,
+                           static_cast<int64_t>(result.tokens.size()), options.stop_token, options.min_new_tokens);
     if (token == options.stop_token) {
       result.reason = StopReason::kStopToken;
       break;

@@ -11,10 +11,17 @@
 #include <vector>
 
 #include "generate/sampling.h"
+#include "generate/stop_reason.h"
 #include "model/gpt_stage.h"
 #include "runtime/communicator.h"
 
 namespace loom::generate {
+
+/// The full-vocabulary logits of some positions, the one gather of `loom generate` and the
+/// serving engine: this rank's vocabulary shard `local` [rows, V_padded/t] -> [rows,
+/// vocab_size] float32 on the CPU, identical on every rank of `tp` (collective). Throws
+/// std::invalid_argument when the gathered vocabulary is smaller than vocab_size.
+at::Tensor gather_vocab_logits(const at::Tensor& local, const runtime::CommunicatorPtr& tp, int64_t vocab_size);
 
 /// The full-vocabulary logits of the last position: local logits [n, b, V_padded/t] ->
 /// [b, vocab_size] float32 on the CPU, identical on every rank of `tp` (collective).
@@ -32,8 +39,6 @@ struct GenerationOptions {
   std::function<bool(const std::vector<int64_t>&)> stop_when;
 };
 
-enum class StopReason { kMaxNewTokens, kStopToken, kContextFull, kStopString };
-
 struct GenerationResult {
   std::vector<int64_t> tokens;  ///< the new tokens (the stop token excluded)
   StopReason reason = StopReason::kMaxNewTokens;
@@ -42,8 +47,9 @@ struct GenerationResult {
 /// Generates up to max_new_tokens after `prompt` (non-empty ids in [0, vocab_size)); stops
 /// early at stop_token or when the next token would need a position past
 /// max_position_embeddings (kContextFull). Collective over `tp` (the model's TP group): every
-/// rank passes the same prompt and options. Throws std::invalid_argument for an empty prompt,
-/// one longer than max_position_embeddings, bad ids or bad sampling options.
+/// rank passes the same prompt and options. Throws RequestError (request_checks.h, a
+/// std::invalid_argument) for an empty prompt, one longer than max_position_embeddings, bad
+/// ids or negative token counts, std::invalid_argument for bad sampling options.
 /// An active `virtual_tokens` splice (prompt learning, model/prompt_splice.h) is applied to the
 /// prompt's positions in the prefill (its seq_index counts from the prompt's first token).
 GenerationResult generate_tokens(const model::GptStage& model, const runtime::CommunicatorPtr& tp,

@@ -128,4 +128,13 @@ std::vector<PromptPrediction> run_prompt_generation(const PromptGeneratePlan& pl
   return out;
 }
 
+std::vector<PromptPrediction> prompt_generate_on_rank(const launch::RendezvousInfo& info,
+                                                      const PromptGeneratePlan& plan,
+                                                      const PromptGenerateRequest& request) {
+  const runtime::RankSession session = runtime::start_rank_session(info, generate::rank_session_request(plan.base));
+  std::vector<PromptPrediction> predictions = run_prompt_generation(plan, request, session.groups->tensor_ptr());
+  session.groups->shutdown();
+  return predictions;
+}
+
 }  // namespace loom::ptune

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "generate/generate_run.h"
+#include "launch/env_rendezvous.h"
 #include "ptune/prompt_tables.h"
 #include "runtime/communicator.h"
 
@@ -53,5 +54,13 @@ struct PromptPrediction {
 /// input order. Throws data::DataError naming FILE:LINE for a bad record.
 std::vector<PromptPrediction> run_prompt_generation(const PromptGeneratePlan& plan, const PromptGenerateRequest& request,
                                                     const runtime::CommunicatorPtr& tp);
+
+/// One rank of `loom generate --prompt-checkpoint` (collective over the job's ranks, every one
+/// with the same plan and request): starts the rank as generate::generate_on_rank does for
+/// plan.base (std::invalid_argument for a world that is not its tensor-parallel size), runs
+/// run_prompt_generation and shuts the groups down. Every rank returns every prediction.
+std::vector<PromptPrediction> prompt_generate_on_rank(const launch::RendezvousInfo& info,
+                                                      const PromptGeneratePlan& plan,
+                                                      const PromptGenerateRequest& request);
 
 }  // namespace loom::ptune

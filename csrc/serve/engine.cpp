@@ -11,15 +11,14 @@
 #include <random>
 #include <stdexcept>
 
-#include "model/mappings.h"
+#include "generate/request_checks.h"
+#include "generate/token_generator.h"
 #include "serve/control_messages.h"
-#include "serve/limits.h"
 
 namespace loom::serve {
 
 namespace {
 
-using limits::kMaxTopLogprobs;
 // Rows of full-vocabulary logits gathered at once for a prompt's log-probabilities.
 constexpr int64_t kPromptLogitChunk = 64;
 
@@ -104,33 +103,13 @@ bool GenerationEngine::first_stage() const { return stage_.layout().pre_process;
 bool GenerationEngine::last_stage() const { return stage_.layout().post_process; }
 
 void GenerationEngine::validate(const RequestSpec& spec) const {
-  const int64_t vocab = stage_.config().vocab_size;
-  if (spec.prompt.empty()) throw std::invalid_argument("prompt: expected at least one token");
-  for (int64_t id : spec.prompt)
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument(fmt::format("prompt: token id {} is outside the vocabulary [0, {})", id, vocab));
+  generate::check_request(spec.prompt, spec.max_new_tokens, spec.min_new_tokens, spec.stop_strings,
+                          spec.top_logprobs, spec.sampling, {stage_.config().vocab_size, context()}, {});
   const int64_t n = static_cast<int64_t>(spec.prompt.size());
-  if (n > context())
-    throw std::invalid_argument(
-        fmt::format("prompt: {} tokens, more than the model's context of {} tokens", n, context()));
-  if (spec.max_new_tokens < 0)
-    throw std::invalid_argument(fmt::format("max_tokens: expected an integer >= 0, found {}", spec.max_new_tokens));
-  if (n + spec.max_new_tokens > context())
-    throw std::invalid_argument(fmt::format(
-        "max_tokens: {} prompt tokens + {} new tokens exceed the model's context of {} tokens", n,
-        spec.max_new_tokens, context()));
   if (kv_tokens(spec) > options_.max_kv_tokens)
     throw std::invalid_argument(fmt::format(
         "max_tokens: {} prompt tokens + {} new tokens exceed the server's --max-kv-tokens {}", n,
         spec.max_new_tokens, options_.max_kv_tokens));
-  if (spec.min_new_tokens < 0)
-    throw std::invalid_argument(fmt::format("min_tokens: expected an integer >= 0, found {}", spec.min_new_tokens));
-  if (spec.top_logprobs < 0 || spec.top_logprobs > kMaxTopLogprobs)
-    throw std::invalid_argument(
-        fmt::format("logprobs: expected an integer in [0, {}], found {}", kMaxTopLogprobs, spec.top_logprobs));
-  for (const auto& s : spec.stop_strings)
-    if (s.empty()) throw std::invalid_argument("stop: expected non-empty strings");
-  generate::validate(spec.sampling);
   if (spec.prompt_task < 0) {
     if (!spec.virtual_positions.empty()) throw std::invalid_argument("prompt: virtual positions without a task");
     return;
@@ -237,22 +216,17 @@ at::Tensor GenerationEngine::forward(const std::vector<std::vector<int64_t>>& to
 }
 
 at::Tensor GenerationEngine::full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count) {
-  at::NoGradGuard no_grad;
-  const at::Tensor local = logits.narrow(0, first, count).select(1, row).contiguous();  // [count, V/t]
-  const at::Tensor full = model::gather_from_tensor_model_parallel_region(local, groups_.tp);
-  return full.narrow(-1, 0, stage_.config().vocab_size).to(at::kCPU, at::kFloat).contiguous();
+  return generate::gather_vocab_logits(logits.narrow(0, first, count).select(1, row), groups_.tp,
+                                       stage_.config().vocab_size);
 }
 
 GenerationEngine::Choice GenerationEngine::choose(Running& r, const float* z) {
   const int64_t vocab = stage_.config().vocab_size;
-  std::vector<float> processed(z, z + vocab);
-  generate::apply_repetition_penalty(processed.data(), vocab, r.context, r.spec.sampling.repetition_penalty);
-  const bool eod_allowed = r.generated >= r.spec.min_new_tokens;
-  if (!eod_allowed && options_.eod_id >= 0 && options_.eod_id < vocab)
-    processed[static_cast<size_t>(options_.eod_id)] = -std::numeric_limits<float>::infinity();
+  std::vector<float> processed(z, z + vocab);  // z stays raw: the log-probabilities are the model's
   Choice c;
   try {
-    const int64_t token = r.sampler.next(processed.data(), vocab);
+    const int64_t token =
+        r.sampler.next_token(processed.data(), vocab, r.context, r.generated, options_.eod_id, r.spec.min_new_tokens);
     c.token = token_logprob(z, vocab, token, r.spec.logprobs ? r.spec.top_logprobs : 0);
   } catch (const std::invalid_argument& e) {  // a non-finite logit: this request fails alone
     c.token.token = -1;
@@ -310,12 +284,7 @@ void GenerationEngine::decode(const std::vector<Running*>& decoding, Choices& ch
   const at::Tensor logits = forward(tokens, 1);
   if (!last_stage()) return;
   const int64_t b = static_cast<int64_t>(decoding.size());
-  at::NoGradGuard no_grad;
-  const at::Tensor local = logits.select(0, 0).contiguous();  // [b, V/t]
-  const at::Tensor full = model::gather_from_tensor_model_parallel_region(local, groups_.tp)
-                              .narrow(-1, 0, stage_.config().vocab_size)
-                              .to(at::kCPU, at::kFloat)
-                              .contiguous();
+  const at::Tensor full = generate::gather_vocab_logits(logits.select(0, 0), groups_.tp, stage_.config().vocab_size);
   for (int64_t i = 0; i < b; ++i) choices[decoding[i]->id] = choose(*decoding[i], full[i].data_ptr<float>());
 }
 
@@ -416,7 +385,7 @@ void GenerationEngine::apply_choices(Choices& choices, std::map<uint64_t, Reques
       }
     }
     if (done == FinishReason::kNone && r.prefilled && r.generated >= r.spec.max_new_tokens)
-      done = FinishReason::kLength;
+      done = FinishReason::kMaxNewTokens;
     if (done != FinishReason::kNone) {
       finish(r, done, p);
       it = running_.erase(it);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "generate/sampling.h"
+#include "generate/stop_reason.h"
 #include "model/gpt_stage.h"
 #include "model/kv_cache.h"
 #include "runtime/communicator.h"
@@ -46,9 +47,12 @@ struct TokenLogprob {
   std::vector<std::pair<int64_t, double>> top;
 };
 
-/// kError: choosing the request's next token failed (a logit became inf or NaN under its
-/// sampling options, or the model gave one); that request ends, the rest of the batch goes on.
-enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
+/// Why a request ended, generate's one vocabulary (generate/stop_reason.h): the engine reports
+/// kNone while a request runs, then kMaxNewTokens (alias kLength), kStop (<|endoftext|> or a
+/// stop string), kCancelled, or kError (choosing the request's next token failed: a logit became inf
+/// or NaN under its sampling options, or the model gave one; that request ends, the rest of the
+/// batch goes on).
+using FinishReason = generate::StopReason;
 
 /// What one step did for one request (reported on the serving rank).
 struct RequestProgress {
@@ -118,7 +122,8 @@ class GenerationEngine {
   at::Tensor forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n, const model::PromptSplice& splice = {});
   // The splice of a learned-prompt request's prefill (inactive for a plain one or off the first stage).
   model::PromptSplice prompt_splice(const RequestSpec& spec) const;
-  // Last stage: the full-vocabulary logits [n, V] of batch row `row` of `logits`.
+  // Last stage: the full-vocabulary logits [count, V] of positions [first, first + count) of
+  // batch row `row` of `logits`.
   at::Tensor full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count);
   Choice choose(Running& r, const float* z);
   void finish(Running& r, FinishReason reason, RequestProgress& progress);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "generate/generate_run.h"
+#include "generate/request_checks.h"
 #include "serve/limits.h"
 #include "serve/prompt_requests.h"
 
@@ -125,10 +126,21 @@ std::vector<int64_t> encode(const std::string& text, const ApiContext& api, bool
   return ids;
 }
 
+// The model as the request check sees it (generate/request_checks.h).
+generate::ModelBounds bounds(const ApiContext& api) {
+  return {static_cast<int64_t>(api.tokenizer->vocab_size()), api.context};
+}
+
+// The shared request check's refusal as this API's (400 naming the field).
+ApiError bad(const generate::RequestError& e) { return bad(e.field(), e.message()); }
+
 std::vector<int64_t> token_list(const json& v, const ApiContext& api) {
   std::vector<int64_t> ids;
-  if (static_cast<int64_t>(v.size()) > api.context)
-    throw bad("prompt", fmt::format("{} tokens, more than the model's context of {} tokens", v.size(), api.context));
+  try {
+    generate::check_prompt_length(static_cast<int64_t>(v.size()), bounds(api), "prompt");
+  } catch (const generate::RequestError& e) {
+    throw bad(e);
+  }
   const int64_t vocab = static_cast<int64_t>(api.tokenizer->vocab_size());
   for (const auto& t : v) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
@@ -164,12 +176,16 @@ std::vector<std::vector<int64_t>> prompts(const json& body, const ApiContext& ap
 
 void check_lengths(const std::vector<int64_t>& prompt, int64_t max_new, const ApiContext& api, const char* length_field,
                    const char* prompt_field) {
+  generate::RequestFieldNames names;
+  names.prompt = prompt_field;
+  names.max_new_tokens = length_field;
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (n > api.context)
-    throw bad(prompt_field, fmt::format("{} tokens, more than the model's context of {} tokens", n, api.context));
-  if (n + max_new > api.context)
-    throw bad(length_field, fmt::format("{} prompt tokens + {} new tokens exceed the model's context of {} tokens", n,
-                                        max_new, api.context));
+  try {
+    generate::check_prompt_length(n, bounds(api), names.prompt);
+    generate::check_token_budget(n, max_new, bounds(api), names);
+  } catch (const generate::RequestError& e) {
+    throw bad(e);
+  }
 }
 
 // OpenAI's body with `taskname`: `prompt` is one record or a list of records of that task.

@@ -55,10 +55,14 @@ int64_t now_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The APIs' finish_reason (OpenAI's words; "" while the request runs).
 const char* reason_text(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
+    case FinishReason::kMaxNewTokens:
+    case FinishReason::kContextFull: return "length";
+    case FinishReason::kStop:
+    case FinishReason::kStopToken:
+    case FinishReason::kStopString: return "stop";
     case FinishReason::kCancelled: return "cancelled";
     case FinishReason::kError: return "error";
     case FinishReason::kNone: break;

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "generate/request_checks.h"
+
 namespace loom::serve::limits {
 
 // --- one request's fields (serve/http_api.h) ---
@@ -23,8 +25,9 @@ constexpr size_t kMaxEndStrings = 16;
 /// Bytes of one stop or end string (each is copied into every prompt's request and searched
 /// for after every token).
 constexpr size_t kMaxStopBytes = 1024;
-/// Alternatives per token (`logprobs`; NeMo's `all_probs` returns this many).
-constexpr int64_t kMaxTopLogprobs = 20;
+/// Alternatives per token (`logprobs`; NeMo's `all_probs` returns this many): defined with the
+/// request check the engine and the APIs share (generate/request_checks.h).
+using generate::kMaxTopLogprobs;
 /// A prompt text may hold at most context × (the tokenizer's longest token, in bytes) bytes:
 /// a longer one cannot fit the context, and is refused before it is tokenized.
 /// (ApiContext::max_prompt_bytes holds the product.)

@@ -21,7 +21,7 @@ struct RequestSpec {
   bool stop_at_eod = true;                ///< <|endoftext|> ends the request (it is not returned)
   std::vector<std::string> stop_strings;  ///< the text ends before the first one (also ends it)
   bool logprobs = false;                  ///< log-probability of every generated token
-  int64_t top_logprobs = 0;               ///< and its n most probable alternatives (0..20)
+  int64_t top_logprobs = 0;               ///< and its n most probable alternatives (0..kMaxTopLogprobs)
   bool prompt_logprobs = false;           ///< log-probabilities of the prompt's tokens (echo)
   /// Learned prompt (`loom serve --prompt-checkpoint`): the index of its task's inference table
   /// in EngineOptions::prompt_tables (-1: a plain request), and the prompt positions that take

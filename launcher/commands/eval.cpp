@@ -28,8 +28,6 @@
 #include "runlog/event_file.h"
 #include "runlog/progress_line.h"
 #include "runlog/record_scalars.h"
-#include "runtime/cpu_threads.h"
-#include "runtime/process_groups.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -94,27 +92,10 @@ void write_outputs(const EvalJob& job, const loom::eval::EvalPlan& plan,
 }
 
 int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
-  const std::string who = info.world_size > 1 ? fmt::format("loom eval: [rank {}] ", info.rank) : "loom eval: ";
-  auto fail = [&](int code, const std::string& what) {
-    loom::launch::record_rank_error(what);
-    std::cerr << who << "error: " << what << "\n";
-    return code;
-  };
-  try {
+  return loom::cli::run_rank_body(loom::cli::rank_prefix("eval", info), [&] {
     const auto start = std::chrono::steady_clock::now();
     const EvalRequest& request = job.request;
     const auto plan = loom::eval::plan_eval(request);
-    const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
-    if (info.world_size != world)
-      return fail(2, fmt::format("{} ranks were started for t × p × d = {}", info.world_size, world));
-    loom::runtime::use_fair_share_of_cores(info.local_world_size);
-    loom::runtime::ProcessGroupOptions opt;
-    opt.tensor_parallel = request.tensor_parallel;
-    opt.pipeline_parallel = request.pipeline_parallel;
-    opt.device = loom::runtime::select_run_device(
-        plan.model.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu,
-        info.local_rank);
-    auto groups = loom::runtime::ProcessGroups::create(info, opt);
     ProgressLine progress(request.data_parallel);
     loom::eval::ScoringProgress report;
     if (info.rank == 0) report = [&progress](int64_t done, int64_t total) { progress(done, total); };
@@ -124,8 +105,7 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
                                "forward passes (docs/design/evaluation.md, \"Cost\")\n",
                                c.requests, c.batches, request.batch_size, c.positions, c.flops / 1e12);
     };
-    const auto results = loom::eval::run_eval(plan, request, *groups, report, cost_line);
-    groups->shutdown();
+    const auto results = loom::eval::eval_on_rank(info, plan, request, report, cost_line);
     if (info.rank == 0) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       write_outputs(job, plan, results, seconds);
@@ -135,13 +115,7 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
                                job.output.empty() ? "" : "; results in " + job.output);
     }
     return 0;
-  } catch (const loom::eval::EvalInputError& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::invalid_argument& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::exception& e) {
-    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
-  }
+  });
 }
 
 // What was asked, as parsed (the task specs still as written).

@@ -29,22 +29,11 @@
 #include "ptune/prompt_generate.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
-#include "runtime/cpu_threads.h"
-#include "runtime/process_groups.h"
 #include "train/checkpoint.h"
 
 namespace {
 
 using loom::generate::GenerateRequest;
-
-const char* stop_reason(loom::generate::StopReason r) {
-  switch (r) {
-    case loom::generate::StopReason::kMaxNewTokens: return "max-new-tokens reached";
-    case loom::generate::StopReason::kStopToken: return "stopped at <|endoftext|>";
-    case loom::generate::StopReason::kContextFull: return "stopped at max_position_embeddings";
-  }
-  return "";
-}
 
 // What was asked: plain generation from a prompt, or prompted generation over JSONL records.
 struct GenerateJob {
@@ -57,17 +46,7 @@ struct GenerateJob {
 int run_prompted(const GenerateJob& job, const loom::launch::RendezvousInfo& info, const std::string& who) {
   const auto start = std::chrono::steady_clock::now();
   const auto plan = loom::ptune::plan_prompt_generation(*job.prompted);
-  if (info.world_size != plan.base.tensor_parallel)
-    throw loom::generate::GenerateInputError(
-        fmt::format("{} ranks were started for --tensor-parallel {}", info.world_size, plan.base.tensor_parallel));
-  loom::runtime::use_fair_share_of_cores(info.local_world_size);
-  loom::runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = plan.base.tensor_parallel;
-  opt.device = loom::runtime::select_run_device(
-      plan.base.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu, info.local_rank);
-  auto groups = loom::runtime::ProcessGroups::create(info, opt);
-  const auto predictions = loom::ptune::run_prompt_generation(plan, *job.prompted, groups->tensor_ptr());
-  groups->shutdown();
+  const auto predictions = loom::ptune::prompt_generate_on_rank(info, plan, *job.prompted);
   if (info.rank != 0) return 0;
   std::ofstream file;
   if (!job.output.empty()) {
@@ -92,30 +71,12 @@ int run_prompted(const GenerateJob& job, const loom::launch::RendezvousInfo& inf
 
 int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
   const GenerateRequest& request = job.request;
-  const std::string who =
-      info.world_size > 1 ? fmt::format("loom generate: [rank {}] ", info.rank) : "loom generate: ";
-  auto fail = [&](int code, const std::string& what) {
-    loom::launch::record_rank_error(what);
-    std::cerr << who << "error: " << what << "\n";
-    return code;
-  };
-  try {
+  const std::string who = loom::cli::rank_prefix("generate", info);
+  return loom::cli::run_rank_body(who, [&] {
     if (job.prompted) return run_prompted(job, info, who);
     const auto start = std::chrono::steady_clock::now();
-    auto plan = loom::generate::plan_generation(request);
-    if (info.world_size != plan.tensor_parallel)
-      return fail(2, fmt::format("{} ranks were started for --tensor-parallel {}",
-                                 info.world_size, plan.tensor_parallel));
-    loom::runtime::use_fair_share_of_cores(info.local_world_size);
-    loom::runtime::ProcessGroupOptions opt;
-    opt.tensor_parallel = plan.tensor_parallel;
-    opt.device = loom::runtime::select_run_device(plan.accelerator
-                                                      ? loom::runtime::DeviceKind::kAccelerator
-                                                      : loom::runtime::DeviceKind::kCpu,
-                                                  info.local_rank);
-    auto groups = loom::runtime::ProcessGroups::create(info, opt);
-    auto out = loom::generate::run_generation(plan, request, groups->tensor_ptr());
-    groups->shutdown();
+    const auto plan = loom::generate::plan_generation(request);
+    const auto out = loom::generate::generate_on_rank(info, plan, request);
     if (info.rank == 0) {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -123,15 +84,11 @@ int run_rank(const GenerateJob& job, const loom::launch::RendezvousInfo& info) {
       std::cerr << fmt::format("loom generate: {} prompt tokens, {} new tokens ({}), t = {}, "
                                "iteration {}, {:.2f} s\n",
                                out.prompt_ids.size(), out.result.tokens.size(),
-                               stop_reason(out.result.reason), plan.tensor_parallel,
+                               loom::generate::describe(out.result.reason), plan.tensor_parallel,
                                plan.info.iteration, seconds);
     }
     return 0;
-  } catch (const std::invalid_argument& e) {
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::exception& e) {
-    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
-  }
+  });
 }
 
 // Largest --prompt-file read: far beyond any context window, small enough to read whole.

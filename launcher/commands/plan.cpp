@@ -26,8 +26,6 @@
 #include "launch/local_launcher.h"
 #include "planner/cli.h"
 #include "planner/inference_cli.h"
-#include "runtime/cpu_threads.h"
-#include "runtime/process_groups.h"
 
 namespace {
 
@@ -88,19 +86,13 @@ void write_profile(const loom::calibrate::CalibrationResult& r, const std::strin
 int run_calibration_rank(const CalibrateArgs& a, c10::ScalarType dtype, const loom::launch::RendezvousInfo& info) {
   using namespace loom;
   try {
-    runtime::use_fair_share_of_cores(info.local_world_size);
     calibrate::CalibrationOptions opt;
     opt.dtype = dtype;
     opt.target_seconds = a.target_seconds;
-    runtime::ProcessGroupOptions pg;
-    pg.timeout = std::chrono::milliseconds(int64_t(a.timeout_s * 1000));
-    pg.device = runtime::select_run_device(
-        a.accelerator == "gpu" ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu, info.local_rank);
-    opt.device = pg.device.device;
-    auto groups = runtime::ProcessGroups::create(info, pg);
-    const calibrate::CalibrationResult r = calibrate::run_calibration(groups->world(), opt);
-    if (groups->rank() == 0) write_profile(r, a.out);
-    groups->shutdown();
+    const calibrate::CalibrationResult r = calibrate::calibrate_on_rank(
+        info, a.accelerator == "gpu" ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu,
+        std::chrono::milliseconds(int64_t(a.timeout_s * 1000)), opt);
+    if (info.rank == 0) write_profile(r, a.out);
     return 0;
   } catch (const std::exception& e) {
     launch::record_rank_error(e.what());

@@ -25,21 +25,10 @@
 #include "command_registry.h"
 #include "error_text.h"
 #include "input_errors.h"
-#include "config/recipe.h"
-#include "data/data_error.h"
-#include "generate/generate_run.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
-#include "model/gpt_stage.h"
-#include "ptune/frozen_base.h"
-#include "ptune/prompt_tables.h"
-#include "runtime/cpu_threads.h"
-#include "runtime/process_groups.h"
-#include "serve/engine_benchmark.h"
-#include "serve/http_server.h"
 #include "serve/limits.h"
-#include "serve/prompt_requests.h"
-#include "train/checkpoint.h"
+#include "serve/serve_run.h"
 
 namespace {
 
@@ -47,61 +36,14 @@ std::atomic<bool> g_stop{false};
 void on_stop_signal(int) { g_stop = true; }
 
 struct ServeJob {
-  loom::generate::GenerateRequest request;  // checkpoint, iteration, t, tokenizer, accelerator
-  int pipeline_parallel = 1;
-  loom::serve::HttpOptions http;
-  loom::serve::EngineOptions engine;
-  std::string model_name;
+  loom::serve::ServeRequest serve;
   std::string bench_out;  ///< --bench-out: measure the engine (no HTTP), its figures as JSON here
   loom::serve::BenchmarkWorkload bench;
-  std::string prompt_checkpoint;  ///< --prompt-checkpoint: a prompt-learning run's inference tables
-  std::string api_key_file;       ///< --api-key-file: the key's first line
+  std::string api_key_file;  ///< --api-key-file: the key's first line
 };
 
-// --prompt-checkpoint's tables (GenerateInputError naming the flag when they do not read).
-loom::ptune::PromptTables read_tables(const ServeJob& job) {
-  try {
-    return loom::ptune::read_prompt_tables(job.prompt_checkpoint);
-  } catch (const std::invalid_argument& e) {
-    throw loom::generate::GenerateInputError(std::string("--prompt-checkpoint: ") + e.what());
-  }
-}
-
-// The checkpoint to serve: --checkpoint, else the base the tables were tuned on (the tables
-// are read either way, so that bad ones are named before any rank starts).
-loom::generate::GenerateRequest checkpoint_request(const ServeJob& job) {
-  loom::generate::GenerateRequest request = job.request;
-  if (job.prompt_checkpoint.empty()) return request;
-  const auto tables = read_tables(job);
-  if (!request.checkpoint.empty()) return request;
-  if (!tables.base.contains("checkpoints"))
-    throw loom::generate::GenerateInputError("--prompt-checkpoint: the tables do not name their base; pass --checkpoint");
-  request.checkpoint = tables.base["checkpoints"].get<std::string>();
-  if (!request.iteration) request.iteration = tables.base.value("iteration", int64_t{0});
-  return request;
-}
-
-// The tables on `device` for the engine, checked against the loaded base: tuned on this very
-// checkpoint (its digest), vectors of the model's hidden size.
-std::vector<at::Tensor> device_tables(const loom::ptune::PromptTables& tables, const loom::generate::FullCheckpoint& base,
-                                      int64_t hidden, const c10::Device& device) {
-  if (tables.base.contains("checkpoint_digest") && tables.base["checkpoint_digest"] != loom::ptune::checkpoint_digest(base))
-    throw loom::generate::GenerateInputError(fmt::format(
-        "--prompt-checkpoint: the tables were tuned on the base with checkpoint digest {}; iteration {} of the served "
-        "checkpoint is another model", tables.base["checkpoint_digest"].get<std::string>(), base.info.iteration));
-  std::vector<at::Tensor> out;
-  for (const auto& t : tables.tasks) {
-    if (t.vectors.size(1) != hidden)
-      throw loom::generate::GenerateInputError(fmt::format(
-          "--prompt-checkpoint: task '{}' has vectors of size {}, the model {}", t.spec.taskname, t.vectors.size(1), hidden));
-    out.push_back(t.vectors.to(device));
-  }
-  return out;
-}
-
-// --bench-out: the serving rank runs the benchmark rounds and writes their figures.
-void run_benchmark(const ServeJob& job, loom::serve::GenerationEngine& engine, int64_t vocab, const std::string& who) {
-  const auto result = loom::serve::run_engine_benchmark(engine, job.bench, vocab);
+// --bench-out: the figures of the serving rank's benchmark, written and summed up.
+void write_benchmark(const ServeJob& job, const loom::serve::BenchmarkResult& result, const std::string& who) {
   std::ofstream out(job.bench_out, std::ios::trunc);
   out << result.to_json().dump(2) << "\n";
   if (!out.flush()) throw std::runtime_error("--bench-out " + job.bench_out + ": cannot write the file");
@@ -110,35 +52,10 @@ void run_benchmark(const ServeJob& job, loom::serve::GenerationEngine& engine, i
                            job.bench_out);
 }
 
-// Checks everything before any rank starts; throws GenerateInputError naming the flag.
-loom::generate::GeneratePlan plan(const ServeJob& job) {
-  auto plan = loom::generate::plan_generation(checkpoint_request(job));
-  const auto config = loom::generate::inference_config(plan.info.layout.model_shape, plan.model_options);
-  if (job.pipeline_parallel < 1 || config.num_layers % job.pipeline_parallel != 0)
-    throw loom::generate::GenerateInputError(fmt::format(
-        "--pipeline-parallel {}: expected a divisor of the model's {} layers", job.pipeline_parallel, config.num_layers));
-  if (job.engine.max_batch < 1)
-    throw loom::generate::GenerateInputError(fmt::format("--max-batch: expected >= 1, found {}", job.engine.max_batch));
-  if (job.engine.max_kv_tokens < 0)
-    throw loom::generate::GenerateInputError(
-        fmt::format("--max-kv-tokens: expected >= 0 (0: max-batch x context), found {}", job.engine.max_kv_tokens));
-  if (job.http.port < 0 || job.http.port > 65535)
-    throw loom::generate::GenerateInputError(fmt::format("--port: expected 0..65535, found {}", job.http.port));
-  return plan;
-}
-
-int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
-  const std::string who = info.world_size > 1 ? fmt::format("loom serve: [rank {}] ", info.rank) : "loom serve: ";
-  auto fail = [&](int code, const std::string& what) {
-    loom::launch::record_rank_error(what);
-    std::cerr << who << "error: " << what << std::endl;
-    return code;
-  };
-  try {
-    const auto p = plan(job);
-    const int t = p.tensor_parallel, pp = job.pipeline_parallel;
-    if (info.world_size != t * pp)
-      return fail(2, fmt::format("{} ranks were started for t = {} x p = {}", info.world_size, t, pp));
+int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
+  const std::string who = loom::cli::rank_prefix("serve", info);
+  // Bad input (2) includes a flag only the engine checks (--max-batch, --bench-*) and the world size.
+  return loom::cli::run_rank_body(who, [&] {
     if (info.rank == 0) {
       std::signal(SIGTERM, on_stop_signal);
       std::signal(SIGINT, on_stop_signal);
@@ -146,95 +63,49 @@ int run_rank(ServeJob job, const loom::launch::RendezvousInfo& info) {
       std::signal(SIGTERM, SIG_IGN);
       std::signal(SIGINT, SIG_IGN);
     }
-    loom::runtime::use_fair_share_of_cores(info.local_world_size);
-    loom::runtime::ProcessGroupOptions opt;
-    opt.tensor_parallel = t;
-    opt.pipeline_parallel = pp;
-    opt.timeout = std::chrono::seconds(60);
-    opt.device = loom::runtime::select_run_device(
-        p.accelerator ? loom::runtime::DeviceKind::kAccelerator : loom::runtime::DeviceKind::kCpu, info.local_rank);
-    auto groups = loom::runtime::ProcessGroups::create(info, opt);
-    const auto config = loom::generate::inference_config(p.info.layout.model_shape, p.model_options);
-    const auto coords = groups->coords();
-    loom::model::GptStage stage(config, groups->tensor_ptr(),
-                                loom::model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(), groups->device());
-    std::optional<loom::ptune::PromptTables> tables;
-    {
-      const auto checkpoint = loom::generate::read_full_checkpoint(p.location.checkpoints, p.info);
-      loom::generate::fill_stage_parameters(checkpoint, stage, coords.tp, t);
-      if (!job.prompt_checkpoint.empty()) {
-        tables = read_tables(job);
-        job.engine.prompt_tables = device_tables(*tables, checkpoint, config.hidden_size, groups->device());
-      }
-    }
-    const auto loaded_tokenizer = loom::generate::load_tokenizer(p);  // the run's (any library), checked
-    const loom::data::Tokenizer& tokenizer = *loaded_tokenizer;
-    job.engine.eod_id = tokenizer.eod_id();
-    job.engine.decode = [&tokenizer](const std::vector<int64_t>& ids) {
-      return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));
-    };
-    loom::serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
-                                 groups->layout().rank_of({0, 0, pp - 1})};
-    loom::serve::GenerationEngine engine(stage, eg, job.engine);
-    if (info.rank == 0 && !job.bench_out.empty()) {
-      run_benchmark(job, engine, config.vocab_size, who);
-    } else if (info.rank == 0) {
-      std::optional<loom::serve::PromptTasks> tasks;
-      if (tables) {
-        std::vector<loom::config::TaskTemplate> templates;
-        for (const auto& task : tables->tasks) templates.push_back(task.spec);
-        tasks = loom::serve::make_prompt_tasks(templates, tables->add_bos, tokenizer, config.max_position_embeddings);
-      }
-      loom::serve::ApiContext api{&tokenizer, config.max_position_embeddings, job.model_name,
-                                  tasks ? &*tasks : nullptr,
-                                  loom::serve::max_prompt_bytes(tokenizer, config.max_position_embeddings)};
-      loom::serve::HttpServer server(engine, api, job.http);
+    const loom::serve::ServeRequest& request = job.serve;
+    loom::serve::ServeEvents events;
+    events.listening = [&](const loom::serve::ServingStarted& s) {
       std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
-                               job.model_name, p.info.iteration, t, pp, engine.options().max_batch,
-                               engine.options().max_kv_tokens)
-                << fmt::format("{}listening on http://{}:{}", who, job.http.host, server.port()) << std::endl;
-      server.run(g_stop);
-      std::cerr << who << "stopped" << std::endl;
-    } else {
-      loom::serve::follow(engine);
-    }
-    groups->shutdown();
+                               request.model_name, s.iteration, s.tensor_parallel, s.pipeline_parallel, s.max_batch,
+                               s.max_kv_tokens)
+                << fmt::format("{}listening on http://{}:{}", who, request.http.host, s.port) << std::endl;
+    };
+    events.stopped = [&] { std::cerr << who << "stopped" << std::endl; };
+    events.benchmarked = [&](const loom::serve::BenchmarkResult& r) { write_benchmark(job, r, who); };
+    loom::serve::serve_on_rank(info, request, g_stop, events);
     return 0;
-  } catch (const std::invalid_argument& e) {  // a flag the engine refuses (--max-batch, --bench-*)
-    return fail(2, loom::cli::error_text(e));
-  } catch (const std::exception& e) {
-    return fail(loom::cli::input_error_status(e), loom::cli::error_text(e));
-  }
+  });
 }
 
 // Every flag of `loom serve`, bound to the job (and to the two that need checking after parsing).
 void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& max_body_mb) {
-  app.add_option("--checkpoint", job.request.checkpoint, "run directory (holding checkpoints/) or checkpoints directory");
-  app.add_option("--prompt-checkpoint", job.prompt_checkpoint,
+  app.add_option("--checkpoint", job.serve.model.checkpoint, "run directory (holding checkpoints/) or checkpoints directory");
+  app.add_option("--prompt-checkpoint", job.serve.prompt_checkpoint,
                  "a prompt-learning run (or its prompt_tables/): requests may name its tasks "
                  "(default --checkpoint: the base it was tuned on)");
   app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
-  app.add_option("--tensor-parallel", job.request.tensor_parallel, "tensor-parallel ranks (default: the checkpoint's)");
-  app.add_option("--pipeline-parallel", job.pipeline_parallel, "pipeline stages")->capture_default_str();
-  app.add_option("--host", job.http.host, "address to listen on")->capture_default_str();
-  app.add_option("--port", job.http.port, "port (0: any free one, printed)")->capture_default_str();
+  app.add_option("--tensor-parallel", job.serve.model.tensor_parallel, "tensor-parallel ranks (default: the checkpoint's)");
+  app.add_option("--pipeline-parallel", job.serve.pipeline_parallel, "pipeline stages")->capture_default_str();
+  app.add_option("--host", job.serve.http.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", job.serve.http.port, "port (0: any free one, printed)")->capture_default_str();
   app.add_option("--api-key-file", job.api_key_file,
                  "require Authorization: Bearer KEY, KEY the file's first line (default: $LOOM_API_KEY, else none)");
-  app.add_option("--api-key", job.http.api_key,
+  app.add_option("--api-key", job.serve.http.api_key,
                  "the key itself: visible to every user in the process list (ps); prefer $LOOM_API_KEY or --api-key-file");
-  app.add_option("--max-batch", job.engine.max_batch, "requests decoding together")->capture_default_str();
-  app.add_option("--max-kv-tokens", job.engine.max_kv_tokens,
+  app.add_option("--max-batch", job.serve.engine.max_batch, "requests decoding together")->capture_default_str();
+  app.add_option("--max-kv-tokens", job.serve.engine.max_kv_tokens,
                  "KV-cache positions the running requests may reserve (prompt + max tokens; 0: max-batch x context)")
       ->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB, chunked ones included (413 beyond)")
       ->capture_default_str();
-  app.add_option("--header-timeout-s", job.http.header_timeout_s,
+  app.add_option("--header-timeout-s", job.serve.http.header_timeout_s,
                  "a request's line and headers must arrive within this many seconds (408 beyond)")
       ->capture_default_str();
-  app.add_option("--model-name", job.model_name, "the model id the API reports (default: the checkpoint folder's name)");
-  app.add_option("--vocab-file", job.request.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
-  app.add_option("--merge-file", job.request.merge_file, "GPT-2 merges.txt (default: the recipe's)");
-  app.add_option("--accelerator", job.request.accelerator, "cpu or gpu (default: the run's trainer.accelerator)");
+  app.add_option("--model-name", job.serve.model_name, "the model id the API reports (default: the checkpoint folder's name)");
+  app.add_option("--vocab-file", job.serve.model.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
+  app.add_option("--merge-file", job.serve.model.merge_file, "GPT-2 merges.txt (default: the recipe's)");
+  app.add_option("--accelerator", job.serve.model.accelerator, "cpu or gpu (default: the run's trainer.accelerator)");
   app.add_option("--bench-out", job.bench_out,
                  "measure the engine instead of serving: rounds of --bench-batch random prompts, figures as JSON to FILE");
   app.add_option("--bench-batch", job.bench.batch, "requests per benchmark round (<= --max-batch)")->capture_default_str();
@@ -248,12 +119,12 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
 // The flags CLI11 cannot check alone, and the defaults that depend on others; false (with the
 // error printed) for a bad flag.
 bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, int64_t max_body_mb) {
-  if (app.count("--iteration")) job.request.iteration = iteration;
-  if (job.request.checkpoint.empty() && job.prompt_checkpoint.empty()) {
+  if (app.count("--iteration")) job.serve.model.iteration = iteration;
+  if (job.serve.model.checkpoint.empty() && job.serve.prompt_checkpoint.empty()) {
     std::cerr << "loom serve: error: --checkpoint DIR (or --prompt-checkpoint DIR) is required\n";
     return false;
   }
-  if (app.count("--tensor-parallel") && job.request.tensor_parallel < 1) {
+  if (app.count("--tensor-parallel") && job.serve.model.tensor_parallel < 1) {
     std::cerr << "loom serve: error: --tensor-parallel: expected an integer >= 1\n";
     return false;
   }
@@ -262,9 +133,10 @@ bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, i
               << ", found " << max_body_mb << "\n";
     return false;
   }
-  job.http.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
-  if (job.http.header_timeout_s < 1 || job.http.header_timeout_s > 3600) {
-    std::cerr << "loom serve: error: --header-timeout-s: expected 1..3600, found " << job.http.header_timeout_s << "\n";
+  job.serve.http.max_body_bytes = static_cast<size_t>(max_body_mb) << 20;
+  if (job.serve.http.header_timeout_s < 1 || job.serve.http.header_timeout_s > 3600) {
+    std::cerr << "loom serve: error: --header-timeout-s: expected 1..3600, found " << job.serve.http.header_timeout_s
+              << "\n";
     return false;
   }
   if (!job.api_key_file.empty() && app.count("--api-key")) {
@@ -283,15 +155,17 @@ bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, i
       std::cerr << "loom serve: error: --api-key-file " << job.api_key_file << ": the first line is empty\n";
       return false;
     }
-    job.http.api_key = key;
+    job.serve.http.api_key = key;
   }
-  if (job.http.api_key.empty())
-    if (const char* key = std::getenv("LOOM_API_KEY")) job.http.api_key = key;
-  if (job.model_name.empty()) {
-    auto path = std::filesystem::absolute(job.request.checkpoint.empty() ? job.prompt_checkpoint : job.request.checkpoint)
-                    .lexically_normal();
+  if (job.serve.http.api_key.empty())
+    if (const char* key = std::getenv("LOOM_API_KEY")) job.serve.http.api_key = key;
+  if (!job.bench_out.empty()) job.serve.benchmark = job.bench;
+  if (job.serve.model_name.empty()) {
+    const std::string& named =
+        job.serve.model.checkpoint.empty() ? job.serve.prompt_checkpoint : job.serve.model.checkpoint;
+    auto path = std::filesystem::absolute(named).lexically_normal();
     if (path.filename().empty()) path = path.parent_path();
-    job.model_name = path.filename().string();
+    job.serve.model_name = path.filename().string();
   }
   return true;
 }
@@ -318,7 +192,7 @@ int serve_command(int argc, char** argv) {
   if (info.source != loom::launch::RendezvousSource::kSingleProcess) return run_rank(job, info);
   int ranks = 1;
   try {
-    ranks = plan(job).tensor_parallel * job.pipeline_parallel;
+    ranks = loom::serve::plan_serving(job.serve).tensor_parallel * job.serve.pipeline_parallel;
   } catch (const std::exception& e) {
     std::cerr << "loom serve: error: " << loom::cli::error_text(e) << "\n";
     return 2;

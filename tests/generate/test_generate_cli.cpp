@@ -256,3 +256,15 @@ TEST_CASE("loom generate refuses out-of-range flags and reads long prompts from 
   e = run_loom("--checkpoint " + dir + " --prompt hi --prompt-file " + prompt_path);
   CHECK(e.status == 2);
 }
+
+TEST_CASE("loom generate under a launcher refuses a world that is not --tensor-parallel ranks (exit 2)") {
+  // runtime::start_rank_session checks the world before any rendezvous: rank 0 of a 3-rank
+  // world for a t = 1 checkpoint stops at once, naming both numbers and the flag.
+  const std::string dir = run_dir().dir;
+  const std::string env = "WORLD_SIZE=3 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29871 ";
+  const std::string loom = std::string(LOOM_BINARY_DIR) + "/bin/loom";
+  const std::string err = run_dir().root + "/world.txt";
+  const int raw = std::system((env + loom + " generate --checkpoint " + dir + " --prompt hi 2>" + err).c_str());
+  CHECK((WIFEXITED(raw) ? WEXITSTATUS(raw) : -1) == 2);
+  CHECK_THAT(read_text(err), Catch::Contains("--tensor-parallel asks for 1 ranks, but 3 were started"));
+}

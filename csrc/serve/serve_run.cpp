@@ -1,0 +1,149 @@
+#include "serve/serve_run.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <vector>
+
+#include "model/gpt_stage.h"
+#include "ptune/frozen_base.h"
+#include "ptune/prompt_tables.h"
+#include "runtime/rank_session.h"
+#include "serve/prompt_requests.h"
+
+namespace loom::serve {
+
+namespace {
+
+using generate::GenerateInputError;
+
+// Collectives of a serving job: a rank that stops answering ends the server within a minute.
+constexpr std::chrono::seconds kServeCollectiveTimeout{60};
+
+// --prompt-checkpoint's tables (GenerateInputError naming the flag when they do not read).
+ptune::PromptTables read_tables(const ServeRequest& request) {
+  try {
+    return ptune::read_prompt_tables(request.prompt_checkpoint);
+  } catch (const std::invalid_argument& e) {
+    throw GenerateInputError(std::string("--prompt-checkpoint: ") + e.what());
+  }
+}
+
+// The checkpoint to serve: --checkpoint, else the base the tables were tuned on (the tables
+// are read either way, so that bad ones are named before any rank starts).
+generate::GenerateRequest checkpoint_request(const ServeRequest& request) {
+  generate::GenerateRequest model = request.model;
+  if (request.prompt_checkpoint.empty()) return model;
+  const auto tables = read_tables(request);
+  if (!model.checkpoint.empty()) return model;
+  if (!tables.base.contains("checkpoints"))
+    throw GenerateInputError("--prompt-checkpoint: the tables do not name their base; pass --checkpoint");
+  model.checkpoint = tables.base["checkpoints"].get<std::string>();
+  if (!model.iteration) model.iteration = tables.base.value("iteration", int64_t{0});
+  return model;
+}
+
+// The tables on `device` for the engine, checked against the loaded base: tuned on this very
+// checkpoint (its digest), vectors of the model's hidden size.
+std::vector<at::Tensor> device_tables(const ptune::PromptTables& tables, const generate::FullCheckpoint& base,
+                                      int64_t hidden, const c10::Device& device) {
+  if (tables.base.contains("checkpoint_digest") && tables.base["checkpoint_digest"] != ptune::checkpoint_digest(base))
+    throw GenerateInputError(fmt::format(
+        "--prompt-checkpoint: the tables were tuned on the base with checkpoint digest {}; iteration {} of the served "
+        "checkpoint is another model", tables.base["checkpoint_digest"].get<std::string>(), base.info.iteration));
+  std::vector<at::Tensor> out;
+  for (const auto& t : tables.tasks) {
+    if (t.vectors.size(1) != hidden)
+      throw GenerateInputError(fmt::format("--prompt-checkpoint: task '{}' has vectors of size {}, the model {}",
+                                           t.spec.taskname, t.vectors.size(1), hidden));
+    out.push_back(t.vectors.to(device));
+  }
+  return out;
+}
+
+// Rank 0 with HTTP: serves until `stop`, with the learned prompts' tasks when there are tables.
+void serve_http(const ServeRequest& request, GenerationEngine& engine, const std::optional<ptune::PromptTables>& tables,
+                const data::Tokenizer& tokenizer, const model::GptConfig& config, const ServingStarted& started,
+                const std::atomic<bool>& stop, const ServeEvents& events) {
+  std::optional<PromptTasks> tasks;
+  if (tables) {
+    std::vector<config::TaskTemplate> templates;
+    for (const auto& task : tables->tasks) templates.push_back(task.spec);
+    tasks = make_prompt_tasks(templates, tables->add_bos, tokenizer, config.max_position_embeddings);
+  }
+  ApiContext api{&tokenizer, config.max_position_embeddings, request.model_name, tasks ? &*tasks : nullptr,
+                 max_prompt_bytes(tokenizer, config.max_position_embeddings)};
+  HttpServer server(engine, api, request.http);
+  ServingStarted listening = started;
+  listening.port = server.port();
+  if (events.listening) events.listening(listening);
+  server.run(stop);
+  if (events.stopped) events.stopped();
+}
+
+}  // namespace
+
+generate::GeneratePlan plan_serving(const ServeRequest& request) {
+  auto plan = generate::plan_generation(checkpoint_request(request));
+  const auto config = generate::inference_config(plan.info.layout.model_shape, plan.model_options);
+  if (request.pipeline_parallel < 1 || config.num_layers % request.pipeline_parallel != 0)
+    throw GenerateInputError(fmt::format("--pipeline-parallel {}: expected a divisor of the model's {} layers",
+                                         request.pipeline_parallel, config.num_layers));
+  if (request.engine.max_batch < 1)
+    throw GenerateInputError(fmt::format("--max-batch: expected >= 1, found {}", request.engine.max_batch));
+  if (request.engine.max_kv_tokens < 0)
+    throw GenerateInputError(fmt::format("--max-kv-tokens: expected >= 0 (0: max-batch x context), found {}",
+                                         request.engine.max_kv_tokens));
+  if (request.http.port < 0 || request.http.port > 65535)
+    throw GenerateInputError(fmt::format("--port: expected 0..65535, found {}", request.http.port));
+  return plan;
+}
+
+void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, const std::atomic<bool>& stop,
+                   const ServeEvents& events) {
+  const auto plan = plan_serving(request);
+  const int t = plan.tensor_parallel, pp = request.pipeline_parallel;
+  runtime::RankSessionRequest ranks = generate::rank_session_request(plan);
+  ranks.world_size = t * pp;
+  ranks.world_size_source = "--tensor-parallel × --pipeline-parallel";
+  ranks.pipeline_parallel = pp;
+  ranks.timeout = kServeCollectiveTimeout;
+  const runtime::RankSession session = runtime::start_rank_session(info, ranks);
+  auto& groups = *session.groups;
+
+  const auto config = generate::inference_config(plan.info.layout.model_shape, plan.model_options);
+  const auto coords = groups.coords();
+  model::GptStage stage(config, groups.tensor_ptr(), model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(),
+                        groups.device());
+  std::optional<ptune::PromptTables> tables;
+  {
+    const auto checkpoint = generate::read_full_checkpoint(plan.location.checkpoints, plan.info);
+    generate::fill_stage_parameters(checkpoint, stage, coords.tp, t);
+    if (!request.prompt_checkpoint.empty()) {
+      tables = read_tables(request);
+      request.engine.prompt_tables = device_tables(*tables, checkpoint, config.hidden_size, groups.device());
+    }
+  }
+  const auto loaded_tokenizer = generate::load_tokenizer(plan);  // the run's (any library), checked
+  const data::Tokenizer& tokenizer = *loaded_tokenizer;
+  request.engine.eod_id = tokenizer.eod_id();
+  request.engine.decode = [&tokenizer](const std::vector<int64_t>& ids) {
+    return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));
+  };
+  EngineGroups engine_groups{groups.tensor_ptr(), &groups.pipeline_links(), &groups.host_world(),
+                             groups.layout().rank_of({0, 0, pp - 1})};
+  GenerationEngine engine(stage, engine_groups, request.engine);
+  if (info.rank == 0 && request.benchmark) {
+    const BenchmarkResult result = run_engine_benchmark(engine, *request.benchmark, config.vocab_size);
+    if (events.benchmarked) events.benchmarked(result);
+  } else if (info.rank == 0) {
+    const ServingStarted started{plan.info.iteration, t, pp, engine.options().max_batch,
+                                 engine.options().max_kv_tokens, 0};
+    serve_http(request, engine, tables, tokenizer, config, started, stop, events);
+  } else {
+    follow(engine);
+  }
+  groups.shutdown();
+}
+
+}  // namespace loom::serve
