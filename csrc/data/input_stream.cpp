@@ -192,10 +192,11 @@ struct LineStream::Decoder {
   }
 };
 
-LineStream::LineStream(const std::string& path, int64_t max_line_bytes)
+LineStream::LineStream(const std::string& path, int64_t max_line_bytes, std::string limit_source)
     : path_(path),
       decoder_(std::make_unique<Decoder>(path, input_kind(path).compression)),
-      max_line_bytes_(max_line_bytes) {}
+      max_line_bytes_(max_line_bytes),
+      limit_source_(std::move(limit_source)) {}
 
 LineStream::~LineStream() = default;
 
@@ -219,7 +220,7 @@ bool LineStream::next_line(std::string& line) {
   auto refuse_if_longer = [&](size_t length) {
     if (static_cast<int64_t>(length) > max_line_bytes_)
       throw DataError("'" + path_ + "' line " + std::to_string(line_number_ + 1) + ": longer than " +
-                      std::to_string(max_line_bytes_) + " bytes without a newline (--max-line-bytes)");
+                      std::to_string(max_line_bytes_) + " bytes without a newline (" + limit_source_ + ")");
   };
   size_t searched = pos_;
   for (;;) {

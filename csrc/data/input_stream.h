@@ -24,13 +24,20 @@ InputKind input_kind(const std::string& path);
 /// file) would otherwise grow until memory runs out (`loom preprocess --max-line-bytes`).
 constexpr int64_t kDefaultMaxLineBytes = int64_t{1} << 30;
 
+/// The longest line of a JSON-lines file of examples (`loom ptune`'s datasets, `loom eval`'s
+/// tasks), where a line is one record: 64 MiB, far above any prompt a model can take, so that a
+/// damaged or hostile file is refused before it costs gigabytes (docs/design/hardening.md).
+constexpr int64_t kMaxRecordLineBytes = int64_t{64} << 20;
+
 /// Sequential reader of one file's decompressed bytes, line by line.
 class LineStream {
  public:
   /// Opens `path` and checks its first bytes against its extension: a `.zst` that is not zstd
   /// data, or a `.jsonl` that is gzip data, throws DataError naming the file and what each says.
   /// A missing or unreadable file throws DataError.
-  explicit LineStream(const std::string& path, int64_t max_line_bytes = kDefaultMaxLineBytes);
+  /// `limit_source` names where max_line_bytes comes from in the error of a longer line.
+  explicit LineStream(const std::string& path, int64_t max_line_bytes = kDefaultMaxLineBytes,
+                      std::string limit_source = "--max-line-bytes");
   ~LineStream();
   LineStream(const LineStream&) = delete;
   LineStream& operator=(const LineStream&) = delete;
@@ -59,6 +66,7 @@ class LineStream {
   size_t pos_ = 0;
   bool eof_ = false;
   int64_t max_line_bytes_;
+  std::string limit_source_;
   int64_t line_number_ = 0, bytes_out_ = 0;
 };
 

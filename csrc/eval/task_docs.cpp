@@ -7,6 +7,8 @@
 #include <fstream>
 #include <set>
 
+#include "data/data_error.h"
+#include "data/input_stream.h"
 #include "eval/eval_error.h"
 #include "eval/text_rules.h"
 
@@ -253,28 +255,40 @@ std::vector<TaskSpec> read_task_file(const std::string& path) {
   return specs;
 }
 
-EvalTask read_task(const TaskSpec& spec, int64_t limit) {
-  std::ifstream in(spec.path, std::ios::binary);
-  if (!in) throw EvalInputError(fmt::format("task {}: cannot open {}", spec.name, spec.path));
-  EvalTask task{spec, {}};
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (strip(line).empty()) continue;
-    const std::string where = fmt::format("{}:{}", spec.path, n);
-    EvalDoc doc;
-    doc.line = n;
-    try {
-      doc.record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw EvalInputError(fmt::format("{}: not valid JSON ({})", where, e.what()));
-    }
-    if (!doc.record.is_object())
-      throw EvalInputError(fmt::format("{}: expected a JSON object, found {}", where, type_name(doc.record)));
-    fill_doc(doc, spec.kind, where);
-    ++task.total_docs;
-    if (limit <= 0 || static_cast<int64_t>(task.docs.size()) < limit) task.docs.push_back(std::move(doc));
+namespace {
+
+// Line `n` of a task's file into `task` (blank lines skipped; at most `limit` documents kept
+// when limit > 0, all counted).
+void read_doc(EvalTask& task, const std::string& line, int64_t n, int64_t limit) {
+  if (strip(line).empty()) return;
+  const std::string where = fmt::format("{}:{}", task.spec.path, n);
+  EvalDoc doc;
+  doc.line = n;
+  try {
+    doc.record = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw EvalInputError(fmt::format("{}: not valid JSON ({})", where, e.what()));
   }
-  if (in.bad()) throw std::runtime_error("cannot read " + spec.path);
+  if (!doc.record.is_object())
+    throw EvalInputError(fmt::format("{}: expected a JSON object, found {}", where, type_name(doc.record)));
+  fill_doc(doc, task.spec.kind, where);
+  ++task.total_docs;
+  if (limit <= 0 || static_cast<int64_t>(task.docs.size()) < limit) task.docs.push_back(std::move(doc));
+}
+
+}  // namespace
+
+EvalTask read_task(const TaskSpec& spec, int64_t limit) {
+  if (!std::ifstream(spec.path, std::ios::binary))
+    throw EvalInputError(fmt::format("task {}: cannot open {}", spec.name, spec.path));
+  EvalTask task{spec, {}};
+  try {
+    data::LineStream in(spec.path, data::kMaxRecordLineBytes, "a document is at most one line of 64 MiB");
+    std::string line;
+    for (int64_t n = 1; in.next_line(line); ++n) read_doc(task, line, n, limit);
+  } catch (const data::DataError& e) {  // the file itself: a line past the limit, bad compression
+    throw EvalInputError(fmt::format("task {}: {}", spec.name, e.what()));
+  }
   if (task.docs.empty())
     throw EvalInputError(fmt::format("{}: task {} ({}) holds no documents", spec.path, spec.name, kind_name(spec.kind)));
   return task;

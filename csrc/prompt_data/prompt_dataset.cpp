@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/input_stream.h"
+
 namespace loom::prompt_data {
 namespace {
 
@@ -53,11 +55,12 @@ PromptDataset::PromptDataset(const std::vector<std::string>& files, std::vector<
 }
 
 void PromptDataset::read_file(const std::string& path, int32_t file_index, const data::Tokenizer& tokenizer) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw data::DataError(fmt::format("{}: cannot open the JSONL file ({})", path, std::strerror(errno)));
+  if (!std::ifstream(path, std::ios::binary))
+    throw data::DataError(fmt::format("{}: cannot open the JSONL file ({})", path, std::strerror(errno)));
+  data::LineStream in(path, data::kMaxRecordLineBytes, "a record is at most one line of 64 MiB");
   std::string line;
   int64_t line_no = 0, records_in_file = 0;
-  while (std::getline(in, line)) {
+  while (in.next_line(line)) {
     ++line_no;
     if (blank(line)) continue;
     ++records_in_file;
@@ -122,7 +125,6 @@ void PromptDataset::read_file(const std::string& path, int32_t file_index, const
     records_.push_back(std::move(record));
     sources_.emplace_back(file_index, line_no);
   }
-  if (in.bad()) throw data::DataError(fmt::format("{}: read error after line {}", path, line_no));
   records_per_file_.push_back(records_in_file);
   lines_per_file_.push_back(line_no);
 }

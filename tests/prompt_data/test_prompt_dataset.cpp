@@ -165,6 +165,14 @@ TEST_CASE("dataset errors name file:line, the task and the key", "[dataset]") {
   } catch (const data::DataError& e) {
     CHECK_THAT(e.what(), StartsWith(dir.path + "/missing.jsonl: cannot open the JSONL file ("));
   }
+  // A line is held whole: an endless one (/dev/zero) is refused at 64 MiB, naming file and line.
+  try {
+    PromptDataset({"/dev/zero"}, two_tasks(), gpt2(), options());
+    FAIL("no error");
+  } catch (const data::DataError& e) {
+    CHECK_THAT(e.what(), StartsWith("'/dev/zero' line 1: longer than 67108864 bytes without a newline (a record is at "
+                                    "most one line of 64 MiB)"));
+  }
 }
 
 TEST_CASE("the run's sequence length", "[dataset]") {

@@ -120,6 +120,8 @@ def test_bad_input_exits_2_naming_what_is_wrong(model, tmp_path):
     fails("--tasks", f"wikitext:{empty}", expect="holds no documents")
     fails("--tasks", f"boolq:{empty}", expect="unknown task kind 'boolq'")
     fails("--tasks", f"lambada:{tmp_path / 'missing.jsonl'}", expect="cannot open")
+    # A line is held whole: an endless one is refused at 64 MiB instead of growing until memory runs out.
+    fails("--tasks", "lambada:/dev/zero", expect="task zero: '/dev/zero' line 1: longer than 67108864 bytes")
     fails("--tasks", task_spec(), "--pipeline-parallel", 3, expect="--pipeline-parallel 3 does not fit")
     done = subprocess.run([str(loom_binary()), "eval", "--checkpoint", str(tmp_path / "nope"), "--tasks",
                            task_spec()], cwd=ROOT, capture_output=True, text=True, timeout=120)
