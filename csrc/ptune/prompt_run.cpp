@@ -23,8 +23,8 @@
 #include "runtime/error_text.h"
 #include "runtime/process_groups.h"
 #include "runtime/run_device.h"
+#include "planner/hardware.h"
 #include "train/device_info.h"
-#include "train/flops.h"
 #include "train/gpt_step.h"
 #include "train/metrics_log.h"
 #include "train/micro_batches.h"
@@ -238,7 +238,7 @@ class PromptRun {
   PromptRunOptions options_;
   PromptRunPlan plan_;
   config::Recipe& r_;
-  train::RunShape shape_;
+  Layout shape_;
   std::shared_ptr<runtime::ProcessGroups> groups_;
   std::unique_ptr<train::RunDirectory> dir_;
   std::unique_ptr<train::MetricsLog> log_;
@@ -287,7 +287,7 @@ void PromptRun::setup() {
     throw std::invalid_argument(fmt::format(
         "the recipe asks for trainer.num_nodes × trainer.devices = {} ranks, but {} were started", world,
         info.world_size));
-  shape_ = train::run_shape(r_);
+  shape_ = config::recipe_layout(r_);
   runtime::use_fair_share_of_cores(info.local_world_size);
   // Before anything in the run directory is touched: one run per directory.
   dir_ = std::make_unique<train::RunDirectory>(
@@ -301,7 +301,7 @@ void PromptRun::setup() {
   dir_->attach(*groups_, *log_);
   log_->message(fmt::format("[loom] prompt learning ({}) on {} | t={} p={} v={} d={} | {} micro-batches of {} per step",
                             style_name(r_.model.prompt.virtual_prompt_style), groups_->layout().describe(),
-                            shape_.t, shape_.p, shape_.v, shape_.d, shape_.m, shape_.micro_batch));
+                            shape_.tp, shape_.pp, shape_.vp, shape_.dp, shape_.micro_batches(), shape_.micro_batch));
   log_->message("[loom] device: " + pg.device.describe());
   log_->message("[loom] data: train " + plan_.train->summary() +
                 (plan_.valid ? "; validation " + plan_.valid->summary() : std::string()) +
@@ -314,7 +314,7 @@ void PromptRun::build_model() {
   model_config_ = train::gpt_config_from_recipe(r_, static_cast<int64_t>(plan_.tokenizer->vocab_size()));
   const generate::FullCheckpoint full =
       generate::read_full_checkpoint(plan_.base.plan.location.checkpoints, plan_.base.plan.info);
-  chunks_ = build_frozen_chunks(full, model_config_, *groups_, shape_.v);
+  chunks_ = build_frozen_chunks(full, model_config_, *groups_, shape_.vp);
   base_digest_ = parameters_digest(chunks_);
   base_checkpoint_digest_ = checkpoint_digest(full);
   if (plan_.restored && plan_.restored->base.contains("checkpoint_digest") &&
@@ -340,13 +340,11 @@ void PromptRun::build_model() {
   train::StepLogConfig lc;
   lc.max_steps = r_.trainer.max_steps;
   lc.print_every = r_.trainer.log_every_n_steps;
-  lc.tokens_per_step = shape_.global_batch * shape_.seq_length;
+  lc.tokens_per_step = shape_.global_batch * r_.model.data.seq_length;
   // The frozen base runs forward and the input-gradient half of backward (its weights take no
   // gradients): 2/3 of a training iteration's model FLOPs (docs/design/ptuning.md, "The model").
-  lc.model_flops_per_step = train::model_flops_per_iteration({shape_.global_batch, shape_.seq_length,
-                                                              model_config_.hidden_size, model_config_.num_layers,
-                                                              chunks_.front().padded_vocab_size()}) * 2 / 3;
-  lc.peak_tflops = train::peak_tflops_for_device(train::accelerator_name(groups_->device()));
+  lc.model_flops_per_step = train::model_flops_per_step(model_config_, shape_) * 2 / 3;
+  lc.peak_tflops = planner::peak_tflops_for_device(train::accelerator_name(groups_->device()));
   lc.world_size = groups_->layout().world_size();
   if (r_.trainer.max_time)
     if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
@@ -417,20 +415,20 @@ void PromptRun::train_step(int64_t step) {
   step_log_->begin_step();
   const auto start = Clock::now();
   const int64_t stream = r_.trainer.max_steps * shape_.global_batch;
-  data::PretrainingSampler sampler(stream, position_.consumed_samples, shape_.micro_batch, groups_->coords().dp, shape_.d);
+  data::PretrainingSampler sampler(stream, position_.consumed_samples, shape_.micro_batch, groups_->coords().dp, shape_.dp);
   std::vector<train::MicroBatch> batches;
-  for (int k = 0; k < shape_.m; ++k) {
+  for (int k = 0; k < shape_.micro_batches(); ++k) {
     auto ids = sampler.next();
     if (!ids) throw std::logic_error("prompt learning: the sample stream ended before trainer.max_steps");
     for (auto& i : *ids) i = (*order_)[i];  // stream index -> example
-    const int64_t row = train::micro_batch_global_row(int64_t(k), shape_.d, groups_->coords().dp, shape_.micro_batch);
+    const int64_t row = train::micro_batch_global_row(int64_t(k), shape_.dp, groups_->coords().dp, shape_.micro_batch);
     batches.push_back(micro_batch(*plan_.train, *ids, row, true, static_cast<uint64_t>(step)).mb);
   }
   model::DropoutContext dropout;  // the base has no dropout; kept for the step's interface
   dropout.seed = static_cast<uint64_t>(r_.model.seed);
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = shape_.global_batch;
-  optimizer_->start_iteration(shape_.m);  // arms model.optim.overlap_grad_sync
+  optimizer_->start_iteration(shape_.micro_batches());  // arms model.optim.overlap_grad_sync
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(), [&] { optimizer_->accumulate_grads(); });
   const train::optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
   if (step == first_step_) train::report_gradient_overlap(*optimizer_, *log_, step);
@@ -443,10 +441,10 @@ void PromptRun::train_step(int64_t step) {
 at::Tensor PromptRun::evaluate(const prompt_data::PromptDataset& dataset, int64_t max_global_batches,
                                int64_t& batches_done) {
   at::NoGradGuard no_grad;
-  const bool last_stage = groups_->coords().pp == shape_.p - 1;
+  const bool last_stage = groups_->coords().pp == shape_.pp - 1;
   train::ScheduleConfig sc = train::gpt_schedule(model_config_, shape_, groups_->device(), /*forward_only=*/true);
   at::Tensor totals = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(groups_->device()));
-  data::PretrainingSampler sampler(dataset.size(), 0, shape_.micro_batch, groups_->coords().dp, shape_.d);
+  data::PretrainingSampler sampler(dataset.size(), 0, shape_.micro_batch, groups_->coords().dp, shape_.dp);
   model::DropoutContext off;
   off.training = false;
   batches_done = 0;
@@ -457,9 +455,9 @@ at::Tensor PromptRun::evaluate(const prompt_data::PromptDataset& dataset, int64_
                               dataset.size() % shape_.global_batch, dataset.size(), shape_.global_batch));
   for (int64_t g = 0; g < limit; ++g) {
     std::vector<PromptMicroBatch> batches;
-    for (int k = 0; k < shape_.m; ++k) {
+    for (int k = 0; k < shape_.micro_batches(); ++k) {
       auto ids = sampler.next();
-      const int64_t row = train::micro_batch_global_row(int64_t(k), shape_.d, groups_->coords().dp, shape_.micro_batch);
+      const int64_t row = train::micro_batch_global_row(int64_t(k), shape_.dp, groups_->coords().dp, shape_.micro_batch);
       batches.push_back(micro_batch(dataset, *ids, row, false, 0));
     }
     auto result = train::run_pipeline_schedule(sc, groups_->pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
@@ -556,7 +554,7 @@ void PromptRun::save(int64_t iteration) {
   step_log_->flush();
   optimizer_->wait_for_params();
   dir_->save(iteration, layout(), [&] {
-    return train::capture_training_state(parts(), position_, groups_->coords().tp, shape_.t);
+    return train::capture_training_state(parts(), position_, groups_->coords().tp, shape_.tp);
   });
 }
 

@@ -19,8 +19,8 @@
 #include "runtime/process_groups.h"
 #include "runtime/run_device.h"
 #include "train/checkpoint.h"
+#include "planner/hardware.h"
 #include "train/device_info.h"
-#include "train/flops.h"
 #include "train/gpt_step.h"
 #include "train/metrics_log.h"
 #include "train/micro_batches.h"
@@ -75,7 +75,7 @@ class TrainingRun {
 
   config::Recipe r_;
   TrainOptions options_;
-  RunShape shape_;
+  Layout shape_;
   std::shared_ptr<runtime::ProcessGroups> groups_;
   std::unique_ptr<RunDirectory> dir_;
   std::unique_ptr<MetricsLog> log_;
@@ -123,7 +123,7 @@ void TrainingRun::setup() {
         "the recipe asks for trainer.num_nodes × trainer.devices = {} ranks, but {} were started",
         world, info.world_size));
   }
-  shape_ = run_shape(r_);
+  shape_ = config::recipe_layout(r_);
   runtime::use_fair_share_of_cores(info.local_world_size);
   // Before anything in the run directory is touched: one run per directory.
   dir_ = std::make_unique<RunDirectory>(run_directory_options(r_, "loom train", options_.resume_iteration),
@@ -137,8 +137,8 @@ void TrainingRun::setup() {
       is_rank0() ? (fs::path(dir_->run_dir()) / "metrics.jsonl").string() : "", is_rank0());
   dir_->attach(*groups_, *log_);
   log_->message(fmt::format("[loom] {} | t={} p={} v={} d={} | {} micro-batches of {} per step",
-                            groups_->layout().describe(), shape_.t, shape_.p, shape_.v, shape_.d,
-                            shape_.m, shape_.micro_batch));
+                            groups_->layout().describe(), shape_.tp, shape_.pp, shape_.vp, shape_.dp,
+                            shape_.micro_batches(), shape_.micro_batch));
   log_->message("[loom] device: " + pg.device.describe());
 }
 
@@ -157,12 +157,12 @@ void TrainingRun::build_data() {
   train_samples_ = std::make_unique<SamplePrefetcher>(*datasets_.train, r_.model.data.num_workers);
   log_->message(fmt::format("[loom] data: {} training samples, {} validation samples of {} tokens",
                             datasets_.train->size(), datasets_.valid ? datasets_.valid->size() : 0,
-                            shape_.seq_length));
+                            r_.model.data.seq_length));
 }
 
 void TrainingRun::build_model() {
   model_config_ = gpt_config_from_recipe(r_, data::recipe_vocab_size(r_.model.tokenizer));
-  chunks_ = build_model_chunks(model_config_, *groups_, shape_.v, groups_->device());
+  chunks_ = build_model_chunks(model_config_, *groups_, shape_.vp, groups_->device());
   optimizer_ = optim::Optimizer::create(chunk_parameters(chunks_), groups_, optimizer_options(r_));
   // model.optim.overlap_param_sync: each layer's forward waits for its own buckets' gathers.
   if (optimizer_->options().overlap_param_gather) wait_for_params_in_forward(chunks_, *optimizer_);
@@ -174,13 +174,11 @@ void TrainingRun::build_model() {
   StepLogConfig lc;
   lc.max_steps = r_.trainer.max_steps;
   lc.print_every = r_.trainer.log_every_n_steps;
-  lc.tokens_per_step = shape_.global_batch * shape_.seq_length;
-  lc.model_flops_per_step = model_flops_per_iteration(
-      {shape_.global_batch, shape_.seq_length, model_config_.hidden_size, model_config_.num_layers,
-       chunks_.front().padded_vocab_size()});
+  lc.tokens_per_step = shape_.global_batch * r_.model.data.seq_length;
+  lc.model_flops_per_step = model_flops_per_step(model_config_, shape_);
   lc.world_size = groups_->layout().world_size();
   // MFU needs the accelerator's peak; CPUs have no entry in the table, so no MFU there.
-  lc.peak_tflops = peak_tflops_for_device(accelerator_name(groups_->device()));
+  lc.peak_tflops = planner::peak_tflops_for_device(accelerator_name(groups_->device()));
   if (r_.trainer.max_time)
     if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
   step_log_ = std::make_unique<StepLog>(lc, *groups_, is_rank0() ? log_.get() : nullptr);
@@ -202,7 +200,7 @@ void TrainingRun::resume_if_possible() {
 // This rank's sample ids of up to m micro-batches (fewer where the data ends).
 StepSampleIds TrainingRun::next_sample_ids(data::PretrainingSampler& sampler) const {
   StepSampleIds ids;
-  for (int k = 0; k < shape_.m; ++k) {
+  for (int k = 0; k < shape_.micro_batches(); ++k) {
     auto next = sampler.next();
     if (!next) break;
     ids.push_back(std::move(*next));
@@ -212,7 +210,7 @@ StepSampleIds TrainingRun::next_sample_ids(data::PretrainingSampler& sampler) co
 
 StepSampleIds TrainingRun::train_sample_ids(int64_t consumed_samples) const {
   data::PretrainingSampler sampler(datasets_.train->size(), consumed_samples, shape_.micro_batch,
-                                   groups_->coords().dp, shape_.d);
+                                   groups_->coords().dp, shape_.dp);
   return next_sample_ids(sampler);
 }
 
@@ -220,7 +218,7 @@ std::vector<MicroBatch> TrainingRun::micro_batches(const StepSamples& samples) c
   std::vector<MicroBatch> out;
   const int dp_rank = groups_->coords().dp;
   for (size_t k = 0; k < samples.size(); ++k) {
-    const int64_t row = micro_batch_global_row(int64_t(k), shape_.d, dp_rank, shape_.micro_batch);
+    const int64_t row = micro_batch_global_row(int64_t(k), shape_.dp, dp_rank, shape_.micro_batch);
     out.push_back(make_micro_batch(samples[k], row, groups_->device()));
   }
   return out;
@@ -230,7 +228,7 @@ void TrainingRun::train_step(int64_t step) {
   const auto start = Clock::now();
   step_log_->begin_step();
   const StepSampleIds ids = train_sample_ids(position_.consumed_samples);
-  if (int(ids.size()) != shape_.m) throw std::runtime_error("training data exhausted");
+  if (int(ids.size()) != shape_.micro_batches()) throw std::runtime_error("training data exhausted");
   auto batches = micro_batches(train_samples_->take(ids));
   // model.data.num_workers threads read the next step's samples while this one computes.
   const int64_t next = position_.consumed_samples + shape_.global_batch;
@@ -241,7 +239,7 @@ void TrainingRun::train_step(int64_t step) {
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = shape_.global_batch;
   dropout.training = true;
-  optimizer_->start_iteration(shape_.m);
+  optimizer_->start_iteration(shape_.micro_batches());
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(),
                                  [&] { optimizer_->accumulate_grads(); });
   const optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
@@ -259,13 +257,13 @@ void TrainingRun::validate(int64_t step) {
   step_log_->flush();
   const auto start = Clock::now();
   data::PretrainingSampler sampler(datasets_.valid->size(), 0, shape_.micro_batch,
-                                   groups_->coords().dp, shape_.d);
+                                   groups_->coords().dp, shape_.dp);
   at::Tensor totals = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(groups_->device()));
   int64_t batches_done = 0;
   at::NoGradGuard no_grad;
   for (int64_t b = 0; b < r_.trainer.limit_val_batches; ++b) {
     auto batches = micro_batches(read_step_samples(*datasets_.valid, next_sample_ids(sampler), 1));
-    if (int(batches.size()) != shape_.m) break;
+    if (int(batches.size()) != shape_.micro_batches()) break;
     totals += step_->evaluate(batches);
     ++batches_done;
   }
@@ -282,7 +280,7 @@ void TrainingRun::save(int64_t iteration) {
   step_log_->flush();  // a non-finite loss stops the run before it is saved
   optimizer_->wait_for_params();
   dir_->save(iteration, checkpoint_layout(shape_, model_config_),
-             [&] { return capture_training_state(parts(), position_, groups_->coords().tp, shape_.t); });
+             [&] { return capture_training_state(parts(), position_, groups_->coords().tp, shape_.tp); });
 }
 
 // On the error path: the steps done since the last flush are still device tensors in the step
