@@ -1,8 +1,7 @@
-// `loom ptune` on every rank (docs/design/ptuning.md): the frozen base sliced for this run's
-// layout, the prompt parameters on the first pipeline stage, training over the prompt
-// datasets with the pipeline schedule of pretraining, validation loss and exact-match
-// accuracy, checkpoints of the prompt parameters only (resume is exact), and the inference
-// tables at the end and at the best validation loss.
+// What a `loom ptune` run needs before any rank starts (docs/design/ptuning.md): the frozen
+// base, the task templates, the datasets checked line by line, the run's sequence length and
+// the base's shape adopted into the recipe. The launcher checks it once; each rank plans again
+// and trains (ptune/prompt_task.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -36,13 +35,5 @@ struct PromptRunPlan {
 /// prompt_data::TemplateError or data::DataError: bad input, exit status 2.
 /// `resume_iteration` (--iteration) chooses the checkpoint whose recorded base iteration pins the base.
 PromptRunPlan plan_prompt_run(const config::Recipe& recipe, std::optional<int64_t> resume_iteration = std::nullopt);
-
-struct PromptRunOptions {
-  int64_t stop_after_steps = 0;            ///< save and exit after this many steps (tests)
-  std::optional<int64_t> resume_iteration; ///< --iteration
-};
-
-/// One rank of the run (rendezvous from the environment). Returns the exit status.
-int run_prompt_learning(const config::Recipe& recipe, const PromptRunOptions& options);
 
 }  // namespace loom::ptune

@@ -43,10 +43,12 @@ StepLoopEnd run_step_loop(const config::Recipe& recipe, int64_t first_step, int6
     if (done == max_steps) break;
     if (every_val > 0 && done % every_val == 0) hooks.validate(done);
     if (every_save > 0 && done % every_save == 0) hooks.save(done);
-    const bool enough = (stop_after_steps > 0 && done - first_step >= stop_after_steps) || out_of_time();
-    if (stop_requested(groups, enough)) {
+    StopReason local = out_of_time() ? StopReason::kMaxTime : StopReason::kNone;
+    if (local == StopReason::kNone && stop_after_steps > 0 && done - first_step >= stop_after_steps)
+      local = StopReason::kRequested;
+    if (const StopReason reason = agreed_stop_reason(groups, local); reason != StopReason::kNone) {
       log.message(fmt::format("[loom] {} at step {}: saving and exiting",
-                              out_of_time() ? "trainer.max_time reached" : "stop requested", done));
+                              reason == StopReason::kMaxTime ? "trainer.max_time reached" : "stop requested", done));
       hooks.save(done);
       return StepLoopEnd::kStopped;
     }

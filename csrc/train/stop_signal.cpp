@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 
@@ -36,12 +37,12 @@ void install_stop_signal_handlers() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-bool stop_requested(runtime::ProcessGroups& groups, bool local_request) {
-  const int64_t local = (g_stop_signal.load() != 0 || local_request) ? 1 : 0;
-  // host: a flag of this process, reduced on the host group.
-  at::Tensor flag = at::full({1}, local, at::TensorOptions().dtype(at::kLong));
-  groups.host_world().all_reduce(flag, runtime::ReduceOp::kMax);
-  return flag.item<int64_t>() != 0;
+StopReason agreed_stop_reason(runtime::ProcessGroups& groups, StopReason local) {
+  if (g_stop_signal.load() != 0) local = std::max(local, StopReason::kRequested);
+  // host: a value of this process, reduced on the host group.
+  at::Tensor reason = at::full({1}, static_cast<int64_t>(local), at::TensorOptions().dtype(at::kLong));
+  groups.host_world().all_reduce(reason, runtime::ReduceOp::kMax);
+  return static_cast<StopReason>(reason.item<int64_t>());
 }
 
 }  // namespace loom::train

@@ -14,8 +14,17 @@ namespace loom::train {
 /// SIGINT kills it (idempotent).
 void install_stop_signal_handlers();
 
-/// Collective over groups.host_world(): true on every rank when any rank received a stop
-/// signal or `local_request` is set on any rank.
-bool stop_requested(runtime::ProcessGroups& groups, bool local_request);
+/// Why a run stops before trainer.max_steps; a larger value wins when ranks differ.
+enum class StopReason : int64_t {
+  kNone = 0,
+  kRequested = 1,  ///< a stop signal, or the step budget of this process (tests)
+  kMaxTime = 2,    ///< trainer.max_time
+};
+
+/// Collective over groups.host_world(): the largest of every rank's `local` reason, where a
+/// received stop signal counts as at least kRequested. Every rank gets the same answer, so the
+/// ranks stop after the same step and report the same reason (each rank's clock may reach
+/// trainer.max_time a little apart).
+StopReason agreed_stop_reason(runtime::ProcessGroups& groups, StopReason local);
 
 }  // namespace loom::train

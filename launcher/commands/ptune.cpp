@@ -18,6 +18,7 @@
 #include "launch/env_rendezvous.h"
 #include "launch/run_lock.h"
 #include "ptune/prompt_run.h"
+#include "ptune/prompt_task.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -90,7 +91,7 @@ int ptune_command(int argc, char** argv) {
     if (world > 1) return loom::cli::run_local_ranks("ptune", argc, argv, world, recipe.trainer.num_nodes);
   }
 
-  loom::ptune::PromptRunOptions options;
+  loom::train::TrainOptions options;
   options.stop_after_steps = stop_after;
   if (iteration >= 0) options.resume_iteration = iteration;
   try {

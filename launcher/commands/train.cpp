@@ -20,7 +20,7 @@
 #include "launch/run_lock.h"
 #include "planner/run_memory.h"
 #include "train/checkpoint.h"
-#include "train/trainer.h"
+#include "train/pretraining_task.h"
 
 namespace {
 
