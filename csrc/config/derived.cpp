@@ -1,6 +1,7 @@
 #include "config/derived.h"
 
 #include <cctype>
+#include <limits>
 
 #include <numeric>
 
@@ -29,6 +30,50 @@ int64_t virtual_pipeline_size(const Recipe& r) {
 
 int64_t layers_per_chunk(const Recipe& r) {
   return r.model.num_layers / (r.model.pipeline_model_parallel_size * virtual_pipeline_size(r));
+}
+
+ModelShape recipe_model_shape(const Recipe& r, int64_t vocab_size) {
+  const auto& m = r.model;
+  return ModelShape{m.num_layers,       m.hidden_size,
+                    m.num_attention_heads, m.ffn_hidden_size,
+                    m.encoder_seq_length,  m.max_position_embeddings,
+                    vocab_size,            m.make_vocab_size_divisible_by};
+}
+
+namespace {
+/// An int-sized layout field; 0 (rejected by the rules, which the recipe check then skips) when
+/// the recipe's value does not fit.
+int int_size(int64_t value) {
+  return value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max() ? int(value) : 0;
+}
+std::optional<int> int_size(const std::optional<int64_t>& value) {
+  if (!value) return std::nullopt;
+  return int_size(*value);
+}
+}  // namespace
+
+Layout recipe_layout(const Recipe& r) {
+  const auto& m = r.model;
+  Layout l;
+  l.tp = int_size(m.tensor_model_parallel_size);
+  l.pp = int_size(m.pipeline_model_parallel_size);
+  l.vp = int_size(m.virtual_pipeline_model_parallel_size.value_or(1));
+  // The recipe check calls this before rejecting sizes: overflowing products give d = 0.
+  int64_t model_parallel = 0, world = 0;
+  if (!__builtin_mul_overflow(m.tensor_model_parallel_size, m.pipeline_model_parallel_size, &model_parallel) &&
+      !__builtin_mul_overflow(r.trainer.num_nodes, r.trainer.devices, &world) && model_parallel > 0)
+    l.dp = int_size(world / model_parallel);
+  else
+    l.dp = 0;
+  l.micro_batch = int_size(m.micro_batch_size);
+  l.global_batch = m.global_batch_size;
+  l.sequence_parallel = m.sequence_parallel && m.tensor_model_parallel_size > 1;
+  l.recompute = {m.activations_checkpoint_granularity, m.activations_checkpoint_method,
+                 m.activations_checkpoint_num_layers};
+  l.distributed_optimizer = uses_distributed_optimizer(r);
+  l.first_stage_layers = int_size(m.num_layers_in_first_pipeline_stage);
+  l.last_stage_layers = int_size(m.num_layers_in_last_pipeline_stage);
+  return l;
 }
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel_size) {

@@ -7,11 +7,24 @@
 #include <string>
 
 #include "config/recipe.h"
+#include "rules/layout.h"
+#include "rules/model_shape.h"
 
 namespace loom::config {
 
 /// Vocabulary size of the GPT-2 BPE tokenizer (50,000 merges + 256 bytes + <|endoftext|>).
 inline constexpr int64_t kGpt2VocabSize = 50257;
+
+/// The recipe's model shape (model.num_layers, hidden_size, num_attention_heads,
+/// ffn_hidden_size, encoder_seq_length, max_position_embeddings, make_vocab_size_divisible_by)
+/// with the tokenizer's `vocab_size`: the one translation every command uses.
+ModelShape recipe_model_shape(const Recipe& r, int64_t vocab_size);
+
+/// The recipe's parallel layout: the model.*_parallel_size fields (v = 1 for null), d = world /
+/// (t·p), the batch sizes, sequence parallelism (off at t = 1), the recompute settings as
+/// written, the distributed optimizer and the uneven end stages. A size beyond int's range
+/// (which the recipe check rejects) is given as 0.
+Layout recipe_layout(const Recipe& r);
 
 /// world = trainer.num_nodes * trainer.devices.
 int64_t world_size(const Recipe& r);

@@ -137,14 +137,16 @@ void Checker::field_ranges() {
                                                m.num_layers_in_last_pipeline_stage}})
     if (layers && *layers > kMaxSize && ok({path}))
       error(path, fmt::format("expected null or an integer in [1, {}], found {}", kMaxSize, *layers));
-  // A GPT sample predicts each token from the ones before it: one token gives nothing to learn.
-  size_in_range("model.encoder_seq_length", m.encoder_seq_length, 2);
-  size_in_range("model.max_position_embeddings", m.max_position_embeddings, 1);
-  size_in_range("model.num_layers", m.num_layers, 1);
-  size_in_range("model.hidden_size", m.hidden_size, 1);
-  size_in_range("model.ffn_hidden_size", m.ffn_hidden_size, 1);
-  size_in_range("model.num_attention_heads", m.num_attention_heads, 1);
-  size_in_range("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, 1);
+  // The model shape's sizes (ModelShape), at least 1; the sequence at least 2: a GPT sample
+  // predicts each token from the ones before it, so one token gives nothing to learn.
+  struct Size { const char* path; int64_t value, min; };
+  for (const Size& size : {Size{"model.encoder_seq_length", m.encoder_seq_length, 2},
+                           Size{"model.max_position_embeddings", m.max_position_embeddings, 1},
+                           Size{"model.num_layers", m.num_layers, 1}, Size{"model.hidden_size", m.hidden_size, 1},
+                           Size{"model.ffn_hidden_size", m.ffn_hidden_size, 1},
+                           Size{"model.num_attention_heads", m.num_attention_heads, 1},
+                           Size{"model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, 1}})
+    size_in_range(size.path, size.value, size.min);
   positive_real("model.init_method_std", m.init_method_std);
   probability("model.hidden_dropout", m.hidden_dropout);
   probability("model.attention_dropout", m.attention_dropout);
@@ -173,22 +175,11 @@ void Checker::field_ranges() {
 }
 
 void Checker::parallel_layout() {
-  const auto& m = r_.model;
   rules::LayoutQuery q;
   q.num_nodes = r_.trainer.num_nodes;
   q.devices = r_.trainer.devices;
-  q.tensor = m.tensor_model_parallel_size;
-  q.pipeline = m.pipeline_model_parallel_size;
-  q.virtual_stages = m.virtual_pipeline_model_parallel_size.value_or(1);
-  q.micro_batch = m.micro_batch_size;
-  q.global_batch = m.global_batch_size;
-  q.sequence_parallel = m.sequence_parallel;
-  q.first_stage_layers = m.num_layers_in_first_pipeline_stage;
-  q.last_stage_layers = m.num_layers_in_last_pipeline_stage;
-  q.model = {m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn_hidden_size, m.encoder_seq_length,
-             m.max_position_embeddings};
-  q.recompute = {m.activations_checkpoint_granularity, m.activations_checkpoint_method,
-                 m.activations_checkpoint_num_layers};
+  q.layout = recipe_layout(r_);
+  q.model = recipe_model_shape(r_, /*vocab_size=*/0);  // the rules do not read the vocabulary
   // A rule is skipped when a field it reads was rejected already (its value means nothing).
   for (const auto& v : rules::layout_violations(q))
     if (std::none_of(v.reads.begin(), v.reads.end(), [&](const std::string& f) { return !ok({f.c_str()}); }))

@@ -26,7 +26,7 @@ CheckpointWriter::CheckpointWriter(std::string checkpoints, int64_t iteration, t
 
 void CheckpointWriter::write_rank(int tp, int pp, const train::RankCheckpoint& state) {
   const std::string rel =
-      train::model_parallel_dir_name(tp, pp, layout_.pipeline_parallel) + "/" + train::kShardFileName;
+      train::model_parallel_dir_name(tp, pp, layout_.parallel.pp) + "/" + train::kShardFileName;
   const std::vector<char> bytes = train::serialize_rank_checkpoint(state, iteration_);
   fs::create_directories((fs::path(tmp_dir_) / rel).parent_path());
   train::write_file_durably((fs::path(tmp_dir_) / rel).string(), bytes.data(), bytes.size());
@@ -34,7 +34,7 @@ void CheckpointWriter::write_rank(int tp, int pp, const train::RankCheckpoint& s
 }
 
 train::CommitResult CheckpointWriter::commit() {
-  const size_t want = static_cast<size_t>(layout_.tensor_parallel) * layout_.pipeline_parallel;
+  const size_t want = static_cast<size_t>(layout_.parallel.tp) * layout_.parallel.pp;
   if (files_.size() != want)
     throw std::logic_error(fmt::format("CheckpointWriter: {} of {} shards written", files_.size(), want));
   train::write_text_atomically((fs::path(tmp_dir_) / "metadata.json").string(),
@@ -43,7 +43,7 @@ train::CommitResult CheckpointWriter::commit() {
 }
 
 std::vector<ParamSpec> stage_param_specs(const model::GptConfig& config, int t, int p, int v, int pp) {
-  std::vector<model::StageLayout> chunks;
+  std::vector<model::StageChunk> chunks;
   try {
     config.validate(t);
     chunks = model::pipeline_stage_layouts(config, p, v, pp);

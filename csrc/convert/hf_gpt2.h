@@ -18,16 +18,13 @@
 #include <map>
 #include <string>
 
+#include "rules/model_shape.h"
+
 namespace loom::convert {
 
-/// The model fields both sides must agree on.
-struct Gpt2Shape {
-  int64_t num_layers = 0;
-  int64_t hidden_size = 0;
-  int64_t num_attention_heads = 0;
-  int64_t ffn_hidden_size = 0;
-  int64_t vocab_size = 0;  ///< real vocabulary (the tokenizer's size)
-  int64_t max_position_embeddings = 0;
+/// The model fields both sides must agree on: the one model shape (vocab_size the real
+/// vocabulary, the tokenizer's size; ffn_hidden_size set) and the LayerNorm epsilon.
+struct Gpt2Shape : ModelShape {
   double layernorm_epsilon = 1e-5;
 };
 

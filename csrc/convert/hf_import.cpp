@@ -89,7 +89,7 @@ config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::jso
       auto put = [&](const std::string& key, const std::string& value) {
         text.replace(text.find("{" + key + "}"), key.size() + 2, value);
       };
-      put("global_batch", std::to_string(layout.d));
+      put("global_batch", std::to_string(layout.dp));
       put("vocab", vocab);
       put("merges", merges);
       put("seq", std::to_string(shape.max_position_embeddings));
@@ -150,25 +150,20 @@ HfImportResult import_hf(const HfImportRequest& request) {
 
   result.layout = layout;
   const std::map<std::string, at::Tensor> params =
-      hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.t), result.weights_file);
+      hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.tp), result.weights_file);
   hf_tensors.clear();  // one copy of the weights in memory from here on
   const at::ScalarType dtype = model::scalar_type(config.params_dtype);
 
-  train::RunShape run_shape;
-  run_shape.t = layout.t;
-  run_shape.p = layout.p;
-  run_shape.v = layout.v;
-  run_shape.d = layout.d;
-  CheckpointWriter writer(checkpoints, 0, train::checkpoint_layout(run_shape, config));
-  for (int pp = 0; pp < layout.p; ++pp) {
-    const std::vector<ParamSpec> specs = stage_param_specs(config, layout.t, layout.p, layout.v, pp);
-    for (int tp = 0; tp < layout.t; ++tp) {
+  CheckpointWriter writer(checkpoints, 0, train::checkpoint_layout(layout, config));
+  for (int pp = 0; pp < layout.pp; ++pp) {
+    const std::vector<ParamSpec> specs = stage_param_specs(config, layout.tp, layout.pp, layout.vp, pp);
+    for (int tp = 0; tp < layout.tp; ++tp) {
       train::RankCheckpoint state;
       for (const auto& spec : specs) {
         const at::Tensor& full = params.at(spec.tied_copy ? "embedding.word_embeddings.weight" : spec.name);
-        at::Tensor local = spec.partition_dim >= 0 ? model::shard(full, spec.partition_dim, tp, layout.t) : full.clone();
+        at::Tensor local = spec.partition_dim >= 0 ? model::shard(full, spec.partition_dim, tp, layout.tp) : full.clone();
         state.model[spec.name] = local.to(dtype);
-        state.shard_info[spec.name] = shard_record(spec, tp, layout.t);
+        state.shard_info[spec.name] = shard_record(spec, tp, layout.tp);
         // A fresh optimizer (optim/optimizer.h's state): fp32 main parameters, zero moments.
         state.optimizer["main/" + spec.name] = state.model[spec.name].to(at::kFloat).clone();
         state.optimizer["exp_avg/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));

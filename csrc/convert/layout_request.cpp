@@ -15,13 +15,13 @@ Layout resolve_layout(const LayoutRequest& r, const Layout& source) {
     if (*given < 1) throw ConvertInputError(fmt::format("{}: expected an integer >= 1, found {}", flag, *given));
     return *given;
   };
-  Layout out;
-  out.t = size(r.tensor_parallel, source.t, "--tensor-parallel");
-  out.p = size(r.pipeline_parallel, source.p, "--pipeline-parallel");
-  out.v = size(r.virtual_pipeline, source.v, "--virtual-pipeline");
-  out.d = size(r.data_parallel, source.d, "--data-parallel");
+  Layout out = source;
+  out.tp = size(r.tensor_parallel, source.tp, "--tensor-parallel");
+  out.pp = size(r.pipeline_parallel, source.pp, "--pipeline-parallel");
+  out.vp = size(r.virtual_pipeline, source.vp, "--virtual-pipeline");
+  out.dp = size(r.data_parallel, source.dp, "--data-parallel");
   out.distributed_optimizer = r.distributed_optimizer.value_or(source.distributed_optimizer);
-  const bool same_split = out.p == source.p && out.v == source.v;
+  const bool same_split = out.pp == source.pp && out.vp == source.vp;
   auto stage = [&](const std::optional<std::string>& given, const std::optional<int>& kept,
                    const char* flag) -> std::optional<int> {
     if (!given) return same_split ? kept : std::nullopt;
@@ -42,27 +42,13 @@ Layout resolve_layout(const LayoutRequest& r, const Layout& source) {
   return out;
 }
 
-Layout recipe_layout(const config::Recipe& recipe) {
-  Layout l;
-  l.t = static_cast<int>(recipe.model.tensor_model_parallel_size);
-  l.p = static_cast<int>(recipe.model.pipeline_model_parallel_size);
-  l.v = static_cast<int>(config::virtual_pipeline_size(recipe));
-  l.d = static_cast<int>(config::data_parallel_size(recipe));
-  l.distributed_optimizer = config::uses_distributed_optimizer(recipe);
-  if (recipe.model.num_layers_in_first_pipeline_stage)
-    l.first_stage_layers = static_cast<int>(*recipe.model.num_layers_in_first_pipeline_stage);
-  if (recipe.model.num_layers_in_last_pipeline_stage)
-    l.last_stage_layers = static_cast<int>(*recipe.model.num_layers_in_last_pipeline_stage);
-  return l;
-}
-
 std::vector<std::string> layout_overrides(const Layout& l, const config::Recipe& base, const std::string& run_dir) {
   std::vector<std::string> o = {
       "trainer.num_nodes=1",
-      fmt::format("trainer.devices={}", l.t * l.p * l.d),
-      fmt::format("model.tensor_model_parallel_size={}", l.t),
-      fmt::format("model.pipeline_model_parallel_size={}", l.p),
-      l.v > 1 ? fmt::format("model.virtual_pipeline_model_parallel_size={}", l.v)
+      fmt::format("trainer.devices={}", l.tp * l.pp * l.dp),
+      fmt::format("model.tensor_model_parallel_size={}", l.tp),
+      fmt::format("model.pipeline_model_parallel_size={}", l.pp),
+      l.vp > 1 ? fmt::format("model.virtual_pipeline_model_parallel_size={}", l.vp)
               : std::string("model.virtual_pipeline_model_parallel_size=null"),
       "exp_manager.explicit_log_dir=" + run_dir,
       "model.num_layers_in_first_pipeline_stage=" +
@@ -70,7 +56,7 @@ std::vector<std::string> layout_overrides(const Layout& l, const config::Recipe&
       "model.num_layers_in_last_pipeline_stage=" +
           (l.last_stage_layers ? std::to_string(*l.last_stage_layers) : std::string("null")),
   };
-  if (l.t == 1) o.push_back("model.sequence_parallel=false");
+  if (l.tp == 1) o.push_back("model.sequence_parallel=false");
   if (l.distributed_optimizer) {
     o.push_back("model.optim.name=distributed_fused_adam");
     o.push_back("model.use_distributed_optimizer=true");

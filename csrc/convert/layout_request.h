@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/recipe.h"
+#include "rules/layout.h"
 
 namespace loom::convert {
 
@@ -18,19 +19,11 @@ struct LayoutRequest {
   std::optional<std::string> first_stage_layers, last_stage_layers;
 };
 
-struct Layout {
-  int t = 1, p = 1, v = 1, d = 1;
-  bool distributed_optimizer = false;
-  std::optional<int> first_stage_layers, last_stage_layers;  ///< null: an even share
-};
-
-/// `request` over `source`. An unset stage-size flag keeps the source's size when p and v stay,
+/// `request` over `source` (a loom::Layout: t, p, v, d, the distributed optimizer and the uneven
+/// end stages are read and set; the batch and recompute fields are kept). An unset stage-size flag keeps the source's size when p and v stay,
 /// and is even otherwise (the old size rarely fits another split). Throws ConvertInputError
 /// naming the flag for a size < 1 or a stage size that is neither "even" nor an integer.
 Layout resolve_layout(const LayoutRequest& request, const Layout& source);
-
-/// The layout of a recipe (model.*_parallel_size, data-parallel size, optimizer).
-Layout recipe_layout(const config::Recipe& recipe);
 
 /// Recipe overrides that set `layout` (trainer.devices/num_nodes, the model's parallel sizes,
 /// sequence parallelism off at t = 1, the optimizer name) and the run directory `run_dir`.

@@ -118,7 +118,7 @@ config::Recipe recipe_at_layout(const config::Recipe& source, const Layout& to, 
     return config::load_recipe_from_string(config::to_yaml(source), (fs::path(run_dir) / "config.yaml").string(),
                                            layout_overrides(to, source, out_run.string()));
   } catch (const config::RecipeError& e) {
-    throw ConvertInputError(fmt::format("the run's recipe does not fit t={} p={} v={} d={}:\n{}", to.t, to.p, to.v, to.d, e.what()));
+    throw ConvertInputError(fmt::format("the run's recipe does not fit t={} p={} v={} d={}:\n{}", to.tp, to.pp, to.vp, to.dp, e.what()));
   }
 }
 
@@ -130,12 +130,13 @@ Conversion open_conversion(const ReshardRequest& request, ReshardResult& result)
   c.info = generate::read_checkpoint_info(c.location.checkpoints, request.iteration);
   result.iteration = c.info.iteration;
   const auto& l = c.info.layout;
-  result.from = {l.tensor_parallel, l.pipeline_parallel, l.virtual_stages, l.data_parallel,
-                 config::uses_distributed_optimizer(source_recipe)};
-  // The source's uneven stages, as its recipe (which source_config is built from) gives them.
-  const Layout source_recipe_layout = recipe_layout(source_recipe);
-  result.from.first_stage_layers = source_recipe_layout.first_stage_layers;
-  result.from.last_stage_layers = source_recipe_layout.last_stage_layers;
+  // The source's recipe (which source_config is built from) gives the optimizer and the uneven
+  // stages; the checkpoint gives the sizes it was written at.
+  result.from = config::recipe_layout(source_recipe);
+  result.from.tp = l.parallel.tp;
+  result.from.pp = l.parallel.pp;
+  result.from.vp = l.parallel.vp;
+  result.from.dp = l.parallel.dp;
   result.to = resolve_layout(request.layout, result.from);
 
   c.out_run = fs::absolute(request.output_run).lexically_normal();
@@ -149,13 +150,13 @@ Conversion open_conversion(const ReshardRequest& request, ReshardResult& result)
   const int64_t vocab = shape["vocab_size"].get<int64_t>();
   c.source_config = train::gpt_config_from_recipe(source_recipe, vocab);
   c.config = train::gpt_config_from_recipe(c.recipe, vocab);
-  c.out_layout = train::checkpoint_layout(train::run_shape(c.recipe), c.config);
+  c.out_layout = train::checkpoint_layout(config::recipe_layout(c.recipe), c.config);
   if (c.out_layout.model_shape != shape)
     throw ConvertInputError(fmt::format("{}/config.yaml describes a model of shape {}, the checkpoint holds {}", c.location.run_dir,
                                         c.out_layout.model_shape.dump(), shape.dump()));
   const Layout& from = result.from;
-  for (int pp = 0; pp < from.p; ++pp)
-    for (const auto& spec : stage_param_specs(c.source_config, from.t, from.p, from.v, pp)) c.source_stage[spec.name] = pp;
+  for (int pp = 0; pp < from.pp; ++pp)
+    for (const auto& spec : stage_param_specs(c.source_config, from.tp, from.pp, from.vp, pp)) c.source_stage[spec.name] = pp;
   c.source_has_copy = c.source_stage.count(kTiedCopy) > 0;
   return c;
 }
@@ -170,14 +171,14 @@ struct StageTargets {
 
 StageTargets stage_targets(const Conversion& c, const Layout& to, int pp) {
   StageTargets st;
-  st.specs = stage_param_specs(c.config, to.t, to.p, to.v, pp);
-  st.targets.resize(to.t);
+  st.specs = stage_param_specs(c.config, to.tp, to.pp, to.vp, pp);
+  st.targets.resize(to.tp);
   for (const auto& spec : st.specs) {
     const auto it = c.source_stage.find(c.source_name(spec));
     if (it == c.source_stage.end()) throw ConvertInputError("the source model has no parameter " + c.source_name(spec));
     st.source_stages.insert(it->second);
-    for (int tp = 0; tp < to.t; ++tp) {
-      const nlohmann::json record = shard_record(spec, tp, to.t);
+    for (int tp = 0; tp < to.tp; ++tp) {
+      const nlohmann::json record = shard_record(spec, tp, to.tp);
       for (const char* kind : kKinds) st.targets[tp][kind + spec.name].offset = record["offset"].get<std::vector<int64_t>>();
     }
   }
@@ -203,8 +204,8 @@ std::set<std::string> place_shard(const Conversion& c, const train::RankCheckpoi
       const auto found = pool.find(key);
       if (found == pool.end())
         throw ConvertInputError(fmt::format("{}: no {} tensor '{}'", file, *kind ? "optimizer" : "model", key));
-      for (int tp = 0; tp < to.t; ++tp)
-        place(st.targets[tp][kind + spec.name], shard_shape(spec, to.t), found->second, offset, global, what);
+      for (int tp = 0; tp < to.tp; ++tp)
+        place(st.targets[tp][kind + spec.name], shard_shape(spec, to.tp), found->second, offset, global, what);
     }
     used.insert(src);
   }
@@ -218,7 +219,7 @@ train::RankCheckpoint output_rank(const Conversion& c, const Layout& to, int tp,
   for (const auto& spec : st.specs) {
     for (const char* kind : kKinds) {
       Target& target = st.targets[tp][kind + spec.name];
-      const auto want = shard_shape(spec, to.t);
+      const auto want = shard_shape(spec, to.tp);
       if (!target.tensor.defined() || target.covered != expected_cover(target, want))
         throw train::CheckpointError(fmt::format("checkpoint iteration {}: the shards of {}{} do not cover its part [{}] at "
                                                  "offset [{}] of the new layout",
@@ -228,7 +229,7 @@ train::RankCheckpoint output_rank(const Conversion& c, const Layout& to, int tp,
         state.optimizer[kind + spec.name] = target.tensor;
       } else {
         state.model[spec.name] = target.tensor;
-        state.shard_info[spec.name] = shard_record(spec, tp, to.t);
+        state.shard_info[spec.name] = shard_record(spec, tp, to.tp);
       }
     }
   }
@@ -247,12 +248,12 @@ ReshardResult reshard_checkpoint(const ReshardRequest& request) {
   std::set<std::string> source_names_seen, consumed;
   CheckpointWriter writer(c.out_checkpoints, c.info.iteration, c.out_layout);
   int64_t files_to_read = 0;  // a source stage's shards are read once per output stage needing them
-  for (int pp = 0; pp < to.p; ++pp) files_to_read += int64_t(stage_targets(c, to, pp).source_stages.size()) * from.t;
-  for (int pp = 0; pp < to.p; ++pp) {
+  for (int pp = 0; pp < to.pp; ++pp) files_to_read += int64_t(stage_targets(c, to, pp).source_stages.size()) * from.tp;
+  for (int pp = 0; pp < to.pp; ++pp) {
     StageTargets st = stage_targets(c, to, pp);
     for (int src_pp : st.source_stages) {
-      for (int src_tp = 0; src_tp < from.t; ++src_tp) {
-        const std::string rel = train::model_parallel_dir_name(src_tp, src_pp, from.p) + "/" + train::kShardFileName;
+      for (int src_tp = 0; src_tp < from.tp; ++src_tp) {
+        const std::string rel = train::model_parallel_dir_name(src_tp, src_pp, from.pp) + "/" + train::kShardFileName;
         const std::string file = (fs::path(c.location.checkpoints) / train::iteration_dir_name(c.info.iteration) / rel).string();
         const train::RankCheckpoint shard = train::read_checkpoint_shard(c.location.checkpoints, c.info.iteration, rel, c.info.metadata);
         ++result.files_read;
@@ -266,7 +267,7 @@ ReshardResult reshard_checkpoint(const ReshardRequest& request) {
         consumed.merge(place_shard(c, shard, src_pp, file, to, st));
       }
     }
-    for (int tp = 0; tp < to.t; ++tp) writer.write_rank(tp, pp, output_rank(c, to, tp, st, values));
+    for (int tp = 0; tp < to.tp; ++tp) writer.write_rank(tp, pp, output_rank(c, to, tp, st, values));
   }
   for (const auto& name : source_names_seen)
     if (!consumed.count(name) && name != kTiedCopy)

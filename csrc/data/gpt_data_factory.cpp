@@ -55,12 +55,9 @@ class GptDatasetBuilder {
   explicit GptDatasetBuilder(const GptDataConfig& c) : c_(c), matrix_(parse_split(c.splits_string)) {
     std::tie(prefixes_, weights_) = parse_data_prefix(c.data_prefix);
     normalize_weights();
-    base_.seq_length = c.seq_length;
-    base_.seed = c.seed;
-    base_.eod_mask_loss = c.eod_mask_loss;
-    base_.eod_id = c.eod_id;
-    base_.cache_dir = c.index_cache_dir;
-    base_.drop_last_partial_validation_sequence = c.drop_last_partial_validation_sequence;
+    // Each split's datasets take these with their own num_samples.
+    base_ = {c.seq_length, c.seed, /*num_samples=*/std::nullopt, c.eod_mask_loss, c.eod_id,
+             c.drop_last_partial_validation_sequence, c.index_cache_dir};
     for (const auto& p : prefixes_) {
       auto ds = std::make_shared<const IndexedDataset>(p);
       if (c.vocab_size > 0) ds->check_token_range(c.vocab_size);

@@ -103,7 +103,7 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
 
   // This rank's stage of the model, from the checkpoint whatever layout wrote it.
   const runtime::RankCoords me = groups.coords();
-  const model::StageLayout stage_layout =
+  const model::StageChunk stage_layout =
       model::pipeline_stage_layouts(config, request.pipeline_parallel, 1, me.pp).at(0);
   model::GptStage stage(config, groups.tensor_ptr(), stage_layout, groups.device());
   {
@@ -188,7 +188,7 @@ nlohmann::json results_json(const EvalPlan& plan, const EvalRequest& request, co
                  {"checkpoint", plan.model.location.checkpoints},
                  {"iteration", info.iteration},
                  {"checkpoint_layout",
-                  {{"tensor_parallel", info.layout.tensor_parallel}, {"pipeline_parallel", info.layout.pipeline_parallel}}},
+                  {{"tensor_parallel", info.layout.parallel.tp}, {"pipeline_parallel", info.layout.parallel.pp}}},
                  {"tensor_parallel", request.tensor_parallel},
                  {"pipeline_parallel", request.pipeline_parallel},
                  {"data_parallel", request.data_parallel},

@@ -8,7 +8,6 @@
 #include <numeric>
 
 #include "model/cross_entropy.h"
-#include "train/flops.h"
 #include "model/vocab_parallel_argmax.h"
 
 namespace loom::eval {
@@ -131,8 +130,9 @@ ScoringCost scoring_cost(const std::vector<TokenRequest>& requests, int64_t batc
     ++cost.batches;
     cost.positions += (end - begin) * s;
     // A training iteration is one forward and two forward-sized backward passes.
-    cost.flops += train::model_flops_per_iteration({end - begin, s, config.hidden_size, config.num_layers,
-                                                    config.padded_vocab_size(1)}) / 3;
+    ModelShape shape = config;
+    shape.seq_length = s;
+    cost.flops += double(end - begin) * shape.model_flops_per_sample(1) / 3;
   }
   return cost;
 }

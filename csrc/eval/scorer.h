@@ -34,7 +34,7 @@ struct ScoringCost {
   int64_t requests = 0;
   int64_t batches = 0;
   int64_t positions = 0;  ///< Σ over batches of b · s (padding included)
-  double flops = 0;       ///< forward FLOPs (train/flops.h's model FLOPs / 3 per sequence)
+  double flops = 0;       ///< forward FLOPs (ModelShape::model_flops_per_sample / 3 per sequence)
 };
 ScoringCost scoring_cost(const std::vector<TokenRequest>& requests, int64_t batch_size, const model::GptConfig& config);
 

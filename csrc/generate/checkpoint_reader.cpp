@@ -146,11 +146,11 @@ CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
   info.metadata = train::read_checkpoint_metadata(checkpoints, info.iteration);
   const nlohmann::json layout = info.metadata.value("layout", nlohmann::json());
   if (!layout.is_object()) throw CheckpointError(meta_path.string() + ": no \"layout\" object");
-  info.layout.tensor_parallel = json_int(layout, "tensor_model_parallel_size", meta_path);
-  info.layout.pipeline_parallel = json_int(layout, "pipeline_model_parallel_size", meta_path);
-  info.layout.virtual_stages = json_int(layout, "virtual_pipeline_model_parallel_size", meta_path);
-  info.layout.data_parallel = json_int(layout, "data_parallel_size", meta_path);
-  if (info.layout.tensor_parallel < 1 || info.layout.pipeline_parallel < 1)
+  info.layout.parallel.tp = json_int(layout, "tensor_model_parallel_size", meta_path);
+  info.layout.parallel.pp = json_int(layout, "pipeline_model_parallel_size", meta_path);
+  info.layout.parallel.vp = json_int(layout, "virtual_pipeline_model_parallel_size", meta_path);
+  info.layout.parallel.dp = json_int(layout, "data_parallel_size", meta_path);
+  if (info.layout.parallel.tp < 1 || info.layout.parallel.pp < 1)
     throw CheckpointError(meta_path.string() + ": layout sizes must be >= 1");
   info.layout.model_shape = layout.value("model", nlohmann::json());
   if (!info.layout.model_shape.is_object())
@@ -162,7 +162,7 @@ CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
 
 FullCheckpoint read_full_checkpoint(const std::string& checkpoints, const CheckpointInfo& info) {
   const fs::path iter_dir = fs::path(checkpoints) / train::iteration_dir_name(info.iteration);
-  const int t = info.layout.tensor_parallel, p = info.layout.pipeline_parallel;
+  const int t = info.layout.parallel.tp, p = info.layout.parallel.pp;
   std::map<std::string, Assembly> assembled;
   for (int pp = 0; pp < p; ++pp) {
     for (int tp = 0; tp < t; ++tp) {

@@ -95,7 +95,7 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
   plan.location = locate_checkpoint(request.checkpoint);
   plan.info = read_checkpoint_info(plan.location.checkpoints, request.iteration);
   plan.tensor_parallel =
-      request.tensor_parallel > 0 ? request.tensor_parallel : plan.info.layout.tensor_parallel;
+      request.tensor_parallel > 0 ? request.tensor_parallel : plan.info.layout.parallel.tp;
 
   // The run's recipe: model fields metadata.json does not hold, and the tokenizer.
   std::optional<data::TokenizerSpec> recipe_tokenizer;

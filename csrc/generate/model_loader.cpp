@@ -87,7 +87,7 @@ std::set<std::string> fill_stage_parameters(const FullCheckpoint& checkpoint,
 model::GptStage load_inference_model(const FullCheckpoint& checkpoint,
                                      const model::GptConfig& config, runtime::CommunicatorPtr tp,
                                      at::Device device) {
-  model::GptStage stage(config, tp, model::StageLayout{}, device);
+  model::GptStage stage(config, tp, model::StageChunk{}, device);
   const std::set<std::string> used = fill_stage_parameters(checkpoint, stage, tp->rank(), tp->size());
   for (const auto& [name, value] : checkpoint.params) {
     if (!used.count(name))

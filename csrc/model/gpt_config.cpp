@@ -13,10 +13,13 @@ namespace {
 }
 }  // namespace
 
-int64_t GptConfig::padded_vocab_size(int tensor_parallel) const {
-  const int64_t multiple =
-      std::lcm<int64_t>(std::max<int64_t>(1, make_vocab_size_divisible_by), tensor_parallel);
-  return (vocab_size + multiple - 1) / multiple * multiple;
+void GptConfig::use_layout(const Layout& layout) {
+  sequence_parallel = layout.sequence_parallel;
+  activations_checkpoint_granularity = layout.recompute.granularity;
+  if (layout.recompute.method != RecomputeMethod::kNone) activations_checkpoint_method = layout.recompute.method;
+  activations_checkpoint_num_layers = static_cast<int>(layout.recompute.num_layers.value_or(1));
+  num_layers_in_first_pipeline_stage = layout.first_stage_layers;
+  num_layers_in_last_pipeline_stage = layout.last_stage_layers;
 }
 
 void GptConfig::validate(int t) const {
@@ -32,9 +35,7 @@ void GptConfig::validate(int t) const {
   positive("encoder_seq_length", seq_length);
   positive("make_vocab_size_divisible_by", make_vocab_size_divisible_by);
   if (ffn_hidden_size < 0) fail("ffn_hidden_size", "expected >= 0 (0 = 4 * hidden_size)");
-  const rules::ModelDims dims{num_layers, hidden_size, num_attention_heads, ffn(), seq_length,
-                              max_position_embeddings};
-  rules::throw_if_any(rules::tensor_parallel_violations(dims, t, sequence_parallel), "GptConfig:");
+  rules::throw_if_any(rules::tensor_parallel_violations(*this, t, sequence_parallel), "GptConfig:");
   auto probability = [](const std::string& f, double p) {
     if (!(p >= 0.0 && p < 1.0)) fail(f, "expected a probability in [0, 1), found " + std::to_string(p));
   };

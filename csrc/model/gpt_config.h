@@ -1,12 +1,14 @@
 // The GPT model's hyperparameters as one plain struct (NeMo Megatron field names, see
-// docs/design/conventions.md "Recipes"), plus the derived sizes every layout must agree on.
-// Torch-free: the config helper maps a YAML recipe into it.
+// docs/design/conventions.md "Recipes"): the model's shape (loom::ModelShape) and how it runs.
+// Torch-free: train::gpt_config_from_recipe maps a YAML recipe into it.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "rules/layout.h"
 #include "rules/layout_terms.h"
+#include "rules/model_shape.h"
 
 namespace loom::model {
 
@@ -15,15 +17,14 @@ using loom::Precision;
 using loom::RecomputeGranularity;
 using loom::RecomputeMethod;
 
-struct GptConfig {
-  int num_layers = 2;
-  int64_t hidden_size = 32;
-  int64_t ffn_hidden_size = 0;       ///< 0: 4 * hidden_size
-  int64_t num_attention_heads = 4;
-  int64_t vocab_size = 100;          ///< real (unpadded) vocabulary
-  int64_t make_vocab_size_divisible_by = 128;
-  int64_t max_position_embeddings = 8;
-  int64_t seq_length = 8;
+/// The model's constructor options: its shape (the one loom::ModelShape, rules/model_shape.h,
+/// held as the base so that config.hidden_size reads it) and how it runs.
+struct GptConfig : ModelShape {
+  /// A tiny model for tests: 2 layers, hidden 32, 4 heads, ffn 4h, vocabulary 100 padded to a
+  /// multiple of 128, sequences and position table of 8.
+  GptConfig() : ModelShape{2, 32, 4, 0, 8, 8, 100, 128} {}
+  explicit GptConfig(const ModelShape& shape) : ModelShape(shape) {}
+
   double init_method_std = 0.02;
   double hidden_dropout = 0.1;       ///< embedding and hidden (after attention / MLP) dropout
   double attention_dropout = 0.1;    ///< attention-probability dropout
@@ -44,14 +45,9 @@ struct GptConfig {
   std::optional<int> num_layers_in_first_pipeline_stage;
   std::optional<int> num_layers_in_last_pipeline_stage;
 
-  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
-
-  /// Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, t). With the default
-  /// 128 this is the same size for every power-of-two t <= 128 (50257 -> 50304). Logits of the
-  /// pad columns are excluded from the loss and pad embedding rows start at zero, so the model
-  /// (loss, gradients of the real rows) does not depend on the padding at all.
-  int64_t padded_vocab_size(int tensor_parallel) const;
+  /// Takes how the layers run from the one layout type: sequence parallelism, recomputation (a
+  /// null method keeps uniform, a null layer count is 1) and the uneven pipeline stages.
+  void use_layout(const Layout& layout);
 
   /// Throws std::invalid_argument naming the field when the config is inconsistent (sizes < 1,
   /// dropout outside [0, 1), ...) or breaks a layout rule for `tensor_parallel` ranks

@@ -39,7 +39,7 @@ rules::PipelineSplit pipeline_split(const GptConfig& config, int64_t p, int64_t 
   return split;
 }
 
-std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
+std::vector<StageChunk> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank) {
   const rules::PipelineSplit split = pipeline_split(config, p, v);
   rules::throw_if_any(rules::pipeline_violations(split), "pipeline_stage_layouts:");
@@ -47,10 +47,10 @@ std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, 
     throw std::invalid_argument("pipeline_stage_layouts: expected 0 <= rank < p = " + std::to_string(p) +
                                 ", found rank " + std::to_string(pp_rank));
   const auto ranges = rules::virtual_stage_layer_ranges(split);
-  std::vector<StageLayout> out;
+  std::vector<StageChunk> out;
   for (int k = 0; k < v; ++k) {
     const int virtual_stage = k * p + pp_rank;
-    StageLayout l;
+    StageChunk l;
     l.first_layer = static_cast<int>(ranges[virtual_stage].first);
     l.last_layer = static_cast<int>(ranges[virtual_stage].last);
     l.pre_process = virtual_stage == 0;
@@ -60,7 +60,7 @@ std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, 
   return out;
 }
 
-GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLayout layout,
+GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageChunk layout,
                    at::Device device)
     : config_(config), tp_(std::move(tp)), layout_(layout) {
   config_.validate(tp_->size());

@@ -25,7 +25,8 @@ class KvCache;
 class TransformerLayer;
 class LayerNorm;
 
-struct StageLayout {
+/// What one model chunk of a pipeline stage holds: its transformer layers and the model's ends.
+struct StageChunk {
   int first_layer = 0;
   int last_layer = -1;       ///< exclusive; -1: num_layers
   bool pre_process = true;   ///< holds the embedding (first virtual stage)
@@ -38,7 +39,7 @@ struct StageLayout {
 /// ranges are rules::virtual_stage_layer_ranges' (docs/design/parallel_layout.md, "Uneven
 /// stages"). Throws std::invalid_argument (the layout rule's message) for an illegal split or
 /// a rank out of range.
-std::vector<StageLayout> pipeline_stage_layouts(const GptConfig& config, int p, int v,
+std::vector<StageChunk> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank);
 
 /// The tensor dtype of params_dtype (float32, bfloat16, float16).
@@ -56,7 +57,7 @@ class GptStage {
  public:
   /// Builds this rank's shards of the stage's parameters on `device` (params_dtype). Calls
   /// config.validate(tp->size()); throws std::invalid_argument on a bad layout.
-  GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageLayout layout = {},
+  GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageChunk layout = {},
            at::Device device = at::kCPU);
   ~GptStage();
   GptStage(GptStage&&) noexcept;
@@ -97,7 +98,7 @@ class GptStage {
   void set_param_read_hook(ParamReadHook hook) { read_hook_ = std::move(hook); }
   const ParamReadHook& param_read_hook() const { return read_hook_; }
   const GptConfig& config() const { return config_; }
-  const StageLayout& layout() const { return layout_; }
+  const StageChunk& layout() const { return layout_; }
   int64_t padded_vocab_size() const;
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
 
@@ -108,7 +109,7 @@ class GptStage {
 
   GptConfig config_;
   runtime::CommunicatorPtr tp_;
-  StageLayout layout_;
+  StageChunk layout_;
   std::unique_ptr<GptEmbedding> embedding_;
   std::vector<std::shared_ptr<TransformerLayer>> layers_;
   std::unique_ptr<LayerNorm> final_ln_;

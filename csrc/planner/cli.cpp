@@ -252,7 +252,10 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
     throw std::invalid_argument("give the model either by --recipe or by --size/--num-layers..., not both");
   ModelShape shape = in.shape;
   if (a.seq_length_given) shape.seq_length = a.model.shape.seq_length;
-  if (a.vocab_size_given) shape.vocab_size = a.model.shape.vocab_size;
+  if (a.vocab_size_given) {  // --vocab-size is V as trained (padded)
+    shape.vocab_size = a.model.shape.vocab_size;
+    shape.make_vocab_size_divisible_by = 1;
+  }
   if (!a.global_batch_given) a.setup.global_batch = in.setup.global_batch;
   if (!a.precision_given) a.setup.precision = in.setup.precision;
   a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention

@@ -146,6 +146,16 @@ GpuSpec find_gpu(const std::string& name, const std::vector<GpuSpec>& extra) {
       fmt::format("--gpu: unknown GPU '{}'; known: {} (add one with --gpu-table FILE)", name, known));
 }
 
+std::optional<double> peak_tflops_for_device(const std::string& device_name) {
+  const std::string device = lower(device_name);
+  for (const auto& g : builtin_gpus()) {
+    // "A100-80GB" -> "a100": the family the device's name carries ("NVIDIA A100-SXM4-80GB").
+    const std::string family = lower(g.name.substr(0, g.name.find('-')));
+    if (device.find(family) != std::string::npos) return g.peak_tflops;
+  }
+  return std::nullopt;
+}
+
 std::vector<GpuSpec> load_gpu_table_file(const std::string& path) {
   return parse_gpu_table(read_file(path), path);
 }

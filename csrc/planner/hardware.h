@@ -2,6 +2,7 @@
 // (csrc/planner/data/gpus.json, compiled in; extendable by a user JSON file) and the speed-model
 // efficiencies that turn peaks into achieved throughput (docs/planner.md, "Speed model").
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ std::vector<GpuSpec> parse_gpu_table(const std::string& json_text, const std::st
 /// Finds a GPU by name (case-insensitive) in `extra` first, then in the built-in table.
 /// Throws std::invalid_argument listing the known names when absent.
 GpuSpec find_gpu(const std::string& name, const std::vector<GpuSpec>& extra = {});
+
+/// The built-in table's peak_tflops for an accelerator's name as the device reports it (e.g.
+/// torch's "NVIDIA H200", "NVIDIA A100-SXM4-80GB"): the first entry whose family, its name up
+/// to the first '-' ("A100", "H100", "H200"), the device's name contains, case-insensitively.
+/// nullopt when none does (CPUs): the step log then reports no MFU. The one table of peaks:
+/// the planner and the trainer's MFU both read data/gpus.json.
+std::optional<double> peak_tflops_for_device(const std::string& device_name);
 
 /// Reads a file and parses it with parse_gpu_table. Throws std::runtime_error if unreadable.
 std::vector<GpuSpec> load_gpu_table_file(const std::string& path);

@@ -44,28 +44,38 @@ std::string format_inference_table(const std::vector<InferenceCandidate>& cands,
 }
 
 std::string format_inference_csv(const std::vector<InferenceCandidate>& cands) {
-  std::string s =
-      "rank,tp,pp,batch,replicas,fits,meets_limits,worst_stage,memory_gib,weights_gib,kv_cache_gib,"
-      "activations_gib,reserve_gib,binding_term,ttft_ms,token_ms,request_ms,tokens_per_s_replica,"
-      "tokens_per_s_cluster,tokens_per_s_per_gpu,prefill_gemm_s,prefill_attention_s,prefill_memory_bound_s,"
-      "prefill_tp_comm_s,prefill_pp_comm_s,decode_gemm_s,decode_attention_s,decode_memory_bound_s,"
-      "decode_tp_comm_s,decode_pp_comm_s\n";
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    const InferenceCandidate& c = cands[i];
-    const InferenceLayout& L = c.layout;
-    const InferenceMemory& m = c.memory.terms;
-    const InferenceTime& t = c.time;
-    s += fmt::format(
-        "{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{},{:.3f},{:.4f},{:.3f},{:.2f},{:.2f},{:.3f},"
-        "{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f}\n",
-        i + 1, L.tp, L.pp, L.batch, L.replicas, c.fits ? 1 : 0, c.meets_limits ? 1 : 0, c.memory.stage,
-        m.total() / kGiB, m.weights / kGiB, m.kv_cache / kGiB, m.activations / kGiB, m.reserve / kGiB,
-        m.largest_term(), t.ttft * 1e3, t.per_token * 1e3, t.request * 1e3, t.tokens_per_s_replica,
-        t.tokens_per_s_cluster, t.tokens_per_s_per_gpu, t.prefill.gemm, t.prefill.attention,
-        t.prefill.memory_bound, t.prefill.tp_comm, t.prefill.pp_comm, t.decode.gemm, t.decode.attention,
-        t.decode.memory_bound, t.decode.tp_comm, t.decode.pp_comm);
-  }
-  return s;
+  using Row = InferenceCandidate;
+  std::vector<CsvColumn<Row>> cols = {
+      {"rank", [](const Row&, std::size_t rank) { return std::to_string(rank); }},
+      csv_value<Row>("tp", [](const Row& c) { return c.layout.tp; }),
+      csv_value<Row>("pp", [](const Row& c) { return c.layout.pp; }),
+      csv_value<Row>("batch", [](const Row& c) { return c.layout.batch; }),
+      csv_value<Row>("replicas", [](const Row& c) { return c.layout.replicas; }),
+      csv_value<Row>("fits", [](const Row& c) { return c.fits ? 1 : 0; }),
+      csv_value<Row>("meets_limits", [](const Row& c) { return c.meets_limits ? 1 : 0; }),
+      csv_value<Row>("worst_stage", [](const Row& c) { return c.memory.stage; }),
+      csv_fixed<Row>("memory_gib", 3, [](const Row& c) { return c.memory.terms.total() / kGiB; }),
+      csv_fixed<Row>("weights_gib", 3, [](const Row& c) { return c.memory.terms.weights / kGiB; }),
+      csv_fixed<Row>("kv_cache_gib", 3, [](const Row& c) { return c.memory.terms.kv_cache / kGiB; }),
+      csv_fixed<Row>("activations_gib", 3, [](const Row& c) { return c.memory.terms.activations / kGiB; }),
+      csv_fixed<Row>("reserve_gib", 3, [](const Row& c) { return c.memory.terms.reserve / kGiB; }),
+      csv_value<Row>("binding_term", [](const Row& c) { return c.memory.terms.largest_term(); }),
+      csv_fixed<Row>("ttft_ms", 3, [](const Row& c) { return c.time.ttft * 1e3; }),
+      csv_fixed<Row>("token_ms", 4, [](const Row& c) { return c.time.per_token * 1e3; }),
+      csv_fixed<Row>("request_ms", 3, [](const Row& c) { return c.time.request * 1e3; }),
+      csv_fixed<Row>("tokens_per_s_replica", 2, [](const Row& c) { return c.time.tokens_per_s_replica; }),
+      csv_fixed<Row>("tokens_per_s_cluster", 2, [](const Row& c) { return c.time.tokens_per_s_cluster; }),
+      csv_fixed<Row>("tokens_per_s_per_gpu", 3, [](const Row& c) { return c.time.tokens_per_s_per_gpu; })};
+  // Each phase's terms, prefill then decode.
+  struct Term { const char* name; double PhaseCost::*field; };
+  const Term terms[] = {{"gemm", &PhaseCost::gemm}, {"attention", &PhaseCost::attention},
+                        {"memory_bound", &PhaseCost::memory_bound}, {"tp_comm", &PhaseCost::tp_comm},
+                        {"pp_comm", &PhaseCost::pp_comm}};
+  for (const auto& [phase, cost] : {std::pair{"prefill", &InferenceTime::prefill}, std::pair{"decode", &InferenceTime::decode}})
+    for (const Term& term : terms)
+      cols.push_back(csv_fixed<Row>(fmt::format("{}_{}_s", phase, term.name), 6,
+                                    [cost = cost, f = term.field](const Row& c) { return c.time.*cost.*f; }));
+  return csv_table(cols, cands);
 }
 
 namespace {

@@ -75,27 +75,27 @@ MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const 
       layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kNone, setup.fused_attention);
   const double input = layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kFull);
   double per_chunk = 0;
-  switch (L.recompute) {
+  switch (L.recompute.granularity) {
     case RecomputeGranularity::kNone:
     case RecomputeGranularity::kSelective:
       per_chunk = layers_per_chunk *
-                  layer_activation_bytes(m, b, t, L.sequence_parallel, L.recompute, setup.fused_attention);
+                  layer_activation_bytes(m, b, t, L.sequence_parallel, L.recompute.granularity, setup.fused_attention);
       break;
     case RecomputeGranularity::kFull:
-      if (L.method == RecomputeMethod::kUniform) {
+      if (L.recompute.method != RecomputeMethod::kBlock) {
         // A group longer than an (uneven, smaller) chunk is the whole chunk.
-        const int k = std::max(1, std::min(L.recompute_layers, layers_per_chunk));
+        const int k = std::max(1, std::min(int(L.recompute.num_layers.value_or(0)), layers_per_chunk));
         per_chunk = std::ceil(double(layers_per_chunk) / k) * input;
         out.transient = k * full_layer;
       } else {
-        const int k = std::min(std::max(0, L.recompute_layers), layers_per_chunk);
+        const int k = std::min(std::max(0, int(L.recompute.num_layers.value_or(0))), layers_per_chunk);
         per_chunk = k * input + (layers_per_chunk - k) * full_layer;
         out.transient = k > 0 ? full_layer : 0.0;
       }
       break;
   }
   out.activations = chunks * per_chunk;
-  if (L.recompute == RecomputeGranularity::kSelective)
+  if (L.recompute.granularity == RecomputeGranularity::kSelective)
     out.transient = 5.0 * m.num_attention_heads * s * s * b / t;
   // The formulas count 2-byte activations; fp32 doubles them (the 1-byte masks are then
   // over-counted, by under 6% of the total: Loom regenerates its masks anyway).

@@ -9,51 +9,6 @@
 
 namespace loom::planner {
 
-void ModelShape::validate() const {
-  auto positive = [](const char* field, long long value) {
-    if (value <= 0)
-      throw std::invalid_argument(
-          fmt::format("model shape: {} must be a positive integer, found {}", field, value));
-  };
-  positive("num_layers", num_layers);
-  positive("hidden_size", hidden_size);
-  positive("num_attention_heads", num_attention_heads);
-  positive("seq_length", seq_length);
-  positive("vocab_size", vocab_size);
-  if (ffn_hidden_size < 0)
-    throw std::invalid_argument(
-        fmt::format("model shape: ffn_hidden_size must be >= 0 (0 = 4h), found {}", ffn_hidden_size));
-  if (hidden_size % num_attention_heads != 0)
-    throw std::invalid_argument(fmt::format(
-        "model shape: hidden_size {} must be divisible by num_attention_heads {}", hidden_size,
-        num_attention_heads));
-}
-
-double ModelShape::parameter_count() const {
-  const double h = hidden_size, f = ffn();
-  const double per_layer = 4 * h * h + 2 * h * f + 3 * h + h + f + h + 4 * h;
-  return num_layers * per_layer + (double(vocab_size) + seq_length) * h + 2 * h;
-}
-
-double ModelShape::model_flops_per_sample() const {
-  const double s = seq_length, h = hidden_size, f = ffn();
-  const double layer_fwd = s * (8 * h * h + 4 * h * f) + 4 * s * s * h;
-  const double logits_fwd = 2 * s * h * vocab_size;
-  return 3 * (num_layers * layer_fwd + logits_fwd);
-}
-
-double ModelShape::full_recompute_flops_per_sample() const {
-  const double s = seq_length, h = hidden_size, f = ffn();
-  const double layer_fwd = s * (8 * h * h + 4 * h * f) + 4 * s * s * h;
-  const double logits_fwd = 2 * s * h * vocab_size;
-  return 4 * num_layers * layer_fwd + 3 * logits_fwd;
-}
-
-std::string ModelShape::summary() const {
-  return fmt::format("{}L h{} a{} ffn{} s{} V{} ({:.2f}B params)", num_layers, hidden_size,
-                     num_attention_heads, ffn(), seq_length, vocab_size, parameter_count() / 1e9);
-}
-
 double gpt3_size_formula(int num_layers, int hidden_size, int seq_length, int vocab_size) {
   const double L = num_layers, h = hidden_size;
   return 12 * L * h * h * (1 + 13 / (12 * h) + (double(vocab_size) + seq_length) / (12 * L * h));

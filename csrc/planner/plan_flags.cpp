@@ -31,7 +31,7 @@ namespace {
 // and small enough that the planner's products (4h, h², s·V) stay far from overflowing.
 struct SizeFlag {
   const char* flag;
-  int value, min, max;
+  int64_t value, min, max;
 };
 
 void check_sizes(std::initializer_list<SizeFlag> flags) {

@@ -26,12 +26,9 @@ int64_t recipe_vocab_size(const config::Recipe& r) {
 RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   RecipePlanInput in;
   const auto& m = r.model;
-  in.shape.num_layers = int(m.num_layers);
-  in.shape.hidden_size = int(m.hidden_size);
-  in.shape.num_attention_heads = int(m.num_attention_heads);
-  in.shape.ffn_hidden_size = int(m.ffn_hidden_size);
-  in.shape.seq_length = int(m.encoder_seq_length);
-  in.shape.vocab_size = int(config::padded_vocab_size(recipe_vocab_size(r), m.make_vocab_size_divisible_by, 1));
+  in.shape = config::recipe_model_shape(r, recipe_vocab_size(r));
+  // The planner holds V as trained (ModelShape::vocab_size of planner shapes): padded for t = 1.
+  in.shape.vocab_size = in.shape.padded_vocab_size(1);
   in.setup.global_batch = int(m.global_batch_size);
   in.setup.precision = r.trainer.precision;
   in.setup.overlap_dp_comm = r.model.optim.overlap_grad_sync;
@@ -42,25 +39,12 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   in.devices = int(r.trainer.devices);
   in.cpu = r.trainer.accelerator == config::Accelerator::kCpu;
   in.gpu = r.cluster.gpu.value_or("");
-
-  Layout& L = in.layout;
-  L.tp = int(m.tensor_model_parallel_size);
-  L.pp = int(m.pipeline_model_parallel_size);
-  L.vp = int(config::virtual_pipeline_size(r));
-  L.dp = int(config::data_parallel_size(r));
-  L.micro_batch = int(m.micro_batch_size);
-  L.sequence_parallel = m.sequence_parallel && L.tp > 1;
-  L.recompute = m.activations_checkpoint_granularity;
-  if (m.activations_checkpoint_method != RecomputeMethod::kNone) L.method = m.activations_checkpoint_method;
-  L.recompute_layers = int(m.activations_checkpoint_num_layers.value_or(0));
-  L.distributed_optimizer = config::uses_distributed_optimizer(r);
-  L.first_stage_layers = int(m.num_layers_in_first_pipeline_stage.value_or(0));
-  L.last_stage_layers = int(m.num_layers_in_last_pipeline_stage.value_or(0));
+  in.layout = config::recipe_layout(r);
   return in;
 }
 
 std::vector<std::string> layout_overrides(const Layout& L, const config::Recipe& base) {
-  const bool full = L.recompute == RecomputeGranularity::kFull;
+  const bool full = L.recompute.granularity == RecomputeGranularity::kFull;
   std::vector<std::string> o = {
       "model.tensor_model_parallel_size=" + std::to_string(L.tp),
       "model.pipeline_model_parallel_size=" + std::to_string(L.pp),
@@ -68,14 +52,14 @@ std::vector<std::string> layout_overrides(const Layout& L, const config::Recipe&
       "model.micro_batch_size=" + std::to_string(L.micro_batch),
       std::string("model.sequence_parallel=") + (L.sequence_parallel ? "true" : "false"),
       std::string("model.activations_checkpoint_granularity=") +
-          recipe_name(L.recompute),
-      std::string("model.activations_checkpoint_method=") + (full ? recipe_name(L.method) : "null"),
-      "model.activations_checkpoint_num_layers=" + (full ? std::to_string(L.recompute_layers) : std::string("null")),
+          recipe_name(L.recompute.granularity),
+      std::string("model.activations_checkpoint_method=") + (full ? recipe_name(L.recompute.method) : "null"),
+      "model.activations_checkpoint_num_layers=" + (full ? std::to_string(L.recompute.num_layers.value_or(0)) : std::string("null")),
       std::string("model.use_distributed_optimizer=") + (L.distributed_optimizer ? "true" : "false"),
       "model.num_layers_in_first_pipeline_stage=" +
-          (L.first_stage_layers > 0 ? std::to_string(L.first_stage_layers) : std::string("null")),
+          (L.first_stage_layers ? std::to_string(*L.first_stage_layers) : std::string("null")),
       "model.num_layers_in_last_pipeline_stage=" +
-          (L.last_stage_layers > 0 ? std::to_string(L.last_stage_layers) : std::string("null")),
+          (L.last_stage_layers ? std::to_string(*L.last_stage_layers) : std::string("null")),
   };
   const bool base_distributed = base.model.optim.name == config::OptimizerName::kDistributedFusedAdam;
   // distributed_fused_adam implies sharding: without it, the same AdamW unsharded.

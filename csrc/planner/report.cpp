@@ -1,5 +1,7 @@
 #include "planner/report.h"
 
+#include "planner/text_io.h"
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -57,39 +59,61 @@ std::string format_table(const PlanContext& ctx, const std::vector<Candidate>& c
 }
 
 std::string format_csv(const PlanContext& ctx, const std::vector<Candidate>& cands) {
-  std::string s =
-      "rank,tp,pp,vp,dp,micro_batch,sequence_parallel,recompute_granularity,recompute_method,"
-      "recompute_num_layers,distributed_optimizer,fits,worst_stage,memory_gib,weights_optimizer_gib,"
-      "activations_gib,embedding_logits_gib,transient_gib,reserve_gib,step_seconds,gemm_s,attention_s,"
-      "memory_bound_s,tp_comm_s,pp_comm_s,bubble_s,dp_comm_s,recompute_s,optimizer_s,tokens_per_second,"
-      "model_tflops_per_gpu,mfu,days,cost,first_stage_layers,last_stage_layers\n";
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    const Candidate& c = cands[i];
-    const Layout& L = c.layout;
-    const MemoryTerms& m = c.memory.terms;
-    const TimeBreakdown& t = c.time;
-    const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour);
-    const bool full = L.recompute == RecomputeGranularity::kFull;
-    s += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},"
-        "{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.1f},{:.2f},{:.4f},{:.3f},{:.2f},{},{}\n",
-        i + 1, L.tp, L.pp, L.vp, L.dp, L.micro_batch, L.sequence_parallel ? 1 : 0,
-        recipe_name(L.recompute), full ? recipe_name(L.method) : "",
-        full ? std::to_string(L.recompute_layers) : "", L.distributed_optimizer ? 1 : 0, c.fits ? 1 : 0,
-        c.memory.stage, m.total() / kGiB, m.weights_optimizer / kGiB, m.activations / kGiB,
-        m.embedding_logits / kGiB, m.transient / kGiB, m.reserve / kGiB, t.total(), t.gemm, t.attention,
-        t.memory_bound, t.tp_comm, t.pp_comm, t.bubble, t.dp_comm, t.recompute, t.optimizer,
-        th.tokens_per_second, th.model_tflops_per_gpu, th.mfu, th.days, th.cost,
-        L.stage_layers(ctx.shape.num_layers, 0), L.stage_layers(ctx.shape.num_layers, L.pp - 1));
-  }
-  return s;
+  struct Row {
+    const Candidate* c;
+    Throughput th;
+    const Layout& L() const { return c->layout; }
+    const MemoryTerms& m() const { return c->memory.terms; }
+    bool full() const { return c->layout.recompute.full(); }
+  };
+  std::vector<Row> rows;
+  for (const auto& c : cands)
+    rows.push_back({&c, throughput(ctx.shape, ctx.cluster, ctx.setup, c, ctx.token_budget, ctx.price_per_gpu_hour)});
+  using Col = CsvColumn<Row>;
+  std::vector<Col> cols = {
+      {"rank", [](const Row&, std::size_t rank) { return std::to_string(rank); }},
+      csv_value<Row>("tp", [](const Row& r) { return r.L().tp; }),
+      csv_value<Row>("pp", [](const Row& r) { return r.L().pp; }),
+      csv_value<Row>("vp", [](const Row& r) { return r.L().vp; }),
+      csv_value<Row>("dp", [](const Row& r) { return r.L().dp; }),
+      csv_value<Row>("micro_batch", [](const Row& r) { return r.L().micro_batch; }),
+      csv_value<Row>("sequence_parallel", [](const Row& r) { return r.L().sequence_parallel ? 1 : 0; }),
+      csv_value<Row>("recompute_granularity", [](const Row& r) { return recipe_name(r.L().recompute.granularity); }),
+      csv_value<Row>("recompute_method", [](const Row& r) { return r.full() ? recipe_name(r.L().recompute.method) : ""; }),
+      csv_value<Row>("recompute_num_layers", [](const Row& r) {
+        return r.full() ? std::to_string(r.L().recompute.num_layers.value_or(0)) : std::string();
+      }),
+      csv_value<Row>("distributed_optimizer", [](const Row& r) { return r.L().distributed_optimizer ? 1 : 0; }),
+      csv_value<Row>("fits", [](const Row& r) { return r.c->fits ? 1 : 0; }),
+      csv_value<Row>("worst_stage", [](const Row& r) { return r.c->memory.stage; }),
+      csv_fixed<Row>("memory_gib", 3, [](const Row& r) { return r.m().total() / kGiB; }),
+      csv_fixed<Row>("weights_optimizer_gib", 3, [](const Row& r) { return r.m().weights_optimizer / kGiB; }),
+      csv_fixed<Row>("activations_gib", 3, [](const Row& r) { return r.m().activations / kGiB; }),
+      csv_fixed<Row>("embedding_logits_gib", 3, [](const Row& r) { return r.m().embedding_logits / kGiB; }),
+      csv_fixed<Row>("transient_gib", 3, [](const Row& r) { return r.m().transient / kGiB; }),
+      csv_fixed<Row>("reserve_gib", 3, [](const Row& r) { return r.m().reserve / kGiB; }),
+      csv_fixed<Row>("step_seconds", 4, [](const Row& r) { return r.c->time.total(); })};
+  for (const auto& term : kTerms)
+    cols.push_back(csv_fixed<Row>(std::string(term.name) + "_s", 4, [f = term.field](const Row& r) { return r.c->time.*f; }));
+  for (Col col : {csv_fixed<Row>("tokens_per_second", 1, [](const Row& r) { return r.th.tokens_per_second; }),
+                  csv_fixed<Row>("model_tflops_per_gpu", 2, [](const Row& r) { return r.th.model_tflops_per_gpu; }),
+                  csv_fixed<Row>("mfu", 4, [](const Row& r) { return r.th.mfu; }),
+                  csv_fixed<Row>("days", 3, [](const Row& r) { return r.th.days; }),
+                  csv_fixed<Row>("cost", 2, [](const Row& r) { return r.th.cost; }),
+                  csv_value<Row>("first_stage_layers",
+                                 [layers = ctx.shape.num_layers](const Row& r) { return r.L().stage_layers(layers, 0); }),
+                  csv_value<Row>("last_stage_layers", [layers = ctx.shape.num_layers](const Row& r) {
+                    return r.L().stage_layers(layers, r.L().pp - 1);
+                  })})
+    cols.push_back(std::move(col));
+  return csv_table(cols, rows);
 }
 
 std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   const Layout& L = best.layout;
   const ModelShape& m = ctx.shape;
   const Throughput th = throughput(ctx.shape, ctx.cluster, ctx.setup, best, ctx.token_budget, ctx.price_per_gpu_hour);
-  const bool full = L.recompute == RecomputeGranularity::kFull;
+  const bool full = L.recompute.granularity == RecomputeGranularity::kFull;
   std::string s;
   s += fmt::format("# Written by `loom plan` for {} on {} x {} {} ({} GPUs).\n", m.summary(),
                    ctx.cluster.num_nodes, ctx.cluster.gpus_per_node, ctx.cluster.gpu.name, ctx.cluster.world());
@@ -108,8 +132,8 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   s += fmt::format("  virtual_pipeline_model_parallel_size: {}\n", L.vp > 1 ? std::to_string(L.vp) : "null");
   if (L.uneven())  // the split's uneven end stages (null: an even share)
     s += fmt::format("  num_layers_in_first_pipeline_stage: {}\n  num_layers_in_last_pipeline_stage: {}\n",
-                     L.first_stage_layers > 0 ? std::to_string(L.first_stage_layers) : "null",
-                     L.last_stage_layers > 0 ? std::to_string(L.last_stage_layers) : "null");
+                     L.first_stage_layers ? std::to_string(*L.first_stage_layers) : "null",
+                     L.last_stage_layers ? std::to_string(*L.last_stage_layers) : "null");
   s += fmt::format("  sequence_parallel: {}\n", L.sequence_parallel ? "true" : "false");
   s += fmt::format("  encoder_seq_length: {}\n  max_position_embeddings: {}\n", m.seq_length, m.seq_length);
   s += fmt::format("  num_layers: {}\n  hidden_size: {}\n  ffn_hidden_size: {}\n  num_attention_heads: {}\n",
@@ -117,9 +141,9 @@ std::string recipe_yaml(const PlanContext& ctx, const Candidate& best) {
   if (ctx.setup.fused_attention)  // the fused core needs attention dropout 0 (rules::fused_attention_violations)
     s += "  use_flash_attention: true\n  attention_dropout: 0.0\n";
   s += fmt::format("  activations_checkpoint_granularity: {}\n",
-                   recipe_name(L.recompute));
-  s += fmt::format("  activations_checkpoint_method: {}\n", full ? recipe_name(L.method) : "null");
-  s += fmt::format("  activations_checkpoint_num_layers: {}\n", full ? std::to_string(L.recompute_layers) : "null");
+                   recipe_name(L.recompute.granularity));
+  s += fmt::format("  activations_checkpoint_method: {}\n", full ? recipe_name(L.recompute.method) : "null");
+  s += fmt::format("  activations_checkpoint_num_layers: {}\n", full ? std::to_string(L.recompute.num_layers.value_or(0)) : "null");
   s += "  data:\n";
   s += fmt::format("    seq_length: {}\n", m.seq_length);
   s += "  optim:\n";

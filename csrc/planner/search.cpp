@@ -63,21 +63,19 @@ std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSe
   rules::LayoutQuery q;
   q.num_nodes = c.num_nodes;
   q.devices = c.gpus_per_node;
-  q.tensor = L.tp;
-  q.pipeline = L.pp;
-  q.virtual_stages = L.vp;
-  q.micro_batch = L.micro_batch;
-  q.global_batch = setup.global_batch;
-  q.sequence_parallel = L.sequence_parallel;
-  const rules::PipelineSplit split = L.split(m.num_layers);
-  q.first_stage_layers = split.first_stage_layers;
-  q.last_stage_layers = split.last_stage_layers;
-  q.model = {m.num_layers, m.hidden_size, m.num_attention_heads, m.ffn(), m.seq_length, m.seq_length};
-  const bool full = L.recompute == RecomputeGranularity::kFull;
-  q.recompute = {L.recompute, full ? L.method : RecomputeMethod::kNone,
-                 full ? std::optional<int64_t>(L.recompute_layers) : std::nullopt};
+  q.layout = L;
+  q.layout.global_batch = setup.global_batch;
+  // As the recipe spells it: a method and a layer count only with full recomputation, where a
+  // candidate without a method is uniform (the model's default) and one without a count has 0.
+  const bool full = L.recompute.full();
+  const RecomputeMethod method = L.recompute.method == RecomputeMethod::kNone ? RecomputeMethod::kUniform
+                                                                              : L.recompute.method;
+  q.layout.recompute = {L.recompute.granularity, full ? method : RecomputeMethod::kNone,
+                        full ? std::optional<int64_t>(L.recompute.num_layers.value_or(0)) : std::nullopt};
+  q.model = m;
+  q.model.max_position_embeddings = m.seq_length;
   auto violations = rules::layout_violations(q);
-  for (auto& v : rules::fused_attention_violations(setup.fused_attention, 0.0, L.recompute)) violations.push_back(v);
+  for (auto& v : rules::fused_attention_violations(setup.fused_attention, 0.0, L.recompute.granularity)) violations.push_back(v);
   if (!violations.empty()) return violations.front().text();
   // Legal, but the same run as another candidate: the search space leaves these out.
   if (L.sequence_parallel && L.tp == 1) return "sequence parallelism with t = 1 is the same layout without it";
@@ -149,16 +147,17 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
             for (int dist : {0, 1}) {
               if (!allowed(space.distributed_optimizer, dist) || (dist && d == 1)) continue;
               Layout L;
-              L.tp = t; L.pp = p; L.vp = v; L.dp = d; L.micro_batch = b;
+              L.tp = t; L.pp = p; L.vp = v; L.dp = d; L.micro_batch = b; L.global_batch = setup.global_batch;
               L.sequence_parallel = sp; L.distributed_optimizer = dist;
-              L.first_stage_layers = split.first; L.last_stage_layers = split.last;
+              L.first_stage_layers = split.first_stage_layers();
+              L.last_stage_layers = split.last_stage_layers();
               const int chunk = int(rules::largest_chunk_layers(L.split(m.num_layers)));
               auto consider = [&](RecomputeGranularity r, RecomputeMethod method, int layers) {
                 if (!allowed(space.recompute, r)) return;
                 if (r == RecomputeGranularity::kFull &&
                     (!allowed(space.method, method) || !allowed(space.recompute_layers, layers)))
                   return;
-                L.recompute = r; L.method = method; L.recompute_layers = layers;
+                L.recompute.granularity = r; L.recompute.method = method; L.recompute.num_layers = layers;
                 // The loops above prune by the same rules for speed; the rules decide.
                 if (!check_layout(m, c, setup, L).empty()) return;
                 Candidate cand;

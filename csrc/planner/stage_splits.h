@@ -1,6 +1,7 @@
 // Which pipeline splits the layout search tries (docs/planner.md, "Search"; the rules themselves:
 // rules/layout_rules.h and docs/design/parallel_layout.md, "Uneven stages").
 #pragma once
+#include <optional>
 #include <vector>
 
 namespace loom::planner {
@@ -9,6 +10,9 @@ namespace loom::planner {
 /// (Layout::first_stage_layers / last_stage_layers).
 struct StageSplit {
   int first = 0, last = 0;
+  /// As Layout holds them: null for an even share.
+  std::optional<int> first_stage_layers() const { return first > 0 ? std::optional<int>(first) : std::nullopt; }
+  std::optional<int> last_stage_layers() const { return last > 0 ? std::optional<int>(last) : std::nullopt; }
   bool operator==(const StageSplit& o) const { return first == o.first && last == o.last; }
 };
 

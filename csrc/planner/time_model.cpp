@@ -248,12 +248,12 @@ StageTime common_stage_time(const ModelShape& md, const Cluster& c, const Traini
   StageTime common;
   common.add_forward(layer.fwd, layers_stage);
   common.add(layer.bwd, layers_stage);
-  if (L.recompute == RecomputeGranularity::kFull) {
-    const int recomputed = L.method == RecomputeMethod::kUniform
+  if (L.recompute.granularity == RecomputeGranularity::kFull) {
+    const int recomputed = L.recompute.method != RecomputeMethod::kBlock
                                ? layers_stage
-                               : v * std::min(std::max(0, L.recompute_layers), layers_chunk);
+                               : v * std::min(std::max(0, int(L.recompute.num_layers.value_or(0))), layers_chunk);
     common.recompute = recomputed * layer.fwd.total();
-  } else if (L.recompute == RecomputeGranularity::kSelective) {
+  } else if (L.recompute.granularity == RecomputeGranularity::kSelective) {
     common.recompute = layers_stage * layer.attention_core.total();
   }
   if (p > 1) {

@@ -5,7 +5,9 @@
 namespace loom::planner {
 
 struct TrainingSetup {
-  int global_batch = 0;                 ///< global_batch_size, samples per step
+  /// global_batch_size, samples per step: the batch the search keeps fixed (its candidates'
+  /// Layout::global_batch; the time and memory models read it here).
+  int global_batch = 0;
   Precision precision = Precision::kBf16;
   /// Memory kept free on every GPU: a fixed reserve (CUDA context, NCCL and cuBLAS workspaces)
   /// plus a fraction of capacity for allocator fragmentation.

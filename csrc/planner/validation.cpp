@@ -10,31 +10,49 @@ namespace loom::planner {
 namespace {
 
 ModelShape gpt(int layers, int hidden, int heads, int seq = 2048, int vocab = 51200) {
-  ModelShape m;
-  m.num_layers = layers;
-  m.hidden_size = hidden;
-  m.num_attention_heads = heads;
-  m.seq_length = seq;
-  m.vocab_size = vocab;
-  return m;
+  return ModelShape{layers, hidden, heads, /*ffn_hidden_size: 4h*/ 0, seq, /*max_position_embeddings=*/seq, vocab};
 }
 
 constexpr const char* kFitted = "fitted";
 constexpr const char* kHeldH100 = "held-out H100";
 constexpr const char* kHeld5B = "held-out 5B";
 
-// A row of a published per-GPU TFLOP/s table (Narayanan 2021's, Megatron-LM's H100 one).
+// Published per-GPU TFLOP/s rows of two tables: Narayanan et al. 2021's Table 1 (A100-80GB, full
+// recompute; fitted) and the Megatron-LM README's H100 table (held out; add_h100 has its source).
+enum TflopsSource { kNarayanan, kMegatronH100 };
 struct TflopsRow {
+  TflopsSource source;
   const char* name;
   int a, h, L, t, p, gpus, gbs;
   double tflops;
+};
+const TflopsRow kTflopsRows[] = {
+    {kNarayanan, "1.7B", 24, 2304, 24, 1, 1, 32, 512, 137},
+    {kNarayanan, "3.6B", 32, 3072, 30, 2, 1, 64, 512, 138},
+    {kNarayanan, "7.5B", 32, 4096, 36, 4, 1, 128, 512, 142},
+    {kNarayanan, "18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {kNarayanan, "39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138},
+    {kNarayanan, "76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {kNarayanan, "145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148},
+    {kNarayanan, "310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {kNarayanan, "529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163},
+    {kNarayanan, "1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163},
+    {kMegatronH100, "1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8},
+    {kMegatronH100, "7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9},
+    {kMegatronH100, "16B", 48, 6144, 32, 4, 1, 192, 192, 489.1},
+    {kMegatronH100, "32B", 56, 7168, 48, 8, 1, 384, 192, 459.6},
+    {kMegatronH100, "70B", 64, 8192, 84, 8, 2, 768, 384, 419.7},
+    {kMegatronH100, "119B", 80, 10240, 92, 8, 4, 1536, 768, 420.5},
+    {kMegatronH100, "177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8},
+    {kMegatronH100, "314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4},
+    {kMegatronH100, "462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9},
 };
 
 PublishedRow tflops_row(const TflopsRow& x, const char* group, const char* source, PublishedRow::Metric metric) {
   PublishedRow r;
   r.group = group;
   r.source = source;
-  r.gpus = x.gpus; r.tp = x.t; r.pp = x.p; r.global_batch = x.gbs;
+  r.gpus = x.gpus; r.layout.tp = x.t; r.layout.pp = x.p; r.setup.global_batch = x.gbs;
   r.metric = metric;
   r.published = x.tflops;
   return r;
@@ -54,29 +72,21 @@ void add_fitted(std::vector<PublishedRow>& rows) {
       r.source = "Korthikanti 2022";
       r.label = fmt::format("{} {}", k.name, sel ? "SP+selective" : "full recompute");
       r.shape = gpt(k.L, k.h, k.a);
-      r.gpus = k.gpus; r.tp = k.t; r.pp = k.p; r.vp = k.v; r.global_batch = k.gbs; r.micro_batch = k.b;
-      r.sequence_parallel = sel;
-      r.recompute = sel ? RecomputeGranularity::kSelective : RecomputeGranularity::kFull;
+      r.gpus = k.gpus; r.layout.tp = k.t; r.layout.pp = k.p; r.layout.vp = k.v; r.setup.global_batch = k.gbs;
+      r.layout.micro_batch = k.b;
+      r.layout.sequence_parallel = sel;
+      r.layout.recompute.granularity = sel ? RecomputeGranularity::kSelective : RecomputeGranularity::kFull;
       r.metric = M::iteration_seconds;
       r.published = sel ? k.sel : k.full;
       rows.push_back(r);
     }
   }
-  const TflopsRow nar[] = {{"1.7B", 24, 2304, 24, 1, 1, 32, 512, 137},
-                   {"3.6B", 32, 3072, 30, 2, 1, 64, 512, 138},
-                   {"7.5B", 32, 4096, 36, 4, 1, 128, 512, 142},
-                   {"18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135},
-                   {"39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138},
-                   {"76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140},
-                   {"145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148},
-                   {"310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155},
-                   {"529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163},
-                   {"1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163}};
-  for (const auto& n : nar) {
+  for (const auto& n : kTflopsRows) {
+    if (n.source != kNarayanan) continue;
     PublishedRow r = tflops_row(n, kFitted, "Narayanan 2021", M::tflops_per_gpu);
     r.label = fmt::format("{} full recompute", n.name);
     r.shape = gpt(n.L, n.h, n.a);
-    r.recompute = RecomputeGranularity::kFull;
+    r.layout.recompute.granularity = RecomputeGranularity::kFull;
     rows.push_back(r);
   }
 }
@@ -85,31 +95,23 @@ void add_fitted(std::vector<PublishedRow>& rows) {
 // images/model_table.png (commit f2e5db402c, 2024-07-15; unchanged since): Megatron-Core
 // r0.8.0 on H100 with DP 48, s = 4096, V = 131072, BF16, the README's overlap flags.
 void add_h100(std::vector<PublishedRow>& rows) {
-  const TflopsRow table[] = {{"1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8},
-                     {"7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9},
-                     {"16B", 48, 6144, 32, 4, 1, 192, 192, 489.1},
-                     {"32B", 56, 7168, 48, 8, 1, 384, 192, 459.6},
-                     {"70B", 64, 8192, 84, 8, 2, 768, 384, 419.7},
-                     {"119B", 80, 10240, 92, 8, 4, 1536, 768, 420.5},
-                     {"177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8},
-                     {"314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4},
-                     {"462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9}};
-  for (const auto& x : table) {
+  for (const auto& x : kTflopsRows) {
+    if (x.source != kMegatronH100) continue;
     PublishedRow r = tflops_row(x, kHeldH100, "Megatron-LM README", PublishedRow::Metric::model_tflops_per_gpu);
     r.label = fmt::format("{} t{} p{} d48", x.name, x.t, x.p);
     r.gpu = "H100";
     r.shape = gpt(x.L, x.h, x.a, 4096, 131072);
     // Assumed (published_assumptions): the planner's fastest micro-batch and interleaving, as
     // for Narayanan's rows; no recompute (Megatron's default).
-    r.micro_batch = 0;
-    r.vp = 0;
-    r.recompute = RecomputeGranularity::kNone;
-    r.sequence_parallel = x.t > 1;    // --tp-comm-overlap needs --sequence-parallel
-    r.distributed_optimizer = true;   // --overlap-param-gather needs --use-distributed-optimizer
-    r.fused_attention = true;         // Transformer Engine's fused attention
-    r.overlap_tp_comm = x.t > 1;
-    r.overlap_dp_comm = true;         // --overlap-grad-reduce
-    r.overlap_param_gather = true;    // --overlap-param-gather
+    r.layout.micro_batch = 0;
+    r.layout.vp = 0;
+    r.layout.recompute.granularity = RecomputeGranularity::kNone;
+    r.layout.sequence_parallel = x.t > 1;    // --tp-comm-overlap needs --sequence-parallel
+    r.layout.distributed_optimizer = true;   // --overlap-param-gather needs --use-distributed-optimizer
+    r.setup.fused_attention = true;          // Transformer Engine's fused attention
+    r.setup.overlap_tp_comm = x.t > 1;
+    r.setup.overlap_dp_comm = true;          // --overlap-grad-reduce
+    r.setup.overlap_param_gather = true;     // --overlap-param-gather
     rows.push_back(r);
   }
 }
@@ -128,8 +130,9 @@ void add_5b(std::vector<PublishedRow>& rows) {
     r.source = "NeMo launcher README";
     r.label = fmt::format("5B {} node{} ({} GPUs)", nodes, nodes > 1 ? "s" : "", 8 * nodes);
     r.shape = gpt(24, 4096, 32, 2048, 50432);
-    r.gpus = 8 * nodes; r.tp = 2; r.pp = 1; r.vp = 1; r.micro_batch = 2; r.global_batch = 1440;
-    r.recompute = RecomputeGranularity::kNone;
+    r.gpus = 8 * nodes; r.layout.tp = 2; r.layout.pp = 1; r.layout.vp = 1; r.layout.micro_batch = 2;
+    r.setup.global_batch = 1440;
+    r.layout.recompute.granularity = RecomputeGranularity::kNone;
     r.metric = PublishedRow::Metric::tokens_per_second;
     r.published = tokens;
     rows.push_back(r);
@@ -140,9 +143,9 @@ double metric_of(const PublishedRow& row, double step) {
   using M = PublishedRow::Metric;
   switch (row.metric) {
     case M::iteration_seconds: return step;
-    case M::tflops_per_gpu: return row.shape.full_recompute_flops_per_sample() * row.global_batch / step / row.gpus / 1e12;
-    case M::model_tflops_per_gpu: return row.shape.model_flops_per_sample() * row.global_batch / step / row.gpus / 1e12;
-    case M::tokens_per_second: return double(row.global_batch) * row.shape.seq_length / step;
+    case M::tflops_per_gpu: return row.shape.full_recompute_flops_per_sample() * row.setup.global_batch / step / row.gpus / 1e12;
+    case M::model_tflops_per_gpu: return row.shape.model_flops_per_sample() * row.setup.global_batch / step / row.gpus / 1e12;
+    case M::tokens_per_second: return double(row.setup.global_batch) * row.shape.seq_length / step;
   }
   return step;
 }
@@ -165,6 +168,14 @@ std::vector<std::pair<const char*, double>> terms_of(const TimeBreakdown& t) {
 }
 
 }  // namespace
+
+Layout unpublished_layout() {
+  Layout l;
+  l.vp = 0;
+  l.micro_batch = 0;
+  l.recompute.granularity = RecomputeGranularity::kFull;
+  return l;
+}
 
 std::vector<PublishedRow> published_rows() {
   std::vector<PublishedRow> rows;
@@ -191,25 +202,21 @@ std::vector<RowCheck> check_published(bool search_best, const std::vector<GpuSpe
     cluster.gpu = find_gpu(row.gpu, gpus);
     cluster.gpus_per_node = 8;
     cluster.num_nodes = row.gpus / 8;
-    TrainingSetup setup;
-    setup.global_batch = row.global_batch;
-    setup.fused_attention = row.fused_attention;
-    setup.overlap_tp_comm = row.overlap_tp_comm;
-    setup.overlap_dp_comm = row.overlap_dp_comm;
-    setup.overlap_param_gather = row.overlap_param_gather;
+    const TrainingSetup& setup = row.setup;
+    const Layout& published = row.layout;
 
     SearchSpace fixed;
-    fixed.tp = {row.tp};
-    fixed.pp = {row.pp};
-    if (row.vp) fixed.vp = {row.vp};
-    if (row.micro_batch) fixed.micro_batch = {row.micro_batch};
-    fixed.sequence_parallel = {row.sequence_parallel ? 1 : 0};
-    fixed.recompute = {row.recompute};
-    if (row.recompute == RecomputeGranularity::kFull) {
+    fixed.tp = {published.tp};
+    fixed.pp = {published.pp};
+    if (published.vp) fixed.vp = {published.vp};
+    if (published.micro_batch) fixed.micro_batch = {published.micro_batch};
+    fixed.sequence_parallel = {published.sequence_parallel ? 1 : 0};
+    fixed.recompute = {published.recompute.granularity};
+    if (published.recompute.full()) {
       fixed.method = {RecomputeMethod::kUniform};
       fixed.recompute_layers = {1};
     }
-    fixed.distributed_optimizer = {row.distributed_optimizer ? 1 : 0};
+    fixed.distributed_optimizer = {published.distributed_optimizer ? 1 : 0};
     fixed.uneven_stages = {0};  // the published runs split their layers evenly
     // Unpublished knobs: the fastest choice, fitting or not (the published run did fit).
     SearchResult r = search(row.shape, cluster, setup, fixed, 1);

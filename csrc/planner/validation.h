@@ -16,20 +16,22 @@
 
 namespace loom::planner {
 
+/// A layout with vp and micro_batch 0 (not published) and full recompute: PublishedRow's default.
+Layout unpublished_layout();
+
 struct PublishedRow {
   std::string group;   ///< "fitted", "held-out H100" or "held-out 5B"
   std::string source;  ///< "Korthikanti 2022", "Narayanan 2021", "Megatron-LM README", "NeMo launcher README"
   std::string label;   ///< e.g. "175B full recompute"
   std::string gpu = "A100-80GB";  ///< built-in GPU entry (data/gpus.json)
   ModelShape shape;
-  int gpus = 0, tp = 1, pp = 1, global_batch = 0;
-  int vp = 0;           ///< virtual stages; 0 = not published, the planner chooses
-  int micro_batch = 0;  ///< 0 = not published, the planner chooses
-  bool sequence_parallel = false;
-  RecomputeGranularity recompute = RecomputeGranularity::kFull;  ///< full = uniform, 1 layer per checkpoint
-  bool distributed_optimizer = false;
-  /// The software the run used (TrainingSetup): fused attention, overlapped TP and DP communication.
-  bool fused_attention = false, overlap_tp_comm = false, overlap_dp_comm = false, overlap_param_gather = false;
+  int gpus = 0;
+  /// The published layout: t, p, sequence parallelism, the recompute granularity (full means
+  /// uniform with 1 layer per checkpoint), the distributed optimizer; vp and micro_batch 0 = not
+  /// published, the planner chooses; d follows from `gpus` (the batch is setup.global_batch).
+  Layout layout = unpublished_layout();
+  /// The batch and the software the run used: fused attention, overlapped TP and DP communication.
+  TrainingSetup setup;
   enum class Metric {
     iteration_seconds,       ///< seconds per step
     tflops_per_gpu,          ///< hardware TFLOP/s counting full recompute (Narayanan's 96·B·L·s·h² count)

@@ -93,7 +93,7 @@ train::TaskModel PromptTask::build_model(train::TaskContext& ctx) {
   model.config = train::gpt_config_from_recipe(r_, static_cast<int64_t>(plan_.tokenizer->vocab_size()));
   const generate::FullCheckpoint full =
       generate::read_full_checkpoint(plan_.base.plan.location.checkpoints, plan_.base.plan.info);
-  model.chunks = build_frozen_chunks(full, model.config, *ctx.groups, ctx.shape.v);
+  model.chunks = build_frozen_chunks(full, model.config, *ctx.groups, ctx.layout.vp);
   base_digest_ = parameters_digest(model.chunks);
   base_checkpoint_digest_ = checkpoint_digest(full);
   if (plan_.restored && plan_.restored->base.contains("checkpoint_digest") &&
@@ -130,7 +130,7 @@ void PromptTask::attach_optimizer(train::TaskContext& ctx, train::TaskModel& mod
 
 train::CheckpointLayout PromptTask::checkpoint_layout(const train::TaskContext& ctx,
                                                       const train::TaskModel& model) const {
-  train::CheckpointLayout l = train::checkpoint_layout(ctx.shape, model.config);
+  train::CheckpointLayout l = train::checkpoint_layout(ctx.layout, model.config);
   // A prompt checkpoint names its base and what it trains; a resume must match.
   const auto& p = r_.model.prompt;
   l.model_shape["prompt_learning"] = {
@@ -180,15 +180,15 @@ PromptMicroBatch PromptTask::micro_batch(const train::TaskContext& ctx, const pr
 
 std::vector<train::MicroBatch> PromptTask::step_micro_batches(train::TaskContext& ctx, int64_t step,
                                                               int64_t consumed_samples) {
-  const train::RunShape& s = ctx.shape;
+  const Layout& s = ctx.layout;
   const int64_t stream = r_.trainer.max_steps * s.global_batch;
-  data::PretrainingSampler sampler(stream, consumed_samples, s.micro_batch, ctx.groups->coords().dp, s.d);
+  data::PretrainingSampler sampler(stream, consumed_samples, s.micro_batch, ctx.groups->coords().dp, s.dp);
   std::vector<train::MicroBatch> batches;
-  for (int k = 0; k < s.m; ++k) {
+  for (int k = 0; k < s.micro_batches(); ++k) {
     auto ids = sampler.next();
     if (!ids) throw std::logic_error("prompt learning: the sample stream ended before trainer.max_steps");
     for (auto& i : *ids) i = (*order_)[i];  // stream index -> example
-    const int64_t row = train::micro_batch_global_row(int64_t(k), s.d, ctx.groups->coords().dp, s.micro_batch);
+    const int64_t row = train::micro_batch_global_row(int64_t(k), s.dp, ctx.groups->coords().dp, s.micro_batch);
     batches.push_back(micro_batch(ctx, *plan_.train, *ids, row, true, static_cast<uint64_t>(step)).mb);
   }
   return batches;
@@ -200,11 +200,11 @@ at::Tensor PromptTask::evaluate(train::TaskContext& ctx, train::TaskModel& model
                                 const prompt_data::PromptDataset& dataset, int64_t max_global_batches,
                                 int64_t& batches_done) {
   at::NoGradGuard no_grad;
-  const train::RunShape& s = ctx.shape;
-  const bool last_stage = ctx.groups->coords().pp == s.p - 1;
+  const Layout& s = ctx.layout;
+  const bool last_stage = ctx.groups->coords().pp == s.pp - 1;
   train::ScheduleConfig sc = train::gpt_schedule(model.config, s, ctx.groups->device(), /*forward_only=*/true);
   at::Tensor totals = at::zeros({4}, at::TensorOptions().dtype(at::kDouble).device(ctx.groups->device()));
-  data::PretrainingSampler sampler(dataset.size(), 0, s.micro_batch, ctx.groups->coords().dp, s.d);
+  data::PretrainingSampler sampler(dataset.size(), 0, s.micro_batch, ctx.groups->coords().dp, s.dp);
   model::DropoutContext off;
   off.training = false;
   batches_done = 0;
@@ -215,9 +215,9 @@ at::Tensor PromptTask::evaluate(train::TaskContext& ctx, train::TaskModel& model
                                  dataset.size() % s.global_batch, dataset.size(), s.global_batch));
   for (int64_t g = 0; g < limit; ++g) {
     std::vector<PromptMicroBatch> batches;
-    for (int k = 0; k < s.m; ++k) {
+    for (int k = 0; k < s.micro_batches(); ++k) {
       auto ids = sampler.next();
-      const int64_t row = train::micro_batch_global_row(int64_t(k), s.d, ctx.groups->coords().dp, s.micro_batch);
+      const int64_t row = train::micro_batch_global_row(int64_t(k), s.dp, ctx.groups->coords().dp, s.micro_batch);
       batches.push_back(micro_batch(ctx, dataset, *ids, row, false, 0));
     }
     auto result = train::run_pipeline_schedule(sc, ctx.groups->pipeline_links(), [&](int chunk, int k, const at::Tensor& in) {
@@ -280,7 +280,7 @@ void PromptTask::test(train::TaskContext& ctx, train::TaskModel& model, int64_t 
   const at::Tensor sums = evaluate(ctx, model, *plan_.test, 0, batches).to(at::kCPU);
   if (batches == 0) {
     ctx.log->message(fmt::format("[loom] test: fewer than one global batch ({}) of examples: not evaluated",
-                                 ctx.shape.global_batch));
+                                 ctx.layout.global_batch));
     return;
   }
   const double examples = sums[3].item<double>();

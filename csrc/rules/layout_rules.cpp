@@ -59,7 +59,7 @@ bool sizes_positive(std::vector<Violation>& out, std::initializer_list<std::pair
 
 }  // namespace
 
-std::vector<Violation> tensor_parallel_violations(const ModelDims& m, int64_t t, bool sequence_parallel) {
+std::vector<Violation> tensor_parallel_violations(const ModelShape& m, int64_t t, bool sequence_parallel) {
   std::vector<Violation> out;
   if (!sizes_positive(out, {{kTensor, t}, {kHeads, m.num_attention_heads}})) return out;
   if (m.num_attention_heads % t != 0)
@@ -68,9 +68,9 @@ std::vector<Violation> tensor_parallel_violations(const ModelDims& m, int64_t t,
   if (m.hidden_size % m.num_attention_heads != 0)
     out.push_back(violation(kHidden, fmt::format("expected a multiple of num_attention_heads ({}), found {}",
                                                  m.num_attention_heads, m.hidden_size), {kHeads}));
-  if (m.ffn_hidden_size % t != 0)
+  if (m.ffn() % t != 0)
     out.push_back(violation(kFfn, fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t,
-                                              m.ffn_hidden_size), {kTensor, kHidden}));
+                                              m.ffn()), {kTensor, kHidden}));
   // With t = 1 sequence parallelism splits nothing: Loom, like Megatron-LM, turns it off.
   if (sequence_parallel && t > 1 && m.seq_length % t != 0)
     out.push_back(violation(kSeq, fmt::format("expected a multiple of tensor_model_parallel_size ({}) with "
@@ -226,30 +226,31 @@ std::optional<Violation> interleaving_violation(int64_t num_microbatches, int64_
 
 std::vector<Violation> batch_violations(const LayoutQuery& q) {
   std::vector<Violation> out;
-  if (!sizes_positive(out, {{kNodes, q.num_nodes}, {kDevices, q.devices}, {kTensor, q.tensor},
-                            {kPipeline, q.pipeline}, {kVirtual, q.virtual_stages}, {kMicroBatch, q.micro_batch}}))
+  const Layout& l = q.layout;
+  if (!sizes_positive(out, {{kNodes, q.num_nodes}, {kDevices, q.devices}, {kTensor, l.tp},
+                            {kPipeline, l.pp}, {kVirtual, l.vp}, {kMicroBatch, l.micro_batch}}))
     return out;
-  const int64_t world = q.num_nodes * q.devices, tp = q.tensor * q.pipeline;
+  const int64_t world = q.num_nodes * q.devices, tp = int64_t(l.tp) * l.pp;
   if (world % tp != 0) {
     out.push_back(violation(kDevices,
                             fmt::format("expected the world size num_nodes*devices = {}*{} = {} to be a multiple of "
                                         "tensor_model_parallel_size*pipeline_model_parallel_size = {}*{} = {}, "
-                                        "found remainder {}", q.num_nodes, q.devices, world, q.tensor, q.pipeline, tp,
+                                        "found remainder {}", q.num_nodes, q.devices, world, l.tp, l.pp, tp,
                                         world % tp),
                             {kNodes, kTensor, kPipeline}));
     return out;  // no data-parallel size to check the batch against
   }
-  const int64_t d = world / tp, per_step = q.micro_batch * d;
-  if (q.global_batch % per_step != 0) {
+  const int64_t d = world / tp, per_step = l.micro_batch * d;
+  if (l.global_batch % per_step != 0) {
     out.push_back(violation(kGlobalBatch, fmt::format("expected a multiple of micro_batch_size*data_parallel_size = "
-                                                      "{}*{} = {}, found {}", q.micro_batch, d, per_step,
-                                                      q.global_batch),
+                                                      "{}*{} = {}, found {}", l.micro_batch, d, per_step,
+                                                      l.global_batch),
                             {kNodes, kDevices, kTensor, kPipeline, kMicroBatch}));
     return out;
   }
   const std::string derivation = fmt::format("global_batch_size/(micro_batch_size*data_parallel_size) = {}/({}*{})",
-                                             q.global_batch, q.micro_batch, d);
-  if (auto v = interleaving_violation(q.global_batch / per_step, q.pipeline, q.virtual_stages, derivation))
+                                             l.global_batch, l.micro_batch, d);
+  if (auto v = interleaving_violation(l.global_batch / per_step, l.pp, l.vp, derivation))
     out.push_back(std::move(*v));
   return out;
 }
@@ -294,11 +295,11 @@ std::vector<Violation> recompute_violations(const RecomputeSettings& r, int64_t 
 std::vector<Violation> layout_violations(const LayoutQuery& q) {
   std::vector<Violation> out;
   append(out, batch_violations(q));
-  append(out, tensor_parallel_violations(q.model, q.tensor, q.sequence_parallel));
+  append(out, tensor_parallel_violations(q.model, q.layout.tp, q.layout.sequence_parallel));
   auto pipeline = pipeline_violations(q.split());
   const bool split_ok = pipeline.empty();
   append(out, std::move(pipeline));
-  if (split_ok) append(out, recompute_violations(q.recompute, largest_chunk_layers(q.split()), q.split().uneven()));
+  if (split_ok) append(out, recompute_violations(q.layout.recompute, largest_chunk_layers(q.split()), q.split().uneven()));
   return out;
 }
 

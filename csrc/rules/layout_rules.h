@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "rules/layout.h"
 #include "rules/layout_terms.h"
+#include "rules/model_shape.h"
 
 namespace loom::rules {
 
@@ -22,23 +24,6 @@ struct Violation {
   std::string message;              ///< "expected a multiple of tensor_model_parallel_size (4), found 6"
   std::vector<std::string> reads;   ///< every recipe key the rule read (including `field`)
   std::string text() const { return field + ": " + message; }
-};
-
-/// The model dimensions the rules read (recipe model.* keys).
-struct ModelDims {
-  int64_t num_layers = 1;
-  int64_t hidden_size = 1;
-  int64_t num_attention_heads = 1;
-  int64_t ffn_hidden_size = 4;           ///< resolved (4·hidden when the recipe leaves it null)
-  int64_t seq_length = 1;                ///< encoder_seq_length
-  int64_t max_position_embeddings = 1;
-};
-
-/// How activations are recomputed (model.activations_checkpoint_*); `num_layers` null = unset.
-struct RecomputeSettings {
-  RecomputeGranularity granularity = RecomputeGranularity::kNone;
-  RecomputeMethod method = RecomputeMethod::kNone;
-  std::optional<int64_t> num_layers;
 };
 
 /// How the transformer layers are cut into pipeline stages: p stages of v model chunks each,
@@ -62,26 +47,18 @@ struct LayerRange {
   bool operator==(const LayerRange& o) const { return first == o.first && last == o.last; }
 };
 
-/// A whole training layout: world = trainer.num_nodes × trainer.devices, d = world / (t·p).
+/// A question for the rules: is `layout` legal for `model` on trainer.num_nodes ×
+/// trainer.devices ranks (layout.dp is not read: d = world / (t·p))?
 struct LayoutQuery {
   int64_t num_nodes = 1, devices = 1;    ///< world = num_nodes × devices
-  int64_t tensor = 1;                    ///< t, tensor_model_parallel_size
-  int64_t pipeline = 1;                  ///< p, pipeline_model_parallel_size
-  int64_t virtual_stages = 1;            ///< v, virtual_pipeline_model_parallel_size (1 = none)
-  int64_t micro_batch = 1, global_batch = 1;
-  bool sequence_parallel = false;
-  std::optional<int64_t> first_stage_layers;  ///< model.num_layers_in_first_pipeline_stage
-  std::optional<int64_t> last_stage_layers;   ///< model.num_layers_in_last_pipeline_stage
-  ModelDims model;
-  RecomputeSettings recompute;
-  PipelineSplit split() const {
-    return {model.num_layers, pipeline, virtual_stages, first_stage_layers, last_stage_layers};
-  }
+  Layout layout;
+  ModelShape model;
+  PipelineSplit split() const { return layout.split(model.num_layers); }
 };
 
 /// Tensor parallelism and sequence lengths: heads % t, hidden % heads, ffn % t, s % t under
 /// sequence parallelism (t > 1 only: with t = 1 it is a no-op), s <= max_position_embeddings.
-std::vector<Violation> tensor_parallel_violations(const ModelDims& m, int64_t t, bool sequence_parallel);
+std::vector<Violation> tensor_parallel_violations(const ModelShape& m, int64_t t, bool sequence_parallel);
 
 /// Pipeline split: v > 1 needs p > 1. Even (neither end stage set): num_layers % (p·v) == 0.
 /// Uneven (Megatron-Core's rules): p > 1; each set size >= 1 and a multiple of v; the S stages

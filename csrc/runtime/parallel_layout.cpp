@@ -6,7 +6,7 @@
 namespace loom::runtime {
 
 ParallelLayout::ParallelLayout(int world_size, int tensor_parallel, int pipeline_parallel)
-    : world_(world_size), t_(tensor_parallel), p_(pipeline_parallel), d_(0) {
+    : world_(world_size) {
   auto positive = [](int v, const char* name) {
     if (v < 1) {
       throw std::invalid_argument(std::string(name) + " must be >= 1, got " + std::to_string(v));
@@ -21,7 +21,9 @@ ParallelLayout::ParallelLayout(int world_size, int tensor_parallel, int pipeline
         " is not divisible by tensor_model_parallel_size × pipeline_model_parallel_size = " +
         std::to_string(tensor_parallel) + " × " + std::to_string(pipeline_parallel));
   }
-  d_ = world_size / (tensor_parallel * pipeline_parallel);
+  sizes_.tp = tensor_parallel;
+  sizes_.pp = pipeline_parallel;
+  sizes_.dp = world_size / (tensor_parallel * pipeline_parallel);
 }
 
 RankCoords ParallelLayout::coords(int rank) const {
@@ -29,37 +31,37 @@ RankCoords ParallelLayout::coords(int rank) const {
     throw std::out_of_range("rank " + std::to_string(rank) + " outside world of " +
                             std::to_string(world_));
   }
-  return {rank % t_, (rank / t_) % d_, rank / (t_ * d_)};
+  return {rank % sizes_.tp, (rank / sizes_.tp) % sizes_.dp, rank / (sizes_.tp * sizes_.dp)};
 }
 
-int ParallelLayout::rank_of(const RankCoords& c) const { return c.tp + t_ * (c.dp + d_ * c.pp); }
+int ParallelLayout::rank_of(const RankCoords& c) const { return c.tp + sizes_.tp * (c.dp + sizes_.dp * c.pp); }
 
 std::vector<int> ParallelLayout::tensor_group(int rank) const {
   RankCoords c = coords(rank);
   std::vector<int> g;
-  for (int i = 0; i < t_; ++i) g.push_back(rank_of({i, c.dp, c.pp}));
+  for (int i = 0; i < sizes_.tp; ++i) g.push_back(rank_of({i, c.dp, c.pp}));
   return g;
 }
 
 std::vector<int> ParallelLayout::data_group(int rank) const {
   RankCoords c = coords(rank);
   std::vector<int> g;
-  for (int i = 0; i < d_; ++i) g.push_back(rank_of({c.tp, i, c.pp}));
+  for (int i = 0; i < sizes_.dp; ++i) g.push_back(rank_of({c.tp, i, c.pp}));
   return g;
 }
 
 std::vector<int> ParallelLayout::pipeline_group(int rank) const {
   RankCoords c = coords(rank);
   std::vector<int> g;
-  for (int i = 0; i < p_; ++i) g.push_back(rank_of({c.tp, c.dp, i}));
+  for (int i = 0; i < sizes_.pp; ++i) g.push_back(rank_of({c.tp, c.dp, i}));
   return g;
 }
 
 std::vector<int> ParallelLayout::model_parallel_group(int rank) const {
   RankCoords c = coords(rank);
   std::vector<int> g;
-  for (int pp = 0; pp < p_; ++pp) {
-    for (int tp = 0; tp < t_; ++tp) g.push_back(rank_of({tp, c.dp, pp}));
+  for (int pp = 0; pp < sizes_.pp; ++pp) {
+    for (int tp = 0; tp < sizes_.tp; ++tp) g.push_back(rank_of({tp, c.dp, pp}));
   }
   std::sort(g.begin(), g.end());
   return g;
@@ -105,8 +107,8 @@ std::vector<std::vector<int>> ParallelLayout::all_embedding_groups() const {
 }
 
 std::string ParallelLayout::describe() const {
-  return "world " + std::to_string(world_) + " = tensor " + std::to_string(t_) + " × data " +
-         std::to_string(d_) + " × pipeline " + std::to_string(p_);
+  return "world " + std::to_string(world_) + " = tensor " + std::to_string(sizes_.tp) + " × data " +
+         std::to_string(sizes_.dp) + " × pipeline " + std::to_string(sizes_.pp);
 }
 
 }  // namespace loom::runtime

@@ -6,14 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "rules/layout.h"
+
 namespace loom::runtime {
 
+/// One rank's coordinates in the layout.
 struct RankCoords {
   int tp = 0;  ///< tensor-parallel rank
   int dp = 0;  ///< data-parallel rank
   int pp = 0;  ///< pipeline stage
 };
 
+/// The rank map of a loom::Layout's t, p and d over a world of t·p·d ranks.
 class ParallelLayout {
  public:
   /// Throws std::invalid_argument naming the size when world, t or p is < 1 or
@@ -21,9 +25,11 @@ class ParallelLayout {
   ParallelLayout(int world_size, int tensor_parallel, int pipeline_parallel);
 
   int world_size() const { return world_; }
-  int tensor_parallel() const { return t_; }
-  int pipeline_parallel() const { return p_; }
-  int data_parallel() const { return d_; }
+  int tensor_parallel() const { return sizes_.tp; }
+  int pipeline_parallel() const { return sizes_.pp; }
+  int data_parallel() const { return sizes_.dp; }
+  /// The layout's sizes: tp, pp and dp set, every other field at its default.
+  const Layout& sizes() const { return sizes_; }
 
   RankCoords coords(int rank) const;
   int rank_of(const RankCoords& c) const;
@@ -47,7 +53,8 @@ class ParallelLayout {
   std::string describe() const;  ///< "world 16 = tensor 2 × data 4 × pipeline 2"
 
  private:
-  int world_, t_, p_, d_;
+  int world_;
+  Layout sizes_;
 };
 
 }  // namespace loom::runtime

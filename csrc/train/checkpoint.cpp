@@ -55,20 +55,20 @@ std::map<std::string, at::Tensor> tensor_map(const c10::IValue& v, const std::st
   return out;
 }
 
-nlohmann::json optional_int(const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+nlohmann::json optional_int(const std::optional<int>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
 nlohmann::json layout_json(const CheckpointLayout& l) {
-  nlohmann::json out = {{"tensor_model_parallel_size", l.tensor_parallel},
-                        {"pipeline_model_parallel_size", l.pipeline_parallel},
-                        {"virtual_pipeline_model_parallel_size", l.virtual_stages},
-                        {"data_parallel_size", l.data_parallel},
+  nlohmann::json out = {{"tensor_model_parallel_size", l.parallel.tp},
+                        {"pipeline_model_parallel_size", l.parallel.pp},
+                        {"virtual_pipeline_model_parallel_size", l.parallel.vp},
+                        {"data_parallel_size", l.parallel.dp},
                         {"model", l.model_shape}};
   // Per-stage layers (docs/design/formats.md, "Checkpoints"): written always, so a reader sees
   // which layers each mp_rank_TT_PPP shard holds without redoing the split.
   if (!l.stage_layers.empty()) {
     out["stage_layers"] = l.stage_layers;
-    out["num_layers_in_first_pipeline_stage"] = optional_int(l.first_stage_layers);
-    out["num_layers_in_last_pipeline_stage"] = optional_int(l.last_stage_layers);
+    out["num_layers_in_first_pipeline_stage"] = optional_int(l.parallel.first_stage_layers);
+    out["num_layers_in_last_pipeline_stage"] = optional_int(l.parallel.last_stage_layers);
   }
   return out;
 }

@@ -22,23 +22,22 @@
 #include <string>
 #include <vector>
 
+#include "rules/layout.h"
 #include "runtime/process_groups.h"
 #include "train/checkpoint_files.h"
 
 namespace loom::train {
 
-/// The layout a checkpoint was written under; loading needs the same t, p, v (d may differ:
-/// optimizer state is stored per whole parameter).
+/// What a checkpoint records of the run that wrote it; loading needs the same t, p, v (d may
+/// differ: optimizer state is stored per whole parameter).
 struct CheckpointLayout {
-  int tensor_parallel = 1;
-  int pipeline_parallel = 1;
-  int virtual_stages = 1;
-  int data_parallel = 1;
+  /// The run's layout: tp, pp, vp, dp and the uneven end stages are written (null: an even
+  /// share); the batch and recompute fields are not part of a checkpoint.
+  Layout parallel;
   nlohmann::json model_shape;  ///< num_layers, hidden_size, ... (must match too)
-  /// Transformer layers of each pipeline stage (p entries; rules::stage_layer_counts), and the
-  /// recipe's uneven end stages (null: an even share). A resume needs the same stage_layers.
+  /// Transformer layers of each pipeline stage (p entries; rules::stage_layer_counts). A resume
+  /// needs the same stage_layers.
   std::vector<int64_t> stage_layers;
-  std::optional<int64_t> first_stage_layers, last_stage_layers;
 };
 
 /// What one model-parallel rank saves and restores.

@@ -14,14 +14,14 @@ at::Tensor device_zeros(int64_t n, at::Device device) {
 
 }  // namespace
 
-ScheduleConfig gpt_schedule(const model::GptConfig& config, const RunShape& shape,
+ScheduleConfig gpt_schedule(const model::GptConfig& config, const Layout& layout,
                             at::Device device, bool forward_only) {
   ScheduleConfig sc;
-  sc.num_microbatches = shape.m;
-  sc.virtual_stages = shape.v;
+  sc.num_microbatches = static_cast<int>(layout.micro_batches());
+  sc.virtual_stages = layout.vp;
   sc.forward_only = forward_only;
   const bool sp = config.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
-  sc.activation_shape = {sp ? config.seq_length / shape.t : config.seq_length, shape.micro_batch,
+  sc.activation_shape = {sp ? config.seq_length / layout.tp : config.seq_length, layout.micro_batch,
                          config.hidden_size};
   sc.activation_dtype = model::scalar_type(config.params_dtype);
   sc.activation_device = device;
@@ -29,15 +29,15 @@ ScheduleConfig gpt_schedule(const model::GptConfig& config, const RunShape& shap
 }
 
 GptStep::GptStep(const std::vector<model::GptStage>& chunks, runtime::ProcessGroups& groups,
-                 const RunShape& shape)
+                 const Layout& layout)
     : chunks_(chunks),
       groups_(groups),
-      shape_(shape),
-      last_stage_(groups.coords().pp == shape.p - 1) {
+      layout_(layout),
+      last_stage_(groups.coords().pp == layout.pp - 1) {
   if (chunks_.empty()) throw std::invalid_argument("GptStep: this rank holds no model chunk");
   const auto& config = chunks_.front().config();
-  train_schedule_ = gpt_schedule(config, shape_, groups_.device(), false);
-  eval_schedule_ = gpt_schedule(config, shape_, groups_.device(), true);
+  train_schedule_ = gpt_schedule(config, layout_, groups_.device(), false);
+  eval_schedule_ = gpt_schedule(config, layout_, groups_.device(), true);
 }
 
 at::Tensor GptStep::forward(int chunk, const MicroBatch& mb, const at::Tensor& input,
@@ -64,7 +64,7 @@ at::Tensor GptStep::forward(int chunk, const MicroBatch& mb, const at::Tensor& i
 at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
                           const model::DropoutContext& dropout, const at::Tensor& loss_scale,
                           const std::function<void()>& after_backward) {
-  if (static_cast<int>(batches.size()) != shape_.m)
+  if (static_cast<int64_t>(batches.size()) != layout_.micro_batches())
     throw std::logic_error("GptStep::train: expected one micro-batch per schedule slot");
   const at::Device device = groups_.device();
   if (last_stage_) {
@@ -72,7 +72,7 @@ at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
     for (const auto& mb : batches) tokens += mb.loss_mask.sum().to(at::kDouble);
     groups_.data().all_reduce(tokens);
     // d / tokens rounded once to float32, as a host scalar would be.
-    token_scale_ = (double(shape_.d) / tokens.clamp_min(1.0)).to(at::kFloat).squeeze();
+    token_scale_ = (double(layout_.dp) / tokens.clamp_min(1.0)).to(at::kFloat).squeeze();
   }
   // Rounded to fp32 once, as a host scalar would be when it multiplies the fp32 loss.
   loss_scale_ = loss_scale.defined() ? loss_scale.to(at::kFloat) : at::Tensor();
@@ -88,7 +88,7 @@ at::Tensor GptStep::train(const std::vector<MicroBatch>& batches,
   at::Tensor loss = device_zeros(1, device);
   if (last_stage_) {
     for (const auto& l : result.losses) loss += l.to(at::kDouble);
-    loss /= loss_scale.defined() ? loss_scale * double(shape_.d) : at::scalar_tensor(double(shape_.d), loss.options());
+    loss /= loss_scale.defined() ? loss_scale * double(layout_.dp) : at::scalar_tensor(double(layout_.dp), loss.options());
     groups_.data().all_reduce(loss);
   }
   groups_.pipeline().all_reduce(loss);

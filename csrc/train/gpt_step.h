@@ -22,17 +22,17 @@
 
 namespace loom::train {
 
-/// The pipeline schedule of a step of `config`'s model at `shape`: activations
+/// The pipeline schedule of a step of `config`'s model at `layout`: activations
 /// [s/t under sequence parallelism, else s, micro_batch, hidden] of the model's dtype on
 /// `device`.
-ScheduleConfig gpt_schedule(const model::GptConfig& config, const RunShape& shape,
+ScheduleConfig gpt_schedule(const model::GptConfig& config, const Layout& layout,
                             at::Device device, bool forward_only);
 
 class GptStep {
  public:
   /// `chunks` and `groups` must outlive the step.
   GptStep(const std::vector<model::GptStage>& chunks, runtime::ProcessGroups& groups,
-          const RunShape& shape);
+          const Layout& layout);
 
   /// Forward and backward of one training step over this data-parallel rank's m micro-batches,
   /// dropout keyed by `dropout` (seed, step, global batch); the loss is multiplied by
@@ -57,7 +57,7 @@ class GptStep {
 
   const std::vector<model::GptStage>& chunks_;
   runtime::ProcessGroups& groups_;
-  RunShape shape_;
+  Layout layout_;
   bool last_stage_;
   ScheduleConfig train_schedule_, eval_schedule_;
   at::Tensor token_scale_;  ///< d / (global batch tokens), float32 0-dim, per training step

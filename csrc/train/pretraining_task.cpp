@@ -45,7 +45,7 @@ class PretrainingTask : public TrainingTask {
   }
 
  private:
-  StepSampleIds next_sample_ids(const RunShape& shape, data::PretrainingSampler& sampler) const;
+  StepSampleIds next_sample_ids(const Layout& layout, data::PretrainingSampler& sampler) const;
   StepSampleIds train_sample_ids(const TaskContext& ctx, int64_t consumed_samples) const;
   std::vector<MicroBatch> micro_batches(const TaskContext& ctx, const StepSamples& samples) const;
 
@@ -55,7 +55,7 @@ class PretrainingTask : public TrainingTask {
 };
 
 void PretrainingTask::prepare_data(TaskContext& ctx) {
-  const RunShape& s = ctx.shape;
+  const Layout& s = ctx.layout;
   const int64_t train_samples = r_.trainer.max_steps * s.global_batch;
   const int64_t valid_samples = std::max<int64_t>(1, r_.trainer.limit_val_batches) * s.global_batch;
   auto cfg = gpt_data_config(r_, train_samples, valid_samples, (fs::path(ctx.dir->run_dir()) / "index_cache").string());
@@ -67,13 +67,13 @@ void PretrainingTask::prepare_data(TaskContext& ctx) {
   if (!datasets_.train) throw std::invalid_argument("model.data.splits_string gives no training data");
   train_samples_ = std::make_unique<SamplePrefetcher>(*datasets_.train, r_.model.data.num_workers);
   ctx.log->message(fmt::format("[loom] data: {} training samples, {} validation samples of {} tokens",
-                               datasets_.train->size(), datasets_.valid ? datasets_.valid->size() : 0, s.seq_length));
+                               datasets_.train->size(), datasets_.valid ? datasets_.valid->size() : 0, r_.model.data.seq_length));
 }
 
 TaskModel PretrainingTask::build_model(TaskContext& ctx) {
   TaskModel model;
   model.config = gpt_config_from_recipe(r_, data::recipe_vocab_size(r_.model.tokenizer));
-  model.chunks = build_model_chunks(model.config, *ctx.groups, ctx.shape.v, ctx.groups->device());
+  model.chunks = build_model_chunks(model.config, *ctx.groups, ctx.layout.vp, ctx.groups->device());
   model.trainable = chunk_parameters(model.chunks);
   return model;
 }
@@ -88,9 +88,9 @@ void PretrainingTask::attach_optimizer(TaskContext& ctx, TaskModel& model, optim
 }
 
 // This rank's sample ids of up to m micro-batches (fewer where the data ends).
-StepSampleIds PretrainingTask::next_sample_ids(const RunShape& shape, data::PretrainingSampler& sampler) const {
+StepSampleIds PretrainingTask::next_sample_ids(const Layout& layout, data::PretrainingSampler& sampler) const {
   StepSampleIds ids;
-  for (int k = 0; k < shape.m; ++k) {
+  for (int k = 0; k < layout.micro_batches(); ++k) {
     auto next = sampler.next();
     if (!next) break;
     ids.push_back(std::move(*next));
@@ -99,16 +99,16 @@ StepSampleIds PretrainingTask::next_sample_ids(const RunShape& shape, data::Pret
 }
 
 StepSampleIds PretrainingTask::train_sample_ids(const TaskContext& ctx, int64_t consumed_samples) const {
-  data::PretrainingSampler sampler(datasets_.train->size(), consumed_samples, ctx.shape.micro_batch,
-                                   ctx.groups->coords().dp, ctx.shape.d);
-  return next_sample_ids(ctx.shape, sampler);
+  data::PretrainingSampler sampler(datasets_.train->size(), consumed_samples, ctx.layout.micro_batch,
+                                   ctx.groups->coords().dp, ctx.layout.dp);
+  return next_sample_ids(ctx.layout, sampler);
 }
 
 std::vector<MicroBatch> PretrainingTask::micro_batches(const TaskContext& ctx, const StepSamples& samples) const {
   std::vector<MicroBatch> out;
   const int dp_rank = ctx.groups->coords().dp;
   for (size_t k = 0; k < samples.size(); ++k) {
-    const int64_t row = micro_batch_global_row(int64_t(k), ctx.shape.d, dp_rank, ctx.shape.micro_batch);
+    const int64_t row = micro_batch_global_row(int64_t(k), ctx.layout.dp, dp_rank, ctx.layout.micro_batch);
     out.push_back(make_micro_batch(samples[k], row, ctx.groups->device()));
   }
   return out;
@@ -116,10 +116,10 @@ std::vector<MicroBatch> PretrainingTask::micro_batches(const TaskContext& ctx, c
 
 std::vector<MicroBatch> PretrainingTask::step_micro_batches(TaskContext& ctx, int64_t step, int64_t consumed_samples) {
   const StepSampleIds ids = train_sample_ids(ctx, consumed_samples);
-  if (int(ids.size()) != ctx.shape.m) throw std::runtime_error("training data exhausted");
+  if (int(ids.size()) != ctx.layout.micro_batches()) throw std::runtime_error("training data exhausted");
   auto batches = micro_batches(ctx, train_samples_->take(ids));
   // model.data.num_workers threads read the next step's samples while this one computes.
-  const int64_t next = consumed_samples + ctx.shape.global_batch;
+  const int64_t next = consumed_samples + ctx.layout.global_batch;
   if (step + 1 < r_.trainer.max_steps && next < datasets_.train->size())
     train_samples_->prefetch(train_sample_ids(ctx, next));
   return batches;
@@ -127,14 +127,14 @@ std::vector<MicroBatch> PretrainingTask::step_micro_batches(TaskContext& ctx, in
 
 std::optional<double> PretrainingTask::validate(TaskContext& ctx, TaskModel& model, int64_t step) {
   const auto start = Clock::now();
-  const RunShape& s = ctx.shape;
-  data::PretrainingSampler sampler(datasets_.valid->size(), 0, s.micro_batch, ctx.groups->coords().dp, s.d);
+  const Layout& s = ctx.layout;
+  data::PretrainingSampler sampler(datasets_.valid->size(), 0, s.micro_batch, ctx.groups->coords().dp, s.dp);
   at::Tensor totals = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(ctx.groups->device()));
   int64_t batches_done = 0;
   at::NoGradGuard no_grad;
   for (int64_t b = 0; b < r_.trainer.limit_val_batches; ++b) {
     auto batches = micro_batches(ctx, read_step_samples(*datasets_.valid, next_sample_ids(s, sampler), 1));
-    if (int(batches.size()) != s.m) break;
+    if (int(batches.size()) != s.micro_batches()) break;
     totals += ctx.step->evaluate(batches);
     ++batches_done;
   }

@@ -22,19 +22,6 @@ runtime::ProcessGroupOptions process_group_options(const config::Recipe& recipe,
   return pg;
 }
 
-RunShape run_shape(const config::Recipe& r) {
-  RunShape s;
-  s.t = int(r.model.tensor_model_parallel_size);
-  s.p = int(r.model.pipeline_model_parallel_size);
-  s.v = int(config::virtual_pipeline_size(r));
-  s.d = int(config::data_parallel_size(r));
-  s.m = int(config::num_microbatches(r));
-  s.micro_batch = r.model.micro_batch_size;
-  s.global_batch = r.model.global_batch_size;
-  s.seq_length = r.model.data.seq_length;
-  return s;
-}
-
 optim::OptimizerOptions optimizer_options(const config::Recipe& r) {
   optim::OptimizerOptions o;
   o.adamw.beta1 = r.model.optim.betas[0];

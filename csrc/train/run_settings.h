@@ -1,28 +1,19 @@
 // A validated recipe translated once into the settings of the training run's parts: the
-// parallel shape of a step, the optimizer, the learning-rate schedule and the datasets.
+// process groups, the optimizer, the learning-rate schedule and the datasets (the parallel
+// layout of a step is config::recipe_layout, a loom::Layout).
 // Each part then reads its own settings, never the raw recipe.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "config/recipe.h"
+#include "rules/layout.h"
 #include "data/gpt_data_factory.h"
 #include "runtime/process_groups.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 
 namespace loom::train {
-
-/// Sizes of one training step (docs/design/parallel_layout.md): t tensor, p pipeline, v virtual stages,
-/// d data-parallel ranks, m micro-batches of `micro_batch` samples per pipeline and step.
-struct RunShape {
-  int t = 1, p = 1, v = 1, d = 1, m = 1;
-  int64_t micro_batch = 1;
-  int64_t global_batch = 1;
-  int64_t seq_length = 1;
-};
-
-RunShape run_shape(const config::Recipe& recipe);
 
 /// The process groups of the recipe's layout for the rank with `local_rank` on its node: t, p,
 /// model.collective_timeout_s, and the device trainer.accelerator names (select_run_device:

@@ -28,9 +28,9 @@ struct StepLogConfig {
   int64_t max_steps = 1;
   int64_t print_every = 1;         ///< trainer.log_every_n_steps (also the flush interval)
   int64_t tokens_per_step = 1;     ///< global batch × sequence length
-  double model_flops_per_step = 0;  ///< train/flops.h
+  double model_flops_per_step = 0;  ///< train::model_flops_per_step (model_setup.h)
   int world_size = 1;
-  std::optional<double> peak_tflops;  ///< the device's, for MFU; none on CPUs
+  std::optional<double> peak_tflops;  ///< the device's (planner::peak_tflops_for_device), for MFU; none on CPUs
   /// trainer.max_time in seconds: records then carry max_time_left_s (measured from when the
   /// log was made, so slightly less than the step loop's own clock allows).
   std::optional<double> max_time_s;

@@ -10,10 +10,11 @@
 #include "config/derived.h"
 #include "launch/env_rendezvous.h"
 #include "launch/local_launcher.h"
+#include "planner/hardware.h"
 #include "runtime/error_text.h"
 #include "train/device_info.h"
-#include "train/flops.h"
 #include "train/gpt_step.h"
+#include "train/model_setup.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 #include "train/step_log.h"
@@ -110,7 +111,7 @@ int TrainingLoop::run() {
 
 void TrainingLoop::start() {
   const auto info = launch::rendezvous_from_env();
-  ctx_.shape = run_shape(r_);
+  ctx_.layout = config::recipe_layout(r_);
   // Before anything in the run directory is touched: one run per directory.
   dir_ = std::make_unique<RunDirectory>(run_directory_options(r_, task_.command(), options_.resume_iteration),
                                         info.rank == 0);
@@ -123,9 +124,9 @@ void TrainingLoop::start() {
   ctx_.groups = groups_.get();
   ctx_.dir = dir_.get();
   ctx_.log = log_.get();
-  const RunShape& s = ctx_.shape;
+  const Layout& s = ctx_.layout;
   log_->message(fmt::format("[loom] {}{} | t={} p={} v={} d={} | {} micro-batches of {} per step", task_.run_label(),
-                            groups_->layout().describe(), s.t, s.p, s.v, s.d, s.m, s.micro_batch));
+                            groups_->layout().describe(), s.tp, s.pp, s.vp, s.dp, s.micro_batches(), s.micro_batch));
   log_->message("[loom] device: " + session.device.describe());
 }
 
@@ -135,25 +136,22 @@ void TrainingLoop::build_model() {
   scheduler_ = std::make_unique<optim::LrScheduler>(lr_schedule_config(r_));
   if (r_.trainer.precision == config::Precision::kFp16)
     scaler_ = std::make_unique<optim::LossScaler>(optim::LossScalerConfig{}, groups_->device());
-  step_ = std::make_unique<GptStep>(model_.chunks, *groups_, ctx_.shape);
+  step_ = std::make_unique<GptStep>(model_.chunks, *groups_, ctx_.layout);
   ctx_.step = step_.get();
   step_log_ = std::make_unique<StepLog>(step_log_config(), *groups_, ctx_.is_rank0() ? log_.get() : nullptr);
   task_.attach_optimizer(ctx_, model_, *optimizer_);
 }
 
 StepLogConfig TrainingLoop::step_log_config() const {
-  const RunShape& s = ctx_.shape;
+  const Layout& s = ctx_.layout;
   StepLogConfig lc;
   lc.max_steps = r_.trainer.max_steps;
   lc.print_every = r_.trainer.log_every_n_steps;
-  lc.tokens_per_step = s.global_batch * s.seq_length;
-  lc.model_flops_per_step = model_flops_per_iteration({s.global_batch, s.seq_length, model_.config.hidden_size,
-                                                       model_.config.num_layers,
-                                                       model_.chunks.front().padded_vocab_size()}) *
-                            model_.flops_fraction;
+  lc.tokens_per_step = s.global_batch * r_.model.data.seq_length;
+  lc.model_flops_per_step = model_flops_per_step(model_.config, s) * model_.flops_fraction;
   lc.world_size = groups_->layout().world_size();
   // MFU needs the accelerator's peak; CPUs have no entry in the table, so no MFU there.
-  lc.peak_tflops = peak_tflops_for_device(accelerator_name(groups_->device()));
+  lc.peak_tflops = planner::peak_tflops_for_device(accelerator_name(groups_->device()));
   if (r_.trainer.max_time)
     if (const auto seconds = config::parse_max_time(*r_.trainer.max_time)) lc.max_time_s = double(*seconds);
   return lc;
@@ -172,7 +170,7 @@ void TrainingLoop::resume() {
 void TrainingLoop::train_step(int64_t step) {
   const auto start = Clock::now();
   step_log_->begin_step();
-  const RunShape& s = ctx_.shape;
+  const Layout& s = ctx_.layout;
   const std::vector<MicroBatch> batches = task_.step_micro_batches(ctx_, step, position_.consumed_samples);
 
   model::DropoutContext dropout;
@@ -180,7 +178,7 @@ void TrainingLoop::train_step(int64_t step) {
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = s.global_batch;
   dropout.training = true;
-  optimizer_->start_iteration(s.m);  // arms model.optim.overlap_grad_sync
+  optimizer_->start_iteration(s.micro_batches());  // arms model.optim.overlap_grad_sync
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(),
                                  [&] { optimizer_->accumulate_grads(); });
   const optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
@@ -202,7 +200,7 @@ void TrainingLoop::save(int64_t iteration) {
   step_log_->flush();  // a non-finite loss stops the run before it is saved
   optimizer_->wait_for_params();
   dir_->save(iteration, task_.checkpoint_layout(ctx_, model_), [&] {
-    return capture_training_state(parts(), position_, groups_->coords().tp, ctx_.shape.t);
+    return capture_training_state(parts(), position_, groups_->coords().tp, ctx_.layout.tp);
   });
 }
 

@@ -35,7 +35,7 @@ struct TrainingParts {
 };
 
 /// The layout and model shape a checkpoint of this run records (and a resume must match).
-CheckpointLayout checkpoint_layout(const RunShape& shape, const model::GptConfig& config);
+CheckpointLayout checkpoint_layout(const Layout& layout, const model::GptConfig& config);
 
 /// This rank's state at `position`. Collective over the data-parallel group (the distributed
 /// optimizer gathers its shards). `tp_rank` of `t`: where each tensor-parallel shard sits.

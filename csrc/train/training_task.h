@@ -33,7 +33,7 @@ class Optimizer;
 /// The parts of the run a task may use; each pointer is set once the loop has built the part
 /// (groups, dir and log before prepare_data; step after build_model).
 struct TaskContext {
-  RunShape shape;
+  Layout layout;  ///< the run's parallel layout (config::recipe_layout)
   runtime::ProcessGroups* groups = nullptr;
   RunDirectory* dir = nullptr;
   MetricsLog* log = nullptr;
@@ -50,7 +50,7 @@ struct TaskModel {
   model::ParamList trainable;
   /// Whether a checkpoint holds `trainable` only (TrainingParts::params) rather than the chunks.
   bool checkpoint_trainable_only = false;
-  /// A step's model FLOPs as a fraction of a training iteration's (train/flops.h): 1, or 2/3
+  /// A step's model FLOPs as a fraction of a training iteration's (train::model_flops_per_step): 1, or 2/3
   /// when the chunks are frozen (forward and the input-gradient half of backward).
   double flops_fraction = 1.0;
 };
@@ -75,12 +75,12 @@ class TrainingTask {
   virtual void attach_optimizer(TaskContext& ctx, TaskModel& model, optim::Optimizer& optimizer) = 0;
   /// What a checkpoint of this run records as its layout and shape (a resume must match).
   virtual CheckpointLayout checkpoint_layout(const TaskContext& ctx, const TaskModel& model) const {
-    return train::checkpoint_layout(ctx.shape, model.config);
+    return train::checkpoint_layout(ctx.layout, model.config);
   }
   /// After a checkpoint was restored (e.g. reading what the task keeps beside it).
   virtual void after_resume(TaskContext& ctx) {}
 
-  /// This rank's shape.m micro-batches of 0-based step `step`, which starts after
+  /// This rank's layout.micro_batches() of 0-based step `step`, which starts after
   /// `consumed_samples` samples of the run.
   virtual std::vector<MicroBatch> step_micro_batches(TaskContext& ctx, int64_t step, int64_t consumed_samples) = 0;
   /// Whether the run has validation data to score (else validate() is never called).

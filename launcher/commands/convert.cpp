@@ -84,7 +84,7 @@ int import_hf(const ConvertFlags& f) {
   request.layout = f.layout;
   const auto result = loom::convert::import_hf(request);
   std::cerr << fmt::format("loom convert: {} written to {} as iteration 0 at t={} p={} v={} d={}\n", result.weights_file,
-                           f.output, result.layout.t, result.layout.p, result.layout.v, result.layout.d);
+                           f.output, result.layout.tp, result.layout.pp, result.layout.vp, result.layout.dp);
   return 0;
 }
 
@@ -110,7 +110,7 @@ int reshard(const ConvertFlags& f) {
   line.end_line();
   std::cerr << fmt::format("loom convert: iteration {} rewritten from t={} p={} v={} d={} to t={} p={} v={} d={}{} in {} "
                            "({} source shard reads)\n",
-                           r.iteration, r.from.t, r.from.p, r.from.v, r.from.d, r.to.t, r.to.p, r.to.v, r.to.d,
+                           r.iteration, r.from.tp, r.from.pp, r.from.vp, r.from.dp, r.to.tp, r.to.pp, r.to.vp, r.to.dp,
                            r.to.distributed_optimizer ? " with the distributed optimizer" : "", f.output, r.files_read);
   return 0;
 }

@@ -17,10 +17,10 @@ LayoutQuery base() {
   LayoutQuery q;
   q.num_nodes = 1;
   q.devices = 8;
-  q.tensor = 2;
-  q.pipeline = 2;
-  q.micro_batch = 2;
-  q.global_batch = 16;
+  q.layout.tp = 2;
+  q.layout.pp = 2;
+  q.layout.micro_batch = 2;
+  q.layout.global_batch = 16;
   q.model = {8, 64, 4, 256, 32, 32};
   return q;
 }
@@ -39,111 +39,111 @@ struct Row {
 
 const Row kTable[] = {
     {"the base layout", [](LayoutQuery&) {}, {}},
-    {"interleaved, micro-batches a multiple of p", [](LayoutQuery& q) { q.virtual_stages = 2; q.global_batch = 16; }, {}},
-    {"sequence parallel, s % t == 0", [](LayoutQuery& q) { q.sequence_parallel = true; }, {}},
+    {"interleaved, micro-batches a multiple of p", [](LayoutQuery& q) { q.layout.vp = 2; q.layout.global_batch = 16; }, {}},
+    {"sequence parallel, s % t == 0", [](LayoutQuery& q) { q.layout.sequence_parallel = true; }, {}},
     {"sequence parallel at t=1 is a no-op, any s", [](LayoutQuery& q) {
-       q.sequence_parallel = true; q.tensor = 1; q.model.seq_length = 31; q.global_batch = 8; }, {}},
-    {"selective recompute", [](LayoutQuery& q) { q.recompute.granularity = RecomputeGranularity::kSelective; }, {}},
+       q.layout.sequence_parallel = true; q.layout.tp = 1; q.model.seq_length = 31; q.layout.global_batch = 8; }, {}},
+    {"selective recompute", [](LayoutQuery& q) { q.layout.recompute.granularity = RecomputeGranularity::kSelective; }, {}},
     {"selective with NeMo's block/0 spelling", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kSelective, RecomputeMethod::kBlock, 0}; }, {}},
+       q.layout.recompute = {RecomputeGranularity::kSelective, RecomputeMethod::kBlock, 0}; }, {}},
     {"full uniform, 3 layers per group of a 4-layer chunk (last group shorter)", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 3}; }, {}},
+       q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 3}; }, {}},
     {"full block with 0 layers (nothing recomputed)", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 0}; }, {}},
+       q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 0}; }, {}},
     {"full block with the whole chunk", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 4}; }, {}},
-    {"uneven first stage, p=2 (3 + 5)", [](LayoutQuery& q) { q.first_stage_layers = 3; }, {}},
-    {"uneven last stage, p=2 (6 + 2)", [](LayoutQuery& q) { q.last_stage_layers = 2; }, {}},
+       q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 4}; }, {}},
+    {"uneven first stage, p=2 (3 + 5)", [](LayoutQuery& q) { q.layout.first_stage_layers = 3; }, {}},
+    {"uneven last stage, p=2 (6 + 2)", [](LayoutQuery& q) { q.layout.last_stage_layers = 2; }, {}},
     {"both end stages set at p=2, summing to num_layers", [](LayoutQuery& q) {
-       q.first_stage_layers = 3; q.last_stage_layers = 5; }, {}},
+       q.layout.first_stage_layers = 3; q.layout.last_stage_layers = 5; }, {}},
     {"p=4 with 1 + 3 + 3 + 1 layers", [](LayoutQuery& q) {
-       q.pipeline = 4; q.first_stage_layers = 1; q.last_stage_layers = 1; }, {}},
+       q.layout.pp = 4; q.layout.first_stage_layers = 1; q.layout.last_stage_layers = 1; }, {}},
     {"44 layers on p=8 as 5 + 6x6 + 3", [](LayoutQuery& q) {
-       q.tensor = 1; q.pipeline = 8; q.model.num_layers = 44; q.first_stage_layers = 5; q.last_stage_layers = 3; }, {}},
+       q.layout.tp = 1; q.layout.pp = 8; q.model.num_layers = 44; q.layout.first_stage_layers = 5; q.layout.last_stage_layers = 3; }, {}},
     {"interleaved uneven: v=2, stages of 2 and 6 layers", [](LayoutQuery& q) {
-       q.virtual_stages = 2; q.first_stage_layers = 2; }, {}},
+       q.layout.vp = 2; q.layout.first_stage_layers = 2; }, {}},
     {"uneven with full recompute over the largest chunk (5 layers)", [](LayoutQuery& q) {
-       q.first_stage_layers = 3; q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 5}; }, {}},
+       q.layout.first_stage_layers = 3; q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 5}; }, {}},
     {"world not a multiple of t*p", [](LayoutQuery& q) { q.devices = 6; },
      {"trainer.devices: expected the world size num_nodes*devices = 1*6 = 6 to be a multiple of "
       "tensor_model_parallel_size*pipeline_model_parallel_size = 2*2 = 4, found remainder 2"}},
-    {"heads not divisible by t", [](LayoutQuery& q) { q.tensor = 4; q.pipeline = 1; q.model.num_attention_heads = 6;
+    {"heads not divisible by t", [](LayoutQuery& q) { q.layout.tp = 4; q.layout.pp = 1; q.model.num_attention_heads = 6;
                                                       q.model.hidden_size = 60; q.model.ffn_hidden_size = 240; },
      {"model.num_attention_heads: expected a multiple of tensor_model_parallel_size (4), found 6"}},
     {"hidden not divisible by heads", [](LayoutQuery& q) { q.model.hidden_size = 66; },
      {"model.hidden_size: expected a multiple of num_attention_heads (4), found 66"}},
     {"ffn not divisible by t", [](LayoutQuery& q) { q.model.ffn_hidden_size = 255; },
      {"model.ffn_hidden_size: expected a multiple of tensor_model_parallel_size (2), found 255"}},
-    {"sequence parallel with s % t != 0", [](LayoutQuery& q) { q.sequence_parallel = true; q.model.seq_length = 31; },
+    {"sequence parallel with s % t != 0", [](LayoutQuery& q) { q.layout.sequence_parallel = true; q.model.seq_length = 31; },
      {"model.encoder_seq_length: expected a multiple of tensor_model_parallel_size (2) with sequence_parallel, found 31"}},
     {"sequence longer than the position table", [](LayoutQuery& q) { q.model.max_position_embeddings = 16; },
      {"model.max_position_embeddings: expected at least encoder_seq_length (32), found 16"}},
     {"layers not divisible by p", [](LayoutQuery& q) { q.model.num_layers = 7; },
      {"model.num_layers: expected a multiple of pipeline_model_parallel_size (2), found 7"}},
-    {"layers not divisible by p*v", [](LayoutQuery& q) { q.virtual_stages = 3; q.global_batch = 16; },
+    {"layers not divisible by p*v", [](LayoutQuery& q) { q.layout.vp = 3; q.layout.global_batch = 16; },
      {"model.num_layers: expected a multiple of pipeline_model_parallel_size*virtual_pipeline_model_parallel_size "
       "= 2*3 = 6, found 8"}},
-    {"virtual stages without a pipeline", [](LayoutQuery& q) { q.pipeline = 1; q.devices = 4; q.virtual_stages = 2; },
+    {"virtual stages without a pipeline", [](LayoutQuery& q) { q.layout.pp = 1; q.devices = 4; q.layout.vp = 2; },
      {"model.virtual_pipeline_model_parallel_size: expected null or 1 when pipeline_model_parallel_size is 1 "
       "(interleaving needs a pipeline), found 2"}},
-    {"global batch not a multiple of micro_batch*d", [](LayoutQuery& q) { q.global_batch = 10; },
+    {"global batch not a multiple of micro_batch*d", [](LayoutQuery& q) { q.layout.global_batch = 10; },
      {"model.global_batch_size: expected a multiple of micro_batch_size*data_parallel_size = 2*2 = 4, found 10"}},
-    {"interleaving with micro-batches not a multiple of p", [](LayoutQuery& q) { q.virtual_stages = 2; q.global_batch = 12; },
+    {"interleaving with micro-batches not a multiple of p", [](LayoutQuery& q) { q.layout.vp = 2; q.layout.global_batch = 12; },
      {"model.virtual_pipeline_model_parallel_size: the interleaved schedule expects num_microbatches "
       "(global_batch_size/(micro_batch_size*data_parallel_size) = 12/(2*2)) to be a multiple of "
       "pipeline_model_parallel_size (2), found 3"}},
     {"selective with a method", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kSelective, RecomputeMethod::kUniform, 1}; },
+       q.layout.recompute = {RecomputeGranularity::kSelective, RecomputeMethod::kUniform, 1}; },
      {"model.activations_checkpoint_method: expected null with activations_checkpoint_granularity selective (only "
       "full recomputation takes a method), found uniform"}},
     {"selective with a layer count", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kSelective, RecomputeMethod::kNone, 2}; },
+       q.layout.recompute = {RecomputeGranularity::kSelective, RecomputeMethod::kNone, 2}; },
      {"model.activations_checkpoint_num_layers: expected null with activations_checkpoint_granularity selective, "
       "found 2"}},
-    {"full without a method", [](LayoutQuery& q) { q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kNone, 1}; },
+    {"full without a method", [](LayoutQuery& q) { q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kNone, 1}; },
      {"model.activations_checkpoint_method: expected uniform or block with activations_checkpoint_granularity full, "
       "found null"}},
     {"full uniform with 0 layers", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 0}; },
+       q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 0}; },
      {"model.activations_checkpoint_num_layers: expected an integer in [1, 4] (layers per pipeline chunk) for method "
       "uniform, found 0"}},
     {"full block beyond the chunk", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 5}; },
+       q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kBlock, 5}; },
      {"model.activations_checkpoint_num_layers: expected an integer in [0, 4] (layers per pipeline chunk) for method "
       "block, found 5"}},
     {"full uniform without a layer count", [](LayoutQuery& q) {
-       q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, std::nullopt}; },
+       q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, std::nullopt}; },
      {"model.activations_checkpoint_num_layers: expected an integer in [1, 4] (layers per pipeline chunk) for method "
       "uniform, found null"}},
-    {"an uneven stage without a pipeline", [](LayoutQuery& q) { q.pipeline = 1; q.first_stage_layers = 8; },
+    {"an uneven stage without a pipeline", [](LayoutQuery& q) { q.layout.pp = 1; q.layout.first_stage_layers = 8; },
      {"model.num_layers_in_first_pipeline_stage: expected null when pipeline_model_parallel_size is 1 (one stage "
       "holds all num_layers), found 8"}},
-    {"an empty first stage", [](LayoutQuery& q) { q.first_stage_layers = 0; },
+    {"an empty first stage", [](LayoutQuery& q) { q.layout.first_stage_layers = 0; },
      {"model.num_layers_in_first_pipeline_stage: expected null or an integer >= 1, found 0"}},
-    {"an uneven stage not a multiple of v", [](LayoutQuery& q) { q.virtual_stages = 2; q.last_stage_layers = 3; },
+    {"an uneven stage not a multiple of v", [](LayoutQuery& q) { q.layout.vp = 2; q.layout.last_stage_layers = 3; },
      {"model.num_layers_in_last_pipeline_stage: expected a multiple of virtual_pipeline_model_parallel_size (2: the "
       "stage's model chunks are equal), found 3"}},
     {"both end stages at p=2 not summing to num_layers", [](LayoutQuery& q) {
-       q.first_stage_layers = 3; q.last_stage_layers = 4; },
+       q.layout.first_stage_layers = 3; q.layout.last_stage_layers = 4; },
      {"model.num_layers: expected num_layers_in_first_pipeline_stage + num_layers_in_last_pipeline_stage = 3 + 4 = 7 "
       "(pipeline_model_parallel_size 2 leaves no other stage), found 8"}},
-    {"a first stage leaving nothing for the others", [](LayoutQuery& q) { q.first_stage_layers = 8; },
+    {"a first stage leaving nothing for the others", [](LayoutQuery& q) { q.layout.first_stage_layers = 8; },
      {"model.num_layers: expected more than num_layers_in_first_pipeline_stage = 8 (the 1 other pipeline stage must "
       "hold layers too), found 8"}},
     {"the layers left not a multiple of the other stages", [](LayoutQuery& q) {
-       q.pipeline = 4; q.first_stage_layers = 1; },
+       q.layout.pp = 4; q.layout.first_stage_layers = 1; },
      {"model.num_layers: expected the layers left by num_layers_in_first_pipeline_stage = 1, 8 - 1 = 7, to be a "
       "multiple of the other pipeline stages (3), found remainder 1"}},
     {"the other stages' layers not a multiple of v", [](LayoutQuery& q) {
-       q.tensor = 1; q.devices = 4; q.pipeline = 4; q.virtual_stages = 2; q.model.num_layers = 11;
-       q.first_stage_layers = 2; },
+       q.layout.tp = 1; q.devices = 4; q.layout.pp = 4; q.layout.vp = 2; q.model.num_layers = 11;
+       q.layout.first_stage_layers = 2; },
      {"model.num_layers: expected each other pipeline stage's layers, (11 - 2)/3 = 3, to be a multiple of "
       "virtual_pipeline_model_parallel_size (2), found remainder 1"}},
     {"uneven, full recompute beyond the largest chunk", [](LayoutQuery& q) {
-       q.first_stage_layers = 3; q.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 6}; },
+       q.layout.first_stage_layers = 3; q.layout.recompute = {RecomputeGranularity::kFull, RecomputeMethod::kUniform, 6}; },
      {"model.activations_checkpoint_num_layers: expected an integer in [1, 5] (layers of the largest pipeline chunk) "
       "for method uniform, found 6"}},
-    {"a zero tensor size", [](LayoutQuery& q) { q.tensor = 0; },
+    {"a zero tensor size", [](LayoutQuery& q) { q.layout.tp = 0; },
      {"model.tensor_model_parallel_size: expected an integer >= 1, found 0"}},
 };
 
@@ -181,7 +181,7 @@ TEST_CASE("interleaving_violation is the schedule's rule too", "[config][rules]"
 TEST_CASE("throw_if_any lists every violation under its context", "[config][rules]") {
   LayoutQuery q = base();
   q.model.num_layers = 7;
-  q.global_batch = 10;
+  q.layout.global_batch = 10;
   try {
     throw_if_any(layout_violations(q), "layout t2 p2:");
     FAIL("expected a throw");

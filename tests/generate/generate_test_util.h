@@ -92,10 +92,10 @@ inline void save_truth_checkpoint(const std::string& dir, int64_t iteration,
   }
   state.values = {{"iteration", iteration}};
   train::CheckpointLayout layout;
-  layout.tensor_parallel = t;
-  layout.pipeline_parallel = p;
-  layout.virtual_stages = v;
-  layout.data_parallel = groups.layout().data_parallel();
+  layout.parallel.tp = t;
+  layout.parallel.pp = p;
+  layout.parallel.vp = v;
+  layout.parallel.dp = groups.layout().data_parallel();
   layout.model_shape = model_shape(config);
   train::save_checkpoint(dir, iteration, layout, state, groups);
 }

@@ -63,21 +63,21 @@ TEST_CASE("fused attention stores no s x s activations and refuses selective rec
   setup.fused_attention = true;
   Layout L;
   L.tp = 1; L.pp = 1; L.dp = 8; L.micro_batch = 1;
-  L.recompute = RecomputeGranularity::kSelective;
+  L.recompute.granularity = RecomputeGranularity::kSelective;
   CHECK_THAT(check_layout(m, c, setup, L),
              Catch::Contains("model.activations_checkpoint_granularity: expected null or full with use_flash_attention"));
-  L.recompute = RecomputeGranularity::kNone;
+  L.recompute.granularity = RecomputeGranularity::kNone;
   CHECK(check_layout(m, c, setup, L).empty());
   // The search never offers selective with fused attention; without it, it does.
   SearchSpace space;
   space.tp = {1};
   space.pp = {1};
   SearchResult fused = search(m, c, setup, space, 1000);
-  for (const auto& cand : fused.best) CHECK(cand.layout.recompute != RecomputeGranularity::kSelective);
+  for (const auto& cand : fused.best) CHECK(cand.layout.recompute.granularity != RecomputeGranularity::kSelective);
   setup.fused_attention = false;
   SearchResult unfused = search(m, c, setup, space, 1000);
   bool selective = false;
-  for (const auto& cand : unfused.best) selective = selective || cand.layout.recompute == RecomputeGranularity::kSelective;
+  for (const auto& cand : unfused.best) selective = selective || cand.layout.recompute.granularity == RecomputeGranularity::kSelective;
   CHECK(selective);
   // The same layout without recompute needs less memory and time when fused.
   setup.fused_attention = true;

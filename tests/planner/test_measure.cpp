@@ -165,7 +165,7 @@ TEST_CASE("a recipe gives the plan's model, batch, precision and its own layout"
   CHECK(in.layout.dp == 1);
   CHECK(in.layout.micro_batch == 2);
   CHECK(in.layout.sequence_parallel);
-  CHECK(in.layout.recompute == RecomputeGranularity::kSelective);
+  CHECK(in.layout.recompute.granularity == RecomputeGranularity::kSelective);
   CHECK_FALSE(in.layout.distributed_optimizer);
   // The time model's DP overlap follows model.optim.overlap_grad_sync (default false).
   CHECK_FALSE(in.setup.overlap_dp_comm);
@@ -177,7 +177,7 @@ TEST_CASE("a planned layout applied to a recipe as overrides round-trips", "[pla
   const auto base = loom::config::load_recipe(kRecipe);
   Layout L;
   L.tp = 1; L.pp = 2; L.vp = 2; L.dp = 2; L.micro_batch = 1;
-  L.recompute = RecomputeGranularity::kFull; L.method = RecomputeMethod::kBlock; L.recompute_layers = 1;
+  L.recompute.granularity = RecomputeGranularity::kFull; L.recompute.method = RecomputeMethod::kBlock; L.recompute.num_layers = 1;
   L.distributed_optimizer = true;
   const auto applied = loom::config::load_recipe(kRecipe, layout_overrides(L, base));
   const RecipePlanInput back = plan_input_from_recipe(applied);
@@ -187,9 +187,9 @@ TEST_CASE("a planned layout applied to a recipe as overrides round-trips", "[pla
   CHECK(back.layout.dp == 2);
   CHECK(back.layout.micro_batch == 1);
   CHECK_FALSE(back.layout.sequence_parallel);
-  CHECK(back.layout.recompute == RecomputeGranularity::kFull);
-  CHECK(back.layout.method == RecomputeMethod::kBlock);
-  CHECK(back.layout.recompute_layers == 1);
+  CHECK(back.layout.recompute.granularity == RecomputeGranularity::kFull);
+  CHECK(back.layout.recompute.method == RecomputeMethod::kBlock);
+  CHECK(back.layout.recompute.num_layers == 1);
   CHECK(back.layout.distributed_optimizer);
   CHECK(applied.model.data.data_prefix == base.model.data.data_prefix);  // the rest is kept
 

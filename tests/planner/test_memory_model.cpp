@@ -75,10 +75,10 @@ TEST_CASE("Korthikanti et al memory figures per GPU", "[planner]") {
     // Layer weights of a middle stage (no embedding): 18 bytes per parameter.
     const double layer_weights = double(r.L / r.p) * layer_params_per_rank(m, r.t) * 18 / kGiB;
     CHECK(layer_weights == Approx(r.weights).margin(0.06));
-    lay.recompute = RecomputeGranularity::kNone;
+    lay.recompute.granularity = RecomputeGranularity::kNone;
     CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.none).margin(0.06));
     lay.sequence_parallel = true;
-    lay.recompute = RecomputeGranularity::kSelective;
+    lay.recompute.granularity = RecomputeGranularity::kSelective;
     CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.sel).margin(0.06));
   }
 }
@@ -103,14 +103,14 @@ TEST_CASE("stage memory terms for end stages and sharding and the reserve", "[pl
   CHECK(stage_memory(m, setup, lay, 1, cap).weights_optimizer ==
         Approx(middle.weights_optimizer * (6 + 12.0 / 4) / 18));
   // Full recompute, uniform every 2 layers: ceil(6/2) = 3 stored inputs per in-flight micro-batch.
-  lay.recompute = RecomputeGranularity::kFull;
-  lay.method = RecomputeMethod::kUniform;
-  lay.recompute_layers = 2;
+  lay.recompute.granularity = RecomputeGranularity::kFull;
+  lay.recompute.method = RecomputeMethod::kUniform;
+  lay.recompute.num_layers = 2;
   const MemoryTerms full = stage_memory(m, setup, lay, 0, cap);
   CHECK(full.activations == Approx(4 * 3 * 2.0 * 2048 * 2 * h));
   CHECK(full.transient == Approx(2 * layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone)));
   // Block: 2 of 6 layers recomputed, 4 stored in full.
-  lay.method = RecomputeMethod::kBlock;
+  lay.recompute.method = RecomputeMethod::kBlock;
   const MemoryTerms block = stage_memory(m, setup, lay, 0, cap);
   CHECK(block.activations == Approx(4 * (2 * 2.0 * 2048 * 2 * h +
                                          4 * layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone))));

@@ -63,8 +63,8 @@ TEST_CASE("fixed knobs restrict the search", "[planner]") {
   for (const Candidate& cand : r.best) {
     CHECK(cand.layout.tp == 2);
     CHECK((cand.layout.micro_batch == 2 || cand.layout.micro_batch == 4));
-    CHECK(cand.layout.recompute != RecomputeGranularity::kNone);
-    if (cand.layout.recompute == RecomputeGranularity::kFull) CHECK(cand.layout.method == RecomputeMethod::kBlock);
+    CHECK(cand.layout.recompute.granularity != RecomputeGranularity::kNone);
+    if (cand.layout.recompute.granularity == RecomputeGranularity::kFull) CHECK(cand.layout.recompute.method == RecomputeMethod::kBlock);
     CHECK(cand.layout.distributed_optimizer);
   }
 }
@@ -91,15 +91,15 @@ TEST_CASE("check_layout names the broken divisibility rule", "[planner]") {
   setup.global_batch = 30;  // 30 micro-batches, not a multiple of p = 4
   CHECK_THAT(check_layout(m, c, setup, L), Catch::Contains("the interleaved schedule expects num_microbatches"));
   setup.global_batch = 64;
-  L.recompute = RecomputeGranularity::kFull;
-  L.method = RecomputeMethod::kUniform;
-  L.recompute_layers = 3;  // chunk of 96/(4·3) = 8 layers: groups of 3, 3, 2, as the model runs them
+  L.recompute.granularity = RecomputeGranularity::kFull;
+  L.recompute.method = RecomputeMethod::kUniform;
+  L.recompute.num_layers = 3;  // chunk of 96/(4·3) = 8 layers: groups of 3, 3, 2, as the model runs them
   CHECK(check_layout(m, c, setup, L).empty());
-  L.recompute_layers = 9;
+  L.recompute.num_layers = 9;
   CHECK(check_layout(m, c, setup, L) == "model.activations_checkpoint_num_layers: expected an integer in [1, 8] "
                                         "(layers per pipeline chunk) for method uniform, found 9");
-  L.method = RecomputeMethod::kBlock;
-  L.recompute_layers = 0;  // legal: nothing recomputed
+  L.recompute.method = RecomputeMethod::kBlock;
+  L.recompute.num_layers = 0;  // legal: nothing recomputed
   CHECK(check_layout(m, c, setup, L).empty());
 }
 

@@ -54,8 +54,8 @@ TEST_CASE("the search's pipeline splits: even when legal, else lighter uneven en
   for (const auto& s : candidate_stage_splits(46, 8, 1)) {
     Layout L;
     L.pp = 8;
-    L.first_stage_layers = s.first;
-    L.last_stage_layers = s.last;
+    L.first_stage_layers = s.first_stage_layers();
+    L.last_stage_layers = s.last_stage_layers();
     int sum = 0;
     for (int st = 0; st < 8; ++st) sum += L.stage_layers(46, st);
     CHECK(sum == 46);

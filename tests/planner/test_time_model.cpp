@@ -58,15 +58,15 @@ TEST_CASE("recompute costs: full repeats the forward and selective the attention
   L.tp = 8; L.micro_batch = 4;
   const LayerCost layer = layer_cost(m, c, 8, false, 4);
   const EndCost ends = end_cost(m, c, 8, false, 4);
-  L.recompute = RecomputeGranularity::kFull;
-  L.recompute_layers = 1;
+  L.recompute.granularity = RecomputeGranularity::kFull;
+  L.recompute.num_layers = 1;
   CHECK(step_time(m, c, setup, L, layer, ends).recompute == Approx(48 * layer.fwd.total()));
-  L.method = RecomputeMethod::kBlock;
-  L.recompute_layers = 10;
+  L.recompute.method = RecomputeMethod::kBlock;
+  L.recompute.num_layers = 10;
   CHECK(step_time(m, c, setup, L, layer, ends).recompute == Approx(10 * layer.fwd.total()));
-  L.recompute = RecomputeGranularity::kSelective;
+  L.recompute.granularity = RecomputeGranularity::kSelective;
   CHECK(step_time(m, c, setup, L, layer, ends).recompute == Approx(48 * layer.attention_core.total()));
-  L.recompute = RecomputeGranularity::kNone;
+  L.recompute.granularity = RecomputeGranularity::kNone;
   CHECK(step_time(m, c, setup, L, layer, ends).recompute == 0);
 }
 

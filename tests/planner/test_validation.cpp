@@ -53,13 +53,13 @@ TEST_CASE("published rows carry the configurations and numbers of their sources"
   std::set<std::string> sources;
   for (const auto& r : rows) {
     sources.insert(r.source);
-    CHECK(r.gpus % (r.tp * r.pp) == 0);
-    CHECK(r.shape.num_layers % r.pp == 0);
+    CHECK(r.gpus % (r.layout.tp * r.layout.pp) == 0);
+    CHECK(r.shape.num_layers % r.layout.pp == 0);
   }
   CHECK(sources.size() == 4);
   CHECK(rows[2].label == "175B full recompute");
   CHECK(rows[2].published == 18.13);
-  CHECK(rows[2].vp == 3);
+  CHECK(rows[2].layout.vp == 3);
   CHECK(rows[17].shape.hidden_size == 25600);
   CHECK(rows[17].published == 163);
   // Megatron-LM README model table: 462B = 112 layers, h 18432, 144 heads, TP 8, PP 16, 6144 GPUs.
@@ -67,14 +67,14 @@ TEST_CASE("published rows carry the configurations and numbers of their sources"
   CHECK(big.gpu == "H100");
   CHECK(big.published == 459.9);
   CHECK((big.shape.num_layers == 112 && big.shape.hidden_size == 18432 && big.shape.num_attention_heads == 144));
-  CHECK((big.tp == 8 && big.pp == 16 && big.gpus == 6144 && big.global_batch == 3072));
-  CHECK((big.shape.seq_length == 4096 && big.shape.vocab_size == 131072 && big.fused_attention));
-  CHECK(big.gpus / (big.tp * big.pp) == 48);
+  CHECK((big.layout.tp == 8 && big.layout.pp == 16 && big.gpus == 6144 && big.setup.global_batch == 3072));
+  CHECK((big.shape.seq_length == 4096 && big.shape.vocab_size == 131072 && big.setup.fused_attention));
+  CHECK(big.gpus / (big.layout.tp * big.layout.pp) == 48);
   // NeMo launcher 2022-07: 20 nodes, 731,791 tokens/s; TP 2, micro-batch 2, global batch 1440.
   const PublishedRow& five = rows.back();
   CHECK(five.published == 731791);
-  CHECK((five.gpus == 160 && five.tp == 2 && five.micro_batch == 2 && five.global_batch == 1440));
-  CHECK_FALSE(five.fused_attention);
+  CHECK((five.gpus == 160 && five.layout.tp == 2 && five.layout.micro_batch == 2 && five.setup.global_batch == 1440));
+  CHECK_FALSE(five.setup.fused_attention);
   CHECK(published_assumptions().size() == 2);
 }
 
@@ -88,7 +88,7 @@ TEST_CASE("error attribution finds a term scaled in every row of a group", "[pla
   REQUIRE(h100.size() == 9);
   for (auto& c : h100) {
     const double step = c.published_layout.step_seconds() + c.published_layout.time.attention;
-    c.row.published = c.row.shape.model_flops_per_sample() * c.row.global_batch / step / c.row.gpus / 1e12;
+    c.row.published = c.row.shape.model_flops_per_sample() * c.row.setup.global_batch / step / c.row.gpus / 1e12;
   }
   const auto terms = attribute_error(h100);
   REQUIRE_FALSE(terms.empty());

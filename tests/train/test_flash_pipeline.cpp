@@ -50,13 +50,11 @@ LOOM_WORKER("flash_pipeline_step") {
   model::DropoutContext dropout;
   dropout.step = 3;
   dropout.global_batch = kBatch;
-  train::RunShape shape;
-  shape.p = 2;
-  shape.v = 1;
-  shape.m = kBatch;
+  Layout shape;  // m = global_batch / micro_batch = kBatch micro-batches; s is the model's (kSeq)
+  shape.pp = 2;
+  shape.vp = 1;
   shape.micro_batch = 1;
   shape.global_batch = kBatch;
-  shape.seq_length = kSeq;
   train::GptStep step(chunks, *groups, shape);
   const double loss = step.train(batch.micro_batches, dropout, at::Tensor(), {}).item<double>();
 

@@ -93,12 +93,11 @@ struct Trained {
   int started_in_backward = 0;
 };
 
-RunShape shape_for(const Case& c, const model::GptConfig& cfg) {
-  RunShape shape;
-  shape.t = c.t, shape.p = c.p, shape.v = c.v, shape.d = c.d, shape.m = c.m;
+Layout shape_for(const Case& c, const model::GptConfig& cfg) {
+  Layout shape;  // m = global_batch / (micro_batch·d) = c.m; s is the model's
+  shape.tp = c.t, shape.pp = c.p, shape.vp = c.v, shape.dp = c.d;
   shape.micro_batch = 2;
   shape.global_batch = 2 * c.m * c.d;
-  shape.seq_length = cfg.seq_length;
   return shape;
 }
 
@@ -116,13 +115,13 @@ optim::OptimizerOptions options_for(const Case& c, bool overlap) {
 }
 
 // This data rank's micro-batches of step `s` and the step's dropout keys.
-std::vector<MicroBatch> step_batches(const Case& c, const model::GptConfig& cfg, const RunShape& shape, int dp, int s) {
+std::vector<MicroBatch> step_batches(const Case& c, const model::GptConfig& cfg, const Layout& shape, int dp, int s) {
   std::vector<MicroBatch> batches;
   for (int k = 0; k < c.m; ++k) batches.push_back(micro_batch(cfg, s, dp, k, c.d, shape.micro_batch));
   return batches;
 }
 
-model::DropoutContext step_dropout(const RunShape& shape, int s) {
+model::DropoutContext step_dropout(const Layout& shape, int s) {
   model::DropoutContext dropout;
   dropout.seed = 11;
   dropout.step = s;
@@ -136,7 +135,7 @@ Trained train_steps(const Case& c, runtime::ProcessGroups& groups, const std::sh
               const nlohmann::json* scaler_state, optim::OptimizerState* state_out = nullptr,
               nlohmann::json* scaler_out = nullptr) {
   const model::GptConfig cfg = config_for(c);
-  const RunShape shape = shape_for(c, cfg);
+  const Layout shape = shape_for(c, cfg);
   auto chunks = build_model_chunks(cfg, groups, c.v, groups.device());
   const optim::OptimizerOptions o = options_for(c, overlap);
   auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, o);
@@ -253,7 +252,7 @@ WaitedRun train_recorded(const Case& c, runtime::ProcessGroups& groups, const st
   model::GptConfig cfg = config_for(c);
   cfg.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
   cfg.activations_checkpoint_num_layers = 1;
-  const RunShape shape = shape_for(c, cfg);
+  const Layout shape = shape_for(c, cfg);
   auto chunks = build_model_chunks(cfg, groups, c.v, groups.device());
   auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, options_for(c, overlap));
   WaitedRun out;

@@ -71,13 +71,11 @@ LOOM_WORKER("uneven_pipeline_step") {
   dropout.step = 3;
   dropout.global_batch = kBatch;
 
-  train::RunShape shape;
-  shape.p = p;
-  shape.v = v;
-  shape.m = kBatch;
+  Layout shape;  // m = global_batch / micro_batch = kBatch micro-batches; s is the model's (kSeq)
+  shape.pp = p;
+  shape.vp = v;
   shape.micro_batch = 1;
   shape.global_batch = kBatch;
-  shape.seq_length = kSeq;
   train::GptStep step(chunks, *groups, shape);
   const double loss = step.train(batch.micro_batches, dropout, at::Tensor(), {}).item<double>();
 

@@ -11,11 +11,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "train/optim/distributed_optimizer.h"
 #include "train/optim/grad_finalize.h"
 #include "train/optim/grad_overlap.h"
 #include "train/optim/grad_norm.h"
-#include "train/optim/plain_optimizer.h"
 
 namespace loom::train::optim {
 namespace {
@@ -33,14 +31,6 @@ StepValues StepResult::read() const {
   const at::Tensor host = values().to(at::kCPU).contiguous();  // one copy for all four
   const double* v = host.data_ptr<double>();
   return {float(v[0]), v[1] != 0.0, v[2], v[3], grad_sync_s};
-}
-
-std::unique_ptr<Optimizer> Optimizer::create(model::ParamList params,
-                                             std::shared_ptr<runtime::ProcessGroups> groups,
-                                             OptimizerOptions options) {
-  if (options.distributed)
-    return std::make_unique<DistributedOptimizer>(std::move(params), std::move(groups), options);
-  return std::make_unique<PlainOptimizer>(std::move(params), std::move(groups), options);
 }
 
 Optimizer::Optimizer(model::ParamList params, std::shared_ptr<runtime::ProcessGroups> groups,

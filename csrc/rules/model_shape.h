@@ -1,0 +1,63 @@
+// The one description of a GPT model's shape, in the recipe's terms (model.num_layers,
+// model.hidden_size, ...): what the layout rules check, the planner plans, the model is built
+// from (model::GptConfig holds it) and the FLOPs count reads. Torch-free.
+// docs/design/sp_sar.md ("FLOPs") and docs/design/planner_sources.md have the formulas.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+/// Shape of a GPT-3-style decoder (pre-LayerNorm, learned positions, GeLU MLP, tied input and
+/// output embedding). All sizes are element counts. The member order is fixed: the first six
+/// are brace-initialised as {L, h, a, ffn, s, max_position_embeddings}.
+struct ModelShape {
+  int64_t num_layers = 0;               ///< model.num_layers, L
+  int64_t hidden_size = 0;              ///< model.hidden_size, h
+  int64_t num_attention_heads = 0;      ///< model.num_attention_heads, a (h % a == 0)
+  int64_t ffn_hidden_size = 0;          ///< model.ffn_hidden_size; 0: 4h (ffn())
+  int64_t seq_length = 2048;            ///< model.encoder_seq_length, s (tokens per sample)
+  int64_t max_position_embeddings = 2048;  ///< model.max_position_embeddings
+  /// V: the tokenizer's vocabulary (not in the recipe: model.tokenizer gives it). The logits
+  /// and the embedding have padded_vocab_size() rows.
+  int64_t vocab_size = 51200;
+  /// model.make_vocab_size_divisible_by (recipes default to 128). 1 here, so that a shape made
+  /// without a recipe (the planner's --vocab-size, --size) takes vocab_size as already padded.
+  int64_t make_vocab_size_divisible_by = 1;
+
+  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+
+  /// Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, t) (a divisor < 1
+  /// counts as 1). With the default 128 this is the same size for every power-of-two t <= 128
+  /// (50257 -> 50304). The pad columns' logits are excluded from the loss and pad embedding rows
+  /// start at zero, so the model's function does not depend on the padding.
+  int64_t padded_vocab_size(int tensor_parallel = 1) const;
+
+  /// Throws std::invalid_argument naming the field ("model shape: num_layers must be a positive
+  /// integer, found 0") when a size is non-positive, ffn_hidden_size < 0 or h % a != 0.
+  void validate() const;
+
+  /// Exact parameter count with V = padded_vocab_size(1) and s positions: per layer 4h² + 2h·ffn
+  /// (weights) + 3h + ffn + h + 4h (QKV, proj, fc1, fc2 biases; two LayerNorms), plus word (V·h)
+  /// and position (s·h) embeddings and the final LayerNorm (2h); the tied output layer is not
+  /// counted twice. With ffn = 4h: 12Lh²(1 + 13/(12h)) + (V+s)h + 2h.
+  double parameter_count() const;
+
+  /// The one count of model FLOPs of a training sample (forward and backward, no
+  /// recomputation): 3·(L·(s·(8h² + 4h·ffn) + 4s²h) + 2shV), V = padded_vocab_size(t) as the
+  /// logits GEMM computes it. For ffn = 4h this is 72·L·s·h²·(1 + s/(6h) + V/(12hL))
+  /// (Korthikanti et al. 2022, §6). The step log's MFU (train/step_log.h), the planner's
+  /// model TFLOP/s and `loom eval`'s cost all use it.
+  double model_flops_per_sample(int tensor_parallel = 1) const;
+
+  /// FLOPs of a sample with full recomputation of every layer (one more forward of the layers,
+  /// not of the logits): 96·L·s·h²·(1 + s/(6h) + V/(16hL)) for ffn = 4h (Narayanan et al.
+  /// 2021, the figure their TFLOP/s per GPU counts).
+  double full_recompute_flops_per_sample(int tensor_parallel = 1) const;
+
+  /// "96L h12288 a96 ffn49152 s2048 V51200 (174.56B params)".
+  std::string summary() const;
+};
+
+}  // namespace loom
