@@ -1,4 +1,4 @@
-// The name of the accelerator a rank runs on, for the MFU peak table (flops.h).
+// The name of the accelerator a rank runs on, for the MFU peak table (planner::peak_tflops_for_device).
 #pragma once
 #include <c10/core/Device.h>
 
