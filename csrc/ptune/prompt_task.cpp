@@ -17,6 +17,7 @@
 #include "ptune/prompt_model.h"
 #include "ptune/prompt_run.h"
 #include "train/gpt_step.h"
+#include "train/metrics_log.h"
 #include "train/model_setup.h"
 #include "train/optim/optimizer.h"
 
@@ -27,7 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using train::seconds_since;
 
 const char* style_name(config::VirtualPromptStyle style) {
   return style == config::VirtualPromptStyle::kPTuning ? "p-tuning" : "prompt-tuning";

@@ -7,6 +7,7 @@
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -17,6 +18,11 @@ class EventFileWriter;
 }
 
 namespace loom::train {
+
+/// Host seconds since `start` (steady clock): a step's, a validation's time for the records.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 class MetricsLog {
  public:

@@ -11,6 +11,7 @@
 #include "data/pretraining_sampler.h"
 #include "data/recipe_tokenizer.h"
 #include "train/gpt_step.h"
+#include "train/metrics_log.h"
 #include "train/model_setup.h"
 #include "train/optim/optimizer.h"
 #include "train/param_gather_wait.h"
@@ -22,8 +23,6 @@ namespace loom::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 class PretrainingTask : public TrainingTask {
  public:

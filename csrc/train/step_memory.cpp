@@ -20,7 +20,6 @@ StepMemoryRecords::StepMemoryRecords(const std::vector<std::optional<StepMemory>
     const StepMemory m = steps[i].value_or(StepMemory{});
     values_[(size_t(stage) * steps_ + i) * 2] = m.peak;
     values_[(size_t(stage) * steps_ + i) * 2 + 1] = m.after_step;
-    run_peak = std::max(run_peak, m.peak);
   }
   values_.back() = run_peak;
   if (!collective) return;

@@ -14,6 +14,7 @@
 #include "runtime/error_text.h"
 #include "train/device_info.h"
 #include "train/gpt_step.h"
+#include "train/metrics_log.h"
 #include "train/model_setup.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
@@ -41,8 +42,6 @@ runtime::RankSessionRequest rank_session_request(const config::Recipe& recipe) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Everything one rank holds for the run besides the task's own state. run() reads top-down:
 // start the rank, the data, the model; resume; then train, validating and saving on schedule.
