@@ -152,9 +152,12 @@ TEST_CASE("micro-batches keyed by global sample index reproduce the whole batch 
     CHECK(at::allclose(loss, whole.slice(0, begin, end), 1e-5, 1e-6));
     loss.sum().backward();
   }
+  // Three backward passes add into the gradients in another order than one pass over the whole
+  // batch, so fp32 sums differ in their last bits (CI measured 1.02e-5 on a LayerNorm bias, whose
+  // gradient is a sum over every token); a wrong dropout mask moves a gradient by percents.
   for (const auto& p : model.parameters()) {
     INFO(p.name);
-    CHECK(rel_err(p.tensor.grad(), want[p.name]) < 1e-5);
+    CHECK(rel_err(p.tensor.grad(), want[p.name]) < 1e-4);
   }
   // Without the offset, the second micro-batch would draw the first one's masks.
   DropoutContext wrong = whole_ctx;
