@@ -10,7 +10,7 @@ lm-evaluation-harness client (issue 30), on a tiny model trained here and import
 - GET /metrics parses with prometheus_client's text parser and its counters move by exactly
   what the requests did;
 - 256 clients connecting at once (the default --max-connections) are all served, none reset;
-  one more while 256 are held gets 503;
+  one more while 256 are held gets 503; a bad --max-connections or chat template exits 2 naming it;
 - lm-evaluation-harness's `local-completions` model against the server gives `loom eval`'s
   per-document log-likelihoods and accuracy on the documents that fit the context (the harness
   scores at most context - 1 tokens through a server): through `simple_evaluate` (the entry
@@ -429,3 +429,15 @@ def test_lm_eval_local_completions_gives_loom_evals_scores(server, run, hf_dir, 
     mine = next(iter(loom_results.values()))
     assert mine["acc,none"] == results["acc,none"]
     assert mine["perplexity,none"] == pytest.approx(results["perplexity,none"], rel=1e-4)
+
+
+def test_bad_connection_limit_or_chat_template_exit_2_naming_them(trained, tmp_path):
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}")
+    missing = tmp_path / "missing.jinja"
+    for flags, needle in ((["--max-connections", 0], "--max-connections"),
+                          (["--chat-template", broken], str(broken)),
+                          (["--chat-template", missing], str(missing))):
+        done = subprocess.run([str(loom_binary()), "serve", "--checkpoint", str(trained), "--port", "0",
+                               *map(str, flags)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and needle in done.stderr, (flags, done.returncode, done.stderr[-2000:])
