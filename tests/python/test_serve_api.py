@@ -121,6 +121,13 @@ def run(hf_dir, tmp_path_factory):
     return out
 
 
+def test_the_chat_template_travels_back_with_an_export(run, tmp_path):
+    from transformers import AutoTokenizer
+    hf = tmp_path / "hf"
+    convert("--to", "hf", hf, "--checkpoint", run)
+    assert AutoTokenizer.from_pretrained(str(hf)).chat_template == TURNS
+
+
 @pytest.fixture(scope="module")
 def server(run):
     with Server(run, "--max-batch", 8) as s:
