@@ -4,6 +4,9 @@
 #     nlohmann-json, PCRE2, ccache, ninja), and clang with libFuzzer for tools/fuzz
 #   - a project-local virtual environment (.venv) with the pinned torch wheel (LibTorch comes
 #     from it) and the test-only Python packages of tools/requirements-test.txt
+#   - minja (Google's header-only Jinja for chat templates, MIT; `loom serve`'s
+#     /v1/chat/completions) into third_party/minja, from the llama.cpp that the pinned
+#     llama-cpp-python source release vendors (Debian 12 packages no C++ Jinja library)
 # Usage: tools/setup.sh            (run as root or with sudo available)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,5 +50,28 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION"
   .venv/bin/pip install -q --disable-pip-version-check -r tools/requirements-test.txt
   echo "$want" > "$stamp"
+fi
+
+# minja: one header, checked by hash, taken from the llama-cpp-python sdist (PyPI), which
+# vendors llama.cpp with vendor/minja. The sdist is ~50 MB and is fetched only when the header is
+# missing or differs.
+MINJA_SDIST=llama_cpp_python-0.3.16
+MINJA_HEADERS=("minja.hpp abb5e1378834908ec8ae3035fae0a82b7b36e214f5808c7df50ccf0048acbcd1")
+minja_ok() {
+  for entry in "${MINJA_HEADERS[@]}"; do
+    set -- $entry
+    [ "$(sha256sum "third_party/minja/minja/$1" 2>/dev/null | cut -c1-64)" = "$2" ] || return 1
+  done
+}
+if ! minja_ok; then
+  echo "[setup] fetching minja from the $MINJA_SDIST sdist into third_party/minja" >&2
+  tmp=$(mktemp -d)
+  .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    "llama-cpp-python==${MINJA_SDIST#llama_cpp_python-}" -d "$tmp"
+  tar xzf "$tmp/$MINJA_SDIST.tar.gz" -C "$tmp" "$MINJA_SDIST/vendor/llama.cpp/vendor/minja"
+  mkdir -p third_party/minja/minja
+  cp "$tmp/$MINJA_SDIST/vendor/llama.cpp/vendor/minja/minja.hpp" third_party/minja/minja/
+  rm -rf "$tmp"
+  minja_ok || { echo "[setup] error: third_party/minja: the header's sha256 differs from the pinned one" >&2; exit 1; }
 fi
 echo "[setup] ok: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)')" >&2

@@ -11,8 +11,10 @@
 #                            every prompt-learning method under every layout
 #                            (LOOM_PTUNE_FULL_MATRIX=1; CI runs a set covering every layout once)
 #                            and the 64-client x 500-request serving soak with the t=2 x p=2
-#                            HTTP server (LOOM_SERVE_SOAK_FULL=1; CI runs 8 x 25, and t=2 x p=2
-#                            in the engine's C++ test), and loom eval at t=2 x p=2 x d=2
+#                            HTTP server and lm-eval's `lm_eval --model local-completions` command
+#                            against loom serve (LOOM_SERVE_SOAK_FULL=1; CI runs 8 x 25, t=2 x p=2
+#                            in the engine's C++ test, and lm-eval through simple_evaluate), and
+#                            loom eval at t=2 x p=2 x d=2
 #                            (LOOM_EVAL_FULL=1; CI runs t=2 x p=2)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -81,6 +81,11 @@ HfExportResult export_hf(const HfExportRequest& request) {
   tensor_io::write_safetensors((fs::path(request.output_dir) / kHfWeightsFile).string(), content);
   write_hf_config(request.output_dir, hf_config_json(shape, extras));
   write_hf_tokenizer(request.output_dir, vocab_file, merge_file, shape.max_position_embeddings);
+  // The run's chat template (loom convert --from hf keeps it there), where transformers reads it.
+  const fs::path chat_template = fs::path(location.run_dir) / "tokenizer" / kHfChatTemplateFile;
+  if (!location.run_dir.empty() && fs::is_regular_file(chat_template))
+    fs::copy_file(chat_template, fs::path(request.output_dir) / kHfChatTemplateFile,
+                  fs::copy_options::overwrite_existing);
 
   HfExportResult result;
   result.iteration = info.iteration;

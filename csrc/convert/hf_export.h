@@ -4,6 +4,7 @@
 //   config.json          the GPT2Config (hf_gpt2.h), dtype as the checkpoint's parameters
 //   model.safetensors    the parameters under HF's names and layouts, lm_head tied (not stored)
 //   vocab.json, merges.txt, tokenizer_config.json, special_tokens_map.json   the run's tokenizer
+//   chat_template.jinja  the run's chat template, when RUN/tokenizer/ has one
 // docs/design/checkpoint_conversion.md describes the mapping.
 #pragma once
 #include <cstdint>

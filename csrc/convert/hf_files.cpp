@@ -96,6 +96,28 @@ void write_hf_tokenizer(const std::string& dir, const std::string& vocab_file, c
   train::write_text_atomically((fs::path(dir) / "special_tokens_map.json").string(), special.dump(2) + "\n");
 }
 
+std::string read_hf_chat_template(const std::string& dir) {
+  const fs::path file = fs::path(dir) / kHfChatTemplateFile;
+  if (fs::is_regular_file(file)) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const fs::path config_file = fs::path(dir) / kHfTokenizerConfigFile;
+  if (!fs::is_regular_file(config_file)) return "";
+  const nlohmann::json config = read_json(config_file);
+  if (!config.is_object() || !config.contains("chat_template") || config["chat_template"].is_null()) return "";
+  const nlohmann::json& t = config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())
+    for (const auto& named : t)
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string())
+        return named["template"].get<std::string>();
+  throw ConvertInputError(config_file.string() +
+                          ": chat_template: expected a text or a list of {\"name\", \"template\"} holding one "
+                          "named \"default\"");
+}
+
 nlohmann::json read_hf_config(const std::string& dir) {
   const fs::path path = fs::path(dir) / kHfConfigFile;
   if (!fs::is_regular_file(path))

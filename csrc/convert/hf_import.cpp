@@ -127,6 +127,9 @@ HfImportResult import_hf(const HfImportRequest& request) {
     if (!fs::is_regular_file(hf / file))
       throw ConvertInputError((hf / file).string() + " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
                               "merges.txt) beside config.json");
+  // The tokenizer's chat template (`loom serve`'s /v1/chat/completions), read before anything
+  // is written.
+  const std::string chat_template = read_hf_chat_template(request.hf_dir);
   // GPT-2-format specific: a GPT2LMHeadModel folder's tokenizer is vocab.json + merges.txt.
   const data::Gpt2Tokenizer tokenizer((hf / "vocab.json").string(), (hf / "merges.txt").string());
   if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
@@ -179,6 +182,8 @@ HfImportResult import_hf(const HfImportRequest& request) {
   }
   fs::copy_file(hf / "vocab.json", vocab, fs::copy_options::overwrite_existing);
   fs::copy_file(hf / "merges.txt", merges, fs::copy_options::overwrite_existing);
+  if (!chat_template.empty())
+    train::write_text_atomically((run / "tokenizer" / kHfChatTemplateFile).string(), chat_template);
   writer.commit();
   train::write_text_atomically((run / "config.yaml").string(), config::to_yaml(recipe));
   return result;

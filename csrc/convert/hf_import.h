@@ -6,7 +6,10 @@
 //                                  position 0: `loom train` fine-tunes from it;
 //   RUN/config.yaml                the recipe (FILE, or a minimal fine-tuning recipe) with the
 //                                  model's shape and the layout, tokenizer RUN/tokenizer/*;
-//   RUN/tokenizer/vocab.json, merges.txt.
+//   RUN/tokenizer/vocab.json, merges.txt, and chat_template.jinja when the model's tokenizer
+//                                  has a chat template (chat_template.jinja, or
+//                                  tokenizer_config.json's chat_template; `loom serve` renders
+//                                  chat requests with it).
 // `loom generate --checkpoint RUN` reads it as any run.
 #pragma once
 #include <string>

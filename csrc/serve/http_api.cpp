@@ -8,6 +8,7 @@
 
 #include "generate/generate_run.h"
 #include "generate/request_checks.h"
+#include "serve/api_fields.h"
 #include "serve/limits.h"
 #include "serve/prompt_requests.h"
 
@@ -20,87 +21,15 @@ namespace {
 using limits::kMaxPrompts;
 using limits::kMaxTopLogprobs;
 constexpr const char* kEndOfText = "<|endoftext|>";
-// Field names quoted in errors are cut to this many bytes.
-constexpr size_t kMaxFieldName = 64;
-
-ApiError bad(const std::string& field, const std::string& message) { return ApiError(400, field, message); }
-
-const char* type_name(const json& v) { return v.type_name(); }
-
-std::string field_name(const std::string& key) {
-  return key.size() <= kMaxFieldName ? key : key.substr(0, kMaxFieldName) + "...";
-}
-
-void check_fields(const json& body, const std::set<std::string>& known) {
-  if (!body.is_object()) throw bad("body", std::string("expected a JSON object, found ") + type_name(body));
-  for (const auto& [key, value] : body.items())
-    if (!known.count(key)) throw bad(field_name(key), "unknown field");
-}
-
-bool present(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
-
-int64_t get_int(const json& body, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
-  if (!present(body, key)) return fallback;
-  const json& v = body[key];
-  if (!v.is_number_integer())
-    throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, excerpt(v)));
-  const bool unsigned_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
-  const int64_t x = unsigned_big ? INT64_MAX : v.get<int64_t>();
-  if (x < lo || x > hi) throw bad(key, fmt::format("expected an integer in [{}, {}], found {}", lo, hi, excerpt(v)));
-  return x;
-}
-
-// A temperature: 0 (greedy, when `zero_is_greedy`) or within the sampler's finite range.
-double get_temperature(const json& body, const char* key, double fallback, bool zero_is_greedy) {
-  if (!present(body, key)) return fallback;
-  const json& v = body[key];
-  const double x = v.is_number() ? v.get<double>() : std::nan("");
-  if ((zero_is_greedy && x == 0.0) || (x >= limits::kMinTemperature && x <= limits::kMaxTemperature)) return x;
-  throw bad(key, fmt::format("expected {}a number in [{}, {}], found {}", zero_is_greedy ? "0 (greedy) or " : "",
-                             limits::kMinTemperature, limits::kMaxTemperature, excerpt(v)));
-}
-
-double get_number(const json& body, const char* key, double fallback, double lo, double hi, bool open_lo = false) {
-  if (!present(body, key)) return fallback;
-  const json& v = body[key];
-  if (!v.is_number()) throw bad(key, std::string("expected a number, found ") + excerpt(v));
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi || (open_lo && x == lo))
-    throw bad(key, fmt::format("expected a number in {}{}, {}], found {}", open_lo ? "(" : "[", lo, hi, excerpt(v)));
-  return x;
-}
-
-bool get_bool(const json& body, const char* key, bool fallback) {
-  if (!present(body, key)) return fallback;
-  if (!body[key].is_boolean()) throw bad(key, std::string("expected true or false, found ") + excerpt(body[key]));
-  return body[key].get<bool>();
-}
-
-// A string or a list of at most `max_count` non-empty strings of at most kMaxStopBytes each.
-std::vector<std::string> get_strings(const json& body, const char* key, std::vector<std::string> fallback,
-                                     size_t max_count) {
-  if (!present(body, key)) return fallback;
-  const json& v = body[key];
-  std::vector<std::string> out;
-  if (v.is_array() && v.size() > max_count)
-    throw bad(key, fmt::format("at most {} strings, found {}", max_count, v.size()));
-  if (v.is_string()) {
-    out.push_back(v.get<std::string>());
-  } else if (v.is_array()) {
-    for (const auto& s : v) {
-      if (!s.is_string()) throw bad(key, "expected a string or a list of strings, found an element " + excerpt(s));
-      out.push_back(s.get<std::string>());
-    }
-  } else {
-    throw bad(key, "expected a string or a list of strings, found " + excerpt(v));
-  }
-  for (const auto& s : out) {
-    if (s.empty()) throw bad(key, "expected non-empty strings");
-    if (s.size() > limits::kMaxStopBytes)
-      throw bad(key, fmt::format("a string of {} bytes, more than {}", s.size(), limits::kMaxStopBytes));
-  }
-  return out;
-}
+using fields::bad;
+using fields::check_fields;
+using fields::field_name;
+using fields::get_bool;
+using fields::get_int;
+using fields::get_number;
+using fields::get_strings;
+using fields::get_temperature;
+using fields::present;
 
 uint64_t fresh_seed() {
   static std::random_device device;
@@ -310,14 +239,10 @@ size_t streamable_prefix(const std::string& text, const std::vector<std::string>
   return keep;
 }
 
-CompletionJob parse_completion(const json& body, const ApiContext& api) {
-  check_fields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "stream",
-                      "stream_options", "logprobs", "echo", "stop", "seed", "presence_penalty", "frequency_penalty",
-                      "repetition_penalty", "min_tokens", "logit_bias", "user", "suffix", "taskname"});
+OpenAiCommon parse_openai_common(const json& body, const ApiContext& api, const char* max_tokens_field) {
   if (present(body, "model") && !body["model"].is_string()) throw bad("model", "expected a string");
   if (present(body, "model") && body["model"].get<std::string>() != api.model_name)
     throw ApiError(404, "model", fmt::format("this server serves '{}', not '{}'", api.model_name, body["model"].get<std::string>()));
-  if (present(body, "suffix")) throw bad("suffix", "is not supported");
   if (present(body, "user") && !body["user"].is_string()) throw bad("user", "expected a string");
   get_int(body, "n", 1, 1, 1);
   get_int(body, "best_of", 1, 1, 1);
@@ -325,20 +250,17 @@ CompletionJob parse_completion(const json& body, const ApiContext& api) {
   get_number(body, "frequency_penalty", 0, 0, 0);
   if (present(body, "logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
     throw bad("logit_bias", "is not supported");
-  CompletionJob job;
-  job.stream = get_bool(body, "stream", false);
+  OpenAiCommon common;
+  common.stream = get_bool(body, "stream", false);
   if (present(body, "stream_options")) {
     const json& o = body["stream_options"];
     if (!o.is_object()) throw bad("stream_options", "expected an object");
     for (const auto& [k, v] : o.items())
       if (k != "include_usage") throw bad("stream_options." + k, "unknown field");
-    job.include_usage = get_bool(o, "include_usage", false);
+    common.include_usage = get_bool(o, "include_usage", false);
   }
-  job.echo = get_bool(body, "echo", false);
-  job.logprobs = get_int(body, "logprobs", -1, 0, kMaxTopLogprobs);
-  const int64_t max_tokens = get_int(body, "max_tokens", 16, 0, api.context);
-  RequestSpec base;
-  base.max_new_tokens = max_tokens;
+  RequestSpec& base = common.base;
+  base.max_new_tokens = get_int(body, max_tokens_field, 16, 0, api.context);
   const double temperature = get_temperature(body, "temperature", 1.0, /*zero_is_greedy=*/true);
   base.sampling.greedy = temperature == 0.0;
   base.sampling.temperature = temperature == 0.0 ? 1.0 : temperature;
@@ -350,6 +272,33 @@ CompletionJob parse_completion(const json& body, const ApiContext& api) {
                                              : fresh_seed();
   base.min_new_tokens = get_int(body, "min_tokens", 0, 0, api.context);
   base.stop_strings = get_strings(body, "stop", {}, limits::kMaxStopStrings);
+  return common;
+}
+
+std::vector<int64_t> encode_prompt_text(const std::string& text, const ApiContext& api, const char* field) {
+  return encode(text, api, false, field);
+}
+
+void check_prompt_fits(const std::vector<int64_t>& prompt, int64_t max_tokens, const ApiContext& api,
+                       const char* length_field, const char* prompt_field) {
+  check_lengths(prompt, max_tokens, api, length_field, prompt_field);
+}
+
+std::string token_text(int64_t id, const data::Tokenizer& tokenizer) { return token_string(id, tokenizer); }
+
+CompletionJob parse_completion(const json& body, const ApiContext& api) {
+  check_fields(body, {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "stream",
+                      "stream_options", "logprobs", "echo", "stop", "seed", "presence_penalty", "frequency_penalty",
+                      "repetition_penalty", "min_tokens", "logit_bias", "user", "suffix", "taskname"});
+  if (present(body, "suffix")) throw bad("suffix", "is not supported");
+  OpenAiCommon common = parse_openai_common(body, api, "max_tokens");
+  const int64_t max_tokens = common.base.max_new_tokens;
+  CompletionJob job;
+  job.stream = common.stream;
+  job.include_usage = common.include_usage;
+  job.echo = get_bool(body, "echo", false);
+  job.logprobs = get_int(body, "logprobs", -1, 0, kMaxTopLogprobs);
+  RequestSpec& base = common.base;
   base.logprobs = job.logprobs >= 0;
   base.top_logprobs = std::max<int64_t>(job.logprobs, 0);
   base.prompt_logprobs = job.echo && job.logprobs >= 0;

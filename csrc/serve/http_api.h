@@ -47,7 +47,8 @@ struct RequestResult {
   std::string error;                    ///< why generation failed (finish_reason "error")
 };
 
-struct PromptTasks;  // serve/prompt_requests.h
+struct PromptTasks;   // serve/prompt_requests.h
+class ChatTemplate;   // serve/chat_template.h
 
 /// What the model and tokenizer allow, for parsing.
 struct ApiContext {
@@ -58,6 +59,8 @@ struct ApiContext {
   /// Bytes a prompt text may have (a longer one is refused before it is tokenized); 0: no
   /// limit but the body's. max_prompt_bytes() gives the value `loom serve` uses.
   size_t max_prompt_bytes = 0;
+  /// The checkpoint's chat template (POST /v1/chat/completions); null: chat requests are refused.
+  const ChatTemplate* chat_template = nullptr;
 };
 
 /// context × the bytes of the tokenizer's longest token: no prompt text longer than this can
@@ -69,6 +72,27 @@ size_t max_prompt_bytes(const data::Tokenizer& tokenizer, int64_t context);
 /// and numbers past a double's range (naming where: "stream_options.include_usage").
 /// The depth is checked while parsing, before anything walks the value recursively.
 nlohmann::json parse_request_body(const std::string& body);
+
+/// The fields OpenAI's completions and chat completions share, checked in this order
+/// (ApiError naming the field): `model` (404 for another), `user`, `n` and `best_of` (1),
+/// `presence_penalty` and `frequency_penalty` (0), `logit_bias` (empty), `stream`,
+/// `stream_options.include_usage`, the token budget (`max_tokens_field`: 16 by default, 0 allowed),
+/// `temperature` (1; 0 = greedy), `top_p`, `top_k`, `repetition_penalty`, `seed` (a random one
+/// when absent), `min_tokens`, `stop`. The request template `base` has no prompt yet.
+struct OpenAiCommon {
+  RequestSpec base;
+  bool stream = false;
+  bool include_usage = false;  ///< stream_options.include_usage
+};
+OpenAiCommon parse_openai_common(const nlohmann::json& body, const ApiContext& api, const char* max_tokens_field);
+/// A prompt text's token ids (refused past ApiContext::max_prompt_bytes before tokenizing; an
+/// empty text is the document-start token), as /v1/completions tokenizes a text prompt.
+std::vector<int64_t> encode_prompt_text(const std::string& text, const ApiContext& api, const char* field);
+/// Refuses (400) a prompt past the context, or whose budget of `max_tokens` does not fit.
+void check_prompt_fits(const std::vector<int64_t>& prompt, int64_t max_tokens, const ApiContext& api,
+                       const char* length_field, const char* prompt_field);
+/// The text of one token (the logprobs' `tokens` entries).
+std::string token_text(int64_t id, const data::Tokenizer& tokenizer);
 
 /// A parsed POST /v1/completions.
 struct CompletionJob {

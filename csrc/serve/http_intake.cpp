@@ -200,10 +200,10 @@ struct HttpIntake::Connection {
   std::string in;
   size_t served = 0;
   std::optional<RequestAssembler> request;
-  Clock::time_point since;     // opened, or back from a handler (eviction order)
   Clock::time_point deadline;  // of the current phase
   Clock::time_point request_deadline;
   bool lingering = false;      // refused: reading and dropping until EOF or the deadline
+  bool counted = true;         // within max_connections (false: refused for being past it)
 };
 
 HttpIntake::HttpIntake(IntakeOptions options, std::function<void(ReadyRequest)> ready,
@@ -225,19 +225,26 @@ void HttpIntake::stop() {
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [fd, rest] : incoming_) close_connection(fd);
+  for (auto& in : incoming_) close_connection(in.fd);
   incoming_.clear();
 }
 
 void HttpIntake::add(int fd, std::string buffered, size_t served) {
+  // A new connection is counted (one back from a handler is already); past the limit it is
+  // not, and is refused.
+  const bool over_limit = served == 0 && ++open_ > static_cast<int64_t>(options_.max_connections);
+  if (over_limit) --open_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!stopping_) {
-      incoming_.push_back({fd, {std::move(buffered), served}});
+      incoming_.push_back({fd, std::move(buffered), served, over_limit});
       fd = -1;
     }
   }
-  if (fd >= 0) return close_connection(fd);
+  if (fd >= 0) {
+    if (!over_limit) --open_;
+    return close_connection(fd);
+  }
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
 }
@@ -245,6 +252,12 @@ void HttpIntake::add(int fd, std::string buffered, size_t served) {
 void HttpIntake::close_connection(int fd) {
   shutdown(fd, SHUT_RDWR);
   close(fd);
+}
+
+void HttpIntake::close_handled(int fd) {
+  shutdown(fd, SHUT_WR);
+  close(fd);
+  --open_;
 }
 
 void HttpIntake::refuse(Connection& c, int status, const std::string& field, const std::string& message) {
@@ -268,24 +281,28 @@ void HttpIntake::loop() {
     const auto now = Clock::now();
     {  // new connections and ones back from a handler
       std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& [fd, rest] : incoming_) {
+      for (auto& in : incoming_) {
         auto c = std::make_unique<Connection>();
-        c->fd = fd;
-        c->in = std::move(rest.first);
-        c->served = rest.second;
-        c->since = now;
+        c->fd = in.fd;
+        c->in = std::move(in.bytes);
+        c->served = in.served;
         c->deadline = now + std::chrono::milliseconds(c->served == 0 ? options_.header_timeout_ms
                                                                      : options_.keep_alive_timeout_ms);
-        connections_[fd] = std::move(c);
+        // Past --max-connections: answered 503 at once and closed once the client read it
+        // (lingering, bounded too: past that a connection is closed unanswered).
+        if (in.over_limit) {
+          c->counted = false;
+          if (refused_lingering_ >= options_.max_connections) {
+            close_connection(in.fd);
+            continue;
+          }
+          ++refused_lingering_;
+          refuse(*c, 503, "", fmt::format("the server holds its maximum of {} connections (--max-connections); "
+                                          "retry later", options_.max_connections));
+        }
+        connections_[in.fd] = std::move(c);
       }
       incoming_.clear();
-    }
-    // Too many: the connection waiting longest goes (a slow client's, most likely).
-    while (connections_.size() > options_.max_pending) {
-      auto oldest = std::min_element(connections_.begin(), connections_.end(),
-                                     [](const auto& a, const auto& b) { return a.second->since < b.second->since; });
-      close_connection(oldest->first);
-      connections_.erase(oldest);
     }
     polled.clear();
     polled.push_back({wake_fd_, POLLIN, 0});
@@ -324,7 +341,6 @@ void HttpIntake::loop() {
         c.request.emplace(options_.max_head_bytes, options_.max_body_bytes);
         if (c.served > 0) c.deadline = after + std::chrono::milliseconds(options_.header_timeout_ms);
         c.request_deadline = after + std::chrono::milliseconds(options_.request_timeout_ms);
-        c.since = after;
       }
       if (c.request) {
         const bool head_before = c.request->head_done();
@@ -367,6 +383,8 @@ void HttpIntake::loop() {
       }
     }
     for (int fd : closed) {
+      if (connections_.at(fd)->counted) --open_;
+      else --refused_lingering_;
       close_connection(fd);
       connections_.erase(fd);
     }

@@ -5,7 +5,8 @@
 // the head within kHeaderTimeoutS of its first byte and kMaxHeadBytes (408, 431), the body
 // within the request deadline and --max-body-mb whether sent with Content-Length or chunked
 // (413 as soon as the limit is passed, without keeping the bytes), and at most
-// kMaxPendingConnections connections waiting (the oldest is dropped). A complete request is
+// `--max-connections` open connections (a connection past it is answered 503 at once, then
+// closed once the client has read it: never reset). A complete request is
 // handed over decoded (a chunked body becomes a Content-Length one) with the bytes that follow
 // it; a refused one is answered here with the JSON error body of serve/http_api.h, and what the
 // client still sends is read and dropped for a while so that it sees the answer.
@@ -74,7 +75,10 @@ struct IntakeOptions {
   int request_timeout_ms = 0;     ///< whole request within this of its first byte (408)
   int keep_alive_timeout_ms = 0;  ///< an idle connection between requests is closed after this
   int linger_ms = 0;              ///< reading and dropping after a refusal
-  size_t max_pending = 0;         ///< connections held (the one waiting longest goes beyond)
+  /// Open connections, those whose request a handler answers included (`--max-connections`);
+  /// a new one past it gets 503 and is closed. At most as many refused ones linger at once
+  /// (beyond, a new connection is closed without an answer).
+  size_t max_connections = 0;
   size_t max_queued = 0;          ///< requests handed over and not yet answered (503 beyond)
 };
 
@@ -100,6 +104,11 @@ class HttpIntake {
   void add(int fd, std::string buffered = {}, size_t served = 0);
   /// A handed-over request was answered (for max_queued).
   void answered() { --queued_; }
+  /// A handler closes the connection of a handed-over request (instead of giving it back with
+  /// add()): closes `fd` and counts it out of the open connections.
+  void close_handled(int fd);
+  /// Connections open now (held here or by a handler), for the metrics.
+  int64_t open_connections() const { return open_; }
   /// Stops the poll thread and closes every connection it holds (idempotent).
   void stop();
 
@@ -114,10 +123,18 @@ class HttpIntake {
   std::function<std::string(int, const std::string&, const std::string&)> error_body_;
   int wake_fd_ = -1;
   std::mutex mutex_;  // incoming_
-  std::vector<std::pair<int, std::pair<std::string, size_t>>> incoming_;  // fd, (bytes, served)
+  struct Incoming {
+    int fd;
+    std::string bytes;  // read before (the next request's start)
+    size_t served;
+    bool over_limit;    // a new connection past max_connections (decided in arrival order)
+  };
+  std::vector<Incoming> incoming_;
   std::map<int, std::unique_ptr<Connection>> connections_;                // poll thread only
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> queued_{0};
+  std::atomic<int64_t> open_{0};     // counted connections (max_connections)
+  size_t refused_lingering_ = 0;     // poll thread only: over-limit connections being closed
   std::thread thread_;
 };
 

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/select.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,7 +21,9 @@
 #include <mutex>
 #include <thread>
 
+#include "serve/chat_api.h"
 #include "serve/http_intake.h"
+#include "serve/metrics.h"
 
 namespace loom::serve {
 
@@ -170,6 +173,24 @@ struct InlineQueue : httplib::TaskQueue {
 // Bodies at least this large release the memory they took back to the system once answered
 // (malloc_trim): glibc keeps freed memory in per-thread arenas otherwise.
 constexpr size_t kTrimAfterBytes = size_t{1} << 20;
+// File descriptors the process keeps beside its connections (files, pipes, the other ranks' sockets).
+constexpr rlim_t kSpareDescriptors = 256;
+
+// Raises the soft open-file limit to what `max_connections` need: each counted connection and
+// each refused one still being closed (as many) holds a descriptor.
+void reserve_descriptors(int64_t max_connections) {
+  const rlim_t need = static_cast<rlim_t>(2 * max_connections) + kSpareDescriptors;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= need) return;
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < need)
+    throw std::invalid_argument(fmt::format(
+        "--max-connections {}: needs {} open files (2 per connection + {}), and this process may open at most {} "
+        "(ulimit -Hn)", max_connections, need, kSpareDescriptors, limit.rlim_max));
+  limit.rlim_cur = need;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0)
+    throw std::runtime_error(std::string("serve: setrlimit(RLIMIT_NOFILE): ") + std::strerror(errno));
+}
+
 // glibc's thresholds, fixed for the serving process: blocks of 1 MiB or more (a body, its
 // copies, a large JSON array) are mapped on their own and unmapped when freed, and a thread
 // arena's free top is returned past 8 MiB. glibc's defaults rise with the largest block freed
@@ -195,8 +216,10 @@ struct HttpServer::State {
   std::atomic<bool> engine_failed{false};
   std::atomic<int64_t> open_jobs{0};
   std::atomic<uint64_t> next_completion{1};
+  ServeMetrics metrics;  // fed under `mutex`, so that it sees each request's events in order
 
-  State(GenerationEngine& e, ApiContext a, HttpOptions o) : engine(e), api(std::move(a)), options(std::move(o)) {}
+  State(GenerationEngine& e, ApiContext a, HttpOptions o)
+      : engine(e), api(std::move(a)), options(std::move(o)), metrics(e.options().max_kv_tokens) {}
   ~State() {
     server.stop();
     if (listener.joinable()) listener.join();
@@ -210,6 +233,7 @@ struct HttpServer::State {
     size_t index = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
+      metrics.progressed(p);
       auto it = jobs.find(p.id);
       if (it == jobs.end()) return;
       job = it->second.first;
@@ -251,11 +275,13 @@ struct HttpServer::State {
         const uint64_t id = engine.submit(specs[i]);
         job->ids.push_back(id);
         jobs[id] = {job, i};
+        metrics.submitted(id, specs[i]);
       }
     } catch (const std::invalid_argument& e) {
       for (uint64_t id : job->ids) {
         engine.cancel(id);
         jobs.erase(id);
+        metrics.cancelled(id);
       }
       // The engine's messages start with the field: "max_tokens: ...".
       const std::string message = e.what();
@@ -271,7 +297,9 @@ struct HttpServer::State {
     if (cancel) {
       std::lock_guard<std::mutex> lock(mutex);
       for (uint64_t id : job->ids) {
-        if (jobs.erase(id)) engine.cancel(id);
+        if (!jobs.erase(id)) continue;
+        engine.cancel(id);
+        metrics.cancelled(id);
       }
     }
     --open_jobs;
@@ -331,66 +359,138 @@ struct HttpServer::State {
         send_json(res, 200, completion_response(*job_spec, job->results, api, id, created));
         return;
       }
-      auto sent = std::make_shared<std::vector<size_t>>(job_spec->specs.size(), 0);
-      auto finished_sent = std::make_shared<std::vector<bool>>(job_spec->specs.size(), false);
-      auto seen = std::make_shared<uint64_t>(0);
-      auto logprobs_sent = std::make_shared<std::vector<size_t>>(job_spec->specs.size(), 0);
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [this, job, job_spec, id, created, sent, finished_sent, seen, logprobs_sent](size_t,
-                                                                                       httplib::DataSink& sink) {
-            std::unique_lock<std::mutex> lock(job->mutex);
-            job->changed.wait_for(lock, std::chrono::milliseconds(200),
-                                  [&] { return job->version != *seen || job->failed; });
-            *seen = job->version;
-            if (job->failed) return false;
-            std::string events;
-            for (size_t i = 0; i < job->results.size(); ++i) {
-              if ((*finished_sent)[i]) continue;
-              const RequestResult& r = job->results[i];
-              if (!r.error.empty()) {  // this prompt failed: an error event in its place
-                events += "data: " + dump_json(error_body(500, r.error)) + "\n\n";
-                (*finished_sent)[i] = true;
-                continue;
-              }
-              std::string text = job_spec->echo ? api.tokenizer->decode(std::vector<int32_t>(r.prompt.begin(), r.prompt.end())) : "";
-              text += generated_text(job_spec->specs[i], r, *api.tokenizer);
-              const bool done = !r.finish_reason.empty();
-              const size_t ready = done ? text.size() : streamable_prefix(text, job_spec->specs[i].stop_strings);
-              if (ready <= (*sent)[i] && !done) continue;
-              // The log-probabilities of the tokens whose text this chunk completes (all of them
-              // at the end), as OpenAI's completions stream sends them.
-              json logprobs;
-              if (job_spec->logprobs >= 0) {
-                const json all = completion_logprobs(*job_spec, i, r, api);
-                const size_t upto = done ? all.at("tokens").size() : logprob_entries_within(all, ready);
-                logprobs = logprob_entries(all, (*logprobs_sent)[i], upto);
-                (*logprobs_sent)[i] = std::max((*logprobs_sent)[i], upto);
-              }
-              json choice = {{"text", text.substr((*sent)[i], ready > (*sent)[i] ? ready - (*sent)[i] : 0)},
-                             {"index", i}, {"logprobs", logprobs},
-                             {"finish_reason", done ? json(r.finish_reason) : json()}};
-              (*sent)[i] = std::max((*sent)[i], ready);
-              (*finished_sent)[i] = done;
-              json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created},
-                            {"model", api.model_name}, {"choices", json::array({choice})}};
+      // Each chunk: the text (echo + generated) that can be sent now and, when asked, the
+      // log-probabilities of the tokens that text completes (all of them at the end), as
+      // OpenAI's completions stream sends them.
+      stream_job(res, job, job_spec->specs.size(), job_spec->include_usage, id, "text_completion", created,
+                 [this, job_spec](size_t i, const RequestResult& r, bool done, StreamedChoice& sent) -> json {
+                   std::string text = job_spec->echo ? decode_ids(r.prompt) : "";
+                   text += generated_text(job_spec->specs[i], r, *api.tokenizer);
+                   const size_t ready = done ? text.size() : streamable_prefix(text, job_spec->specs[i].stop_strings);
+                   if (ready <= sent.bytes && !done) return nullptr;
+                   json logprobs;
+                   if (job_spec->logprobs >= 0) {
+                     const json all = completion_logprobs(*job_spec, i, r, api);
+                     const size_t upto = done ? all.at("tokens").size() : logprob_entries_within(all, ready);
+                     logprobs = logprob_entries(all, sent.logprobs, upto);
+                     sent.logprobs = std::max(sent.logprobs, upto);
+                   }
+                   json choice = {{"text", text.substr(sent.bytes, ready > sent.bytes ? ready - sent.bytes : 0)},
+                                  {"index", i}, {"logprobs", logprobs},
+                                  {"finish_reason", done ? json(r.finish_reason) : json()}};
+                   sent.bytes = std::max(sent.bytes, ready);
+                   return choice;
+                 });
+    });
+  }
+
+  std::string decode_ids(const std::vector<int64_t>& ids) const {
+    return api.tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()));
+  }
+
+  // What a stream sent of one choice.
+  struct StreamedChoice {
+    size_t bytes = 0;      // of its text
+    size_t logprobs = 0;   // log-probability entries
+    bool started = false;  // a chunk of it was sent
+    bool finished = false;
+  };
+  // Builds choice i's next chunk from its result so far (null: nothing new to send); `done`:
+  // the request finished.
+  using ChunkChoice = std::function<json(size_t, const RequestResult&, bool, StreamedChoice&)>;
+
+  // Answers `job` as server-sent events: at each change, a chunk {id, object, created, model,
+  // choices: [one choice]} per choice with something new, an error event in the place of a
+  // choice whose request failed; at the end the usage chunk (when asked) and [DONE]. A client
+  // that goes away cancels the job's requests.
+  void stream_job(httplib::Response& res, const std::shared_ptr<Job>& job, size_t choices, bool include_usage,
+                  const std::string& id, const std::string& object, int64_t created, ChunkChoice chunk_choice) {
+    auto sent = std::make_shared<std::vector<StreamedChoice>>(choices);
+    auto seen = std::make_shared<uint64_t>(0);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, id, object, created, include_usage, sent, seen, chunk_choice](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lock(job->mutex);
+          job->changed.wait_for(lock, std::chrono::milliseconds(200),
+                                [&] { return job->version != *seen || job->failed; });
+          *seen = job->version;
+          if (job->failed) return false;
+          auto envelope = [&](json choices_json) {
+            return json{{"id", id}, {"object", object}, {"created", created}, {"model", api.model_name},
+                        {"choices", std::move(choices_json)}};
+          };
+          std::string events;
+          for (size_t i = 0; i < job->results.size(); ++i) {
+            StreamedChoice& state = (*sent)[i];
+            if (state.finished) continue;
+            const RequestResult& r = job->results[i];
+            if (!r.error.empty()) {  // this prompt failed: an error event in its place
+              events += "data: " + dump_json(error_body(500, r.error)) + "\n\n";
+              state.finished = true;
+              continue;
+            }
+            const bool done = !r.finish_reason.empty();
+            json choice = chunk_choice(i, r, done, state);
+            if (choice.is_null()) continue;
+            state.started = true;
+            state.finished = done;
+            events += "data: " + dump_json(envelope(json::array({std::move(choice)}))) + "\n\n";
+          }
+          const bool all_done = job->remaining == 0;
+          if (all_done) {
+            if (include_usage) {
+              json chunk = envelope(json::array());
+              chunk["usage"] = usage(job->results);
               events += "data: " + dump_json(chunk) + "\n\n";
             }
-            const bool all_done = job->remaining == 0;
-            if (all_done) {
-              if (job_spec->include_usage) {
-                json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created},
-                              {"model", api.model_name}, {"choices", json::array()}, {"usage", usage(job->results)}};
-                events += "data: " + dump_json(chunk) + "\n\n";
-              }
-              events += "data: [DONE]\n\n";
-            }
-            lock.unlock();
-            if (!events.empty() && !sink.write(events.data(), events.size())) return false;  // client gone
-            if (all_done) sink.done();
-            return true;
-          },
-          [this, job](bool success) { release(job, !success || job->remaining > 0); });
+            events += "data: [DONE]\n\n";
+          }
+          lock.unlock();
+          if (!events.empty() && !sink.write(events.data(), events.size())) return false;  // client gone
+          if (all_done) sink.done();
+          return true;
+        },
+        [this, job](bool success) { release(job, !success || job->remaining > 0); });
+  }
+
+  void chat(const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      auto chat_job = std::make_shared<ChatJob>(parse_chat(parse_body(req), api));
+      auto job = submit({chat_job->spec});
+      const std::string id = fmt::format("chatcmpl-{}", next_completion++);
+      const int64_t created = now_seconds();
+      if (!chat_job->stream) {
+        Releaser done{this, job};
+        done.cancel = !wait(job);
+        if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
+        if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
+        send_json(res, 200, chat_response(*chat_job, job->results[0], api, id, created));
+        return;
+      }
+      // The first chunk names the role (its content empty until text is ready), then each
+      // chunk's delta holds the text that can be sent now, the last one the finish reason.
+      stream_job(res, job, 1, chat_job->include_usage, id, "chat.completion.chunk", created,
+                 [this, chat_job](size_t, const RequestResult& r, bool done, StreamedChoice& sent) -> json {
+                   const std::string text = generated_text(chat_job->spec, r, *api.tokenizer);
+                   const size_t ready = done ? text.size() : streamable_prefix(text, chat_job->spec.stop_strings);
+                   if (ready <= sent.bytes && !done && sent.started) return nullptr;
+                   json delta = json::object();
+                   if (!sent.started) delta["role"] = "assistant";
+                   if (ready > sent.bytes || !sent.started)
+                     delta["content"] = text.substr(sent.bytes, ready > sent.bytes ? ready - sent.bytes : 0);
+                   json logprobs;
+                   if (chat_job->logprobs) {
+                     const json all = chat_logprobs(*chat_job, r, api);
+                     const size_t upto = done ? all.size() : chat_logprob_entries_within(all, ready);
+                     json part = json::array();
+                     for (size_t k = sent.logprobs; k < upto; ++k) part.push_back(all[k]);
+                     logprobs = {{"content", std::move(part)}};
+                     sent.logprobs = std::max(sent.logprobs, upto);
+                   }
+                   sent.bytes = std::max(sent.bytes, ready);
+                   return {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", logprobs},
+                           {"finish_reason", done ? json(r.finish_reason) : json()}};
+                 });
     });
   }
 
@@ -425,8 +525,7 @@ struct HttpServer::State {
     if (ok && !last && !connection_closed) {
       intake->add(r.fd, std::move(r.leftover), r.served + 1);
     } else {
-      shutdown(r.fd, SHUT_WR);
-      close(r.fd);
+      intake->close_handled(r.fd);
     }
   }
 };
@@ -446,7 +545,9 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   intake.request_timeout_ms = limits::kRequestTimeoutS * 1000;
   intake.keep_alive_timeout_ms = limits::kKeepAliveTimeoutS * 1000;
   intake.linger_ms = limits::kLingerS * 1000;
-  intake.max_pending = limits::kMaxPendingConnections;
+  if (s.options.max_connections < 1) throw std::invalid_argument("--max-connections: expected >= 1");
+  reserve_descriptors(s.options.max_connections);
+  intake.max_connections = static_cast<size_t>(s.options.max_connections);
   intake.max_queued = limits::kMaxQueuedRequests;
   s.intake = std::make_unique<HttpIntake>(
       intake, [&s](ReadyRequest r) { s.handlers->enqueue([&s, r = std::move(r)]() mutable { s.handle(std::move(r)); }); },
@@ -468,18 +569,23 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) send_error(res, 413, "the request body is larger than the server accepts", "body");
-    else if (res.status == 404) send_error(res, 404, "no such route; try POST /v1/completions or PUT /generate");
+    else if (res.status == 404) send_error(res, 404, "no such route; try POST /v1/completions, POST /v1/chat/completions or PUT /generate");
     else send_error(res, res.status, "the request was refused");
   });
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, 500, "internal error");
   });
   svr.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res) { s.completions(req, res); });
+  svr.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) { s.chat(req, res); });
   svr.Put("/generate", [&s](const httplib::Request& req, httplib::Response& res) { s.nemo(req, res); });
   svr.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"object", "list"},
                          {"data", json::array({{{"id", s.api.model_name}, {"object", "model"}, {"created", 0},
                                                 {"owned_by", "loom"}, {"max_model_len", s.api.context}}})}});
+  });
+  svr.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(s.metrics.exposition(s.intake->open_connections()), "text/plain; version=0.0.4; charset=utf-8");
   });
   svr.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
     if (s.engine_failed) return send_json(res, 503, {{"status", "failed"}});
@@ -489,7 +595,7 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   if (port_ < 0 || (s.options.port != 0 && !svr.bind_to_port(s.options.host, s.options.port)))
     throw std::runtime_error(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)",
                                          s.options.host, s.options.port));
-  svr.widen_backlog(limits::kListenBacklog);
+  svr.widen_backlog(static_cast<int>(std::min<int64_t>(s.options.max_connections, INT32_MAX)));
   s.listener = std::thread([&svr] { svr.listen_after_bind(); });
 }
 

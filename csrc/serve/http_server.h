@@ -1,6 +1,7 @@
 // The HTTP front of `loom serve` on the serving rank (cpp-httplib; docs/serving.md): routes
-// `PUT /generate` (NeMo), `POST /v1/completions` (OpenAI, streamed as server-sent events when
-// asked), `GET /v1/models` and `GET /health` to the engine, on a pool of handler threads while
+// `PUT /generate` (NeMo), `POST /v1/completions` and `POST /v1/chat/completions` (OpenAI,
+// streamed as server-sent events when asked), `GET /v1/models`, `GET /health` and
+// `GET /metrics` (serve/metrics.h) to the engine, on a pool of handler threads while
 // the engine steps on the caller's thread. Connections are read by one poll thread
 // (serve/http_intake.h: deadlines, head and body limits, chunked bodies included) and a handler
 // thread takes only a complete request, so slow or idle clients cannot hold the handlers. Every
@@ -26,11 +27,16 @@ struct HttpOptions {
   size_t max_body_bytes = static_cast<size_t>(limits::kDefaultMaxBodyMiB) << 20;
   int threads = limits::kHandlerThreads;  ///< handler threads (one per request being answered)
   int header_timeout_s = limits::kHeaderTimeoutS;  ///< see limits::kHeaderTimeoutS
+  /// Open connections at most, and the listen backlog (limits::kDefaultMaxConnections).
+  int64_t max_connections = limits::kDefaultMaxConnections;
 };
 
 class HttpServer {
  public:
-  /// Binds host:port (throws std::runtime_error naming them when it cannot).
+  /// Binds host:port (throws std::runtime_error naming them when it cannot) with a listen
+  /// backlog of options.max_connections; raises the open-file limit to what that many
+  /// connections need (std::invalid_argument naming --max-connections when the hard limit is
+  /// lower).
   HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions options);
   ~HttpServer();
   int port() const { return port_; }

@@ -18,6 +18,8 @@ namespace loom::serve::limits {
 constexpr int kMaxJsonDepth = 16;
 /// Prompts per request (OpenAI `prompt` list, NeMo `sentences`; NeMo's own limit).
 constexpr size_t kMaxPrompts = 128;
+/// Messages per chat request (`messages`; each is rendered by the chat template).
+constexpr size_t kMaxChatMessages = 1024;
 /// OpenAI's `stop`: at most 4 strings (OpenAI's documented limit).
 constexpr size_t kMaxStopStrings = 4;
 /// NeMo's `end_strings` (NeMo sets none; <|endoftext|> counts as one).
@@ -57,11 +59,13 @@ constexpr int kRequestTimeoutS = 60;
 constexpr int kKeepAliveTimeoutS = 5;
 /// Requests on one keep-alive connection.
 constexpr size_t kKeepAliveMaxCount = 1000;
-/// Connections still sending their request (or idle between requests), at most; beyond it the
-/// one that started longest ago is dropped for the new one.
-constexpr size_t kMaxPendingConnections = 512;
-/// Connections the kernel queues before they are accepted (capped by net.core.somaxconn).
-constexpr int kListenBacklog = 1024;
+/// Open connections at most (`--max-connections`, default): those sending their request, idle
+/// between requests, or being answered. A new connection past it is answered 503 and closed
+/// (never reset). The listen backlog (connections the kernel queues before they are accepted,
+/// capped by net.core.somaxconn) is the same number, so that a burst of that many clients
+/// connecting at once all get in.
+constexpr int64_t kDefaultMaxConnections = 256;
+constexpr int64_t kMaxConnectionsFlag = 65536;  ///< the largest `--max-connections` accepted
 /// Handler threads: each runs one complete request at a time (waiting for the engine).
 constexpr int kHandlerThreads = 128;
 /// A response write may wait this long for the client to read.

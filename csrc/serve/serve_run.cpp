@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
 #include <vector>
 
+#include "convert/hf_files.h"
 #include "model/gpt_stage.h"
 #include "ptune/frozen_base.h"
 #include "ptune/prompt_tables.h"
 #include "runtime/rank_session.h"
+#include "serve/chat_template.h"
 #include "serve/prompt_requests.h"
 
 namespace loom::serve {
@@ -64,24 +67,37 @@ std::vector<at::Tensor> device_tables(const ptune::PromptTables& tables, const g
 // Rank 0 with HTTP: serves until `stop`, with the learned prompts' tasks when there are tables.
 void serve_http(const ServeRequest& request, GenerationEngine& engine, const std::optional<ptune::PromptTables>& tables,
                 const data::Tokenizer& tokenizer, const model::GptConfig& config, const ServingStarted& started,
-                const std::atomic<bool>& stop, const ServeEvents& events) {
+                const std::string& chat_path, const std::atomic<bool>& stop, const ServeEvents& events) {
   std::optional<PromptTasks> tasks;
   if (tables) {
     std::vector<config::TaskTemplate> templates;
     for (const auto& task : tables->tasks) templates.push_back(task.spec);
     tasks = make_prompt_tasks(templates, tables->add_bos, tokenizer, config.max_position_embeddings);
   }
+  // The chat template's bos_token and eos_token are the tokenizer's texts of its ids.
+  auto token = [&tokenizer](int32_t id) { return id >= 0 ? tokenizer.decode({id}) : std::string(); };
+  std::unique_ptr<ChatTemplate> chat;
+  if (!chat_path.empty()) chat = read_chat_template(chat_path, token(tokenizer.bos_id()), token(tokenizer.eod_id()));
   ApiContext api{&tokenizer, config.max_position_embeddings, request.model_name, tasks ? &*tasks : nullptr,
-                 max_prompt_bytes(tokenizer, config.max_position_embeddings)};
+                 max_prompt_bytes(tokenizer, config.max_position_embeddings), chat.get()};
   HttpServer server(engine, api, request.http);
   ServingStarted listening = started;
   listening.port = server.port();
+  listening.chat_template = chat_path;
   if (events.listening) events.listening(listening);
   server.run(stop);
   if (events.stopped) events.stopped();
 }
 
 }  // namespace
+
+std::string chat_template_path(const ServeRequest& request, const generate::GeneratePlan& plan) {
+  if (!request.chat_template.empty()) return request.chat_template;
+  const std::string own = plan.location.run_dir.empty()
+                              ? std::string()
+                              : plan.location.run_dir + "/tokenizer/" + convert::kHfChatTemplateFile;
+  return !own.empty() && std::ifstream(own).good() ? own : std::string();
+}
 
 generate::GeneratePlan plan_serving(const ServeRequest& request) {
   auto plan = generate::plan_generation(checkpoint_request(request));
@@ -94,6 +110,13 @@ generate::GeneratePlan plan_serving(const ServeRequest& request) {
   if (request.engine.max_kv_tokens < 0)
     throw GenerateInputError(fmt::format("--max-kv-tokens: expected >= 0 (0: max-batch x context), found {}",
                                          request.engine.max_kv_tokens));
+  if (const std::string chat = chat_template_path(request, plan); !chat.empty()) {
+    try {
+      read_chat_template(chat, "", "");
+    } catch (const std::invalid_argument& e) {
+      throw GenerateInputError(std::string(request.chat_template.empty() ? "" : "--chat-template ") + e.what());
+    }
+  }
   if (request.http.port < 0 || request.http.port > 65535)
     throw GenerateInputError(fmt::format("--port: expected 0..65535, found {}", request.http.port));
   return plan;
@@ -139,7 +162,7 @@ void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, con
   } else if (info.rank == 0) {
     const ServingStarted started{plan.info.iteration, t, pp, engine.options().max_batch,
                                  engine.options().max_kv_tokens, 0};
-    serve_http(request, engine, tables, tokenizer, config, started, stop, events);
+    serve_http(request, engine, tables, tokenizer, config, started, chat_template_path(request, plan), stop, events);
   } else {
     follow(engine);
   }

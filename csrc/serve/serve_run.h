@@ -30,6 +30,9 @@ struct ServeRequest {
   EngineOptions engine;           ///< --max-batch, --max-kv-tokens (the rest is set on the rank)
   std::string model_name;         ///< the model id the APIs report
   std::string prompt_checkpoint;  ///< --prompt-checkpoint: a prompt-learning run's tables (empty: none)
+  /// --chat-template: a Jinja chat template file (empty: the run's tokenizer/chat_template.jinja
+  /// when it has one, else chat requests are refused).
+  std::string chat_template;
   /// --bench-out: rank 0 measures the engine with this workload instead of serving HTTP.
   std::optional<BenchmarkWorkload> benchmark;
 };
@@ -40,6 +43,7 @@ struct ServingStarted {
   int tensor_parallel = 1, pipeline_parallel = 1;
   int64_t max_batch = 0, max_kv_tokens = 0;  ///< the engine's (max_kv_tokens resolved)
   int port = 0;
+  std::string chat_template;  ///< the chat template file ("" : none, chat requests are refused)
 };
 
 /// What rank 0 reports (called on rank 0 only, on the rank's thread; each may be empty). An
@@ -50,9 +54,14 @@ struct ServeEvents {
   std::function<void(const BenchmarkResult&)> benchmarked;  ///< with a benchmark, its figures
 };
 
+/// The chat template file the server uses: --chat-template, else RUN/tokenizer/
+/// chat_template.jinja of the served run when it exists, else "" (none).
+std::string chat_template_path(const ServeRequest& request, const generate::GeneratePlan& plan);
+
 /// Checks everything before any rank starts; the plan of the served checkpoint (its
 /// tensor_parallel × request.pipeline_parallel ranks serve). Throws
-/// generate::GenerateInputError naming the flag (--prompt-checkpoint tables that do not read,
+/// generate::GenerateInputError naming the flag (a chat template that does not read or parse,
+/// --prompt-checkpoint tables that do not read,
 /// --pipeline-parallel not dividing the layers, --max-batch < 1, --max-kv-tokens < 0, --port
 /// outside 0..65535), or train::CheckpointError for the checkpoint.
 generate::GeneratePlan plan_serving(const ServeRequest& request);

@@ -1,7 +1,8 @@
 // `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
-// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K]`: serves a training
-// checkpoint (any layout, resharded for t and split into p stages) over HTTP with NeMo's
-// `PUT /generate` and OpenAI's `POST /v1/completions` (docs/serving.md), continuous batching
+// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--max-connections N]
+// [--chat-template FILE]`: serves a training checkpoint (any layout, resharded for t and split
+// into p stages) over HTTP with NeMo's `PUT /generate`, OpenAI's `POST /v1/completions` and
+// `POST /v1/chat/completions`, and Prometheus' `GET /metrics` (docs/serving.md), continuous batching
 // in the engine (serve/engine.h). Rank 0 (first stage, TP rank 0) serves; the others follow
 // its broadcasts. Without launcher variables and t·p > 1 it starts t·p local ranks of itself.
 // Prints "loom serve: listening on http://HOST:PORT" on stderr once ready. SIGTERM/SIGINT:
@@ -69,6 +70,8 @@ int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
       std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
                                request.model_name, s.iteration, s.tensor_parallel, s.pipeline_parallel, s.max_batch,
                                s.max_kv_tokens)
+                << fmt::format("{}chat template: {}\n", who,
+                               s.chat_template.empty() ? "none (/v1/chat/completions answers 400)" : s.chat_template)
                 << fmt::format("{}listening on http://{}:{}", who, request.http.host, s.port) << std::endl;
     };
     events.stopped = [&] { std::cerr << who << "stopped" << std::endl; };
@@ -102,6 +105,12 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
   app.add_option("--header-timeout-s", job.serve.http.header_timeout_s,
                  "a request's line and headers must arrive within this many seconds (408 beyond)")
       ->capture_default_str();
+  app.add_option("--max-connections", job.serve.http.max_connections,
+                 "open HTTP connections at most, and the listen backlog (a new one beyond gets 503)")
+      ->capture_default_str();
+  app.add_option("--chat-template", job.serve.chat_template,
+                 "Jinja chat template for /v1/chat/completions (default: the run's tokenizer/chat_template.jinja, "
+                 "which loom convert --from hf copies)");
   app.add_option("--model-name", job.serve.model_name, "the model id the API reports (default: the checkpoint folder's name)");
   app.add_option("--vocab-file", job.serve.model.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
   app.add_option("--merge-file", job.serve.model.merge_file, "GPT-2 merges.txt (default: the recipe's)");
@@ -137,6 +146,11 @@ bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, i
   if (job.serve.http.header_timeout_s < 1 || job.serve.http.header_timeout_s > 3600) {
     std::cerr << "loom serve: error: --header-timeout-s: expected 1..3600, found " << job.serve.http.header_timeout_s
               << "\n";
+    return false;
+  }
+  if (job.serve.http.max_connections < 1 || job.serve.http.max_connections > loom::serve::limits::kMaxConnectionsFlag) {
+    std::cerr << "loom serve: error: --max-connections: expected 1.." << loom::serve::limits::kMaxConnectionsFlag
+              << ", found " << job.serve.http.max_connections << "\n";
     return false;
   }
   if (!job.api_key_file.empty() && app.count("--api-key")) {

@@ -338,3 +338,30 @@ def test_bad_flags_and_layouts_named(trained, hf_model, tmp_path):
     expect_bad(["--checkpoint", tmp_path / "nothing", "--output", tmp_path / "y", "--tensor-parallel", "1"],
                str(tmp_path / "nothing"))
     expect_bad(["--from", "hf", tmp_path / "nothing", "--output", tmp_path / "y"], "config.json")
+
+
+def test_import_carries_the_chat_template_and_names_a_malformed_one(hf_model, tmp_path):
+    """A tokenizer's chat template travels into RUN/tokenizer/chat_template.jinja (loom serve's chat
+    completions): chat_template.jinja first, else tokenizer_config.json's text or its list entry
+    named "default"; another shape is refused naming the file and field."""
+    for name, files, expected in [
+        ("file", {"chat_template.jinja": "{{ messages }}", "tokenizer_config.json": {"chat_template": "other"}},
+         "{{ messages }}"),
+        ("text", {"tokenizer_config.json": {"chat_template": "{% for m in messages %}{% endfor %}"}},
+         "{% for m in messages %}{% endfor %}"),
+        ("list", {"tokenizer_config.json": {"chat_template": [{"name": "tool_use", "template": "t"},
+                                                              {"name": "default", "template": "d"}]}}, "d"),
+        ("none", {}, None),
+    ]:
+        hf = tmp_path / name
+        shutil.copytree(hf_model, hf)
+        for file, content in files.items():
+            (hf / file).write_text(content if isinstance(content, str) else json.dumps(content))
+        convert("--from", "hf", hf, "--output", tmp_path / f"run_{name}")
+        template = tmp_path / f"run_{name}" / "tokenizer" / "chat_template.jinja"
+        assert (template.read_text() if template.exists() else None) == expected, name
+    bad = tmp_path / "bad"
+    shutil.copytree(hf_model, bad)
+    (bad / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "tool_use", "template": "t"}]}))
+    expect_bad(["--from", "hf", bad, "--output", tmp_path / "run_bad"], str(bad / "tokenizer_config.json"),
+               "chat_template")
