@@ -51,8 +51,7 @@ model::GptConfig inference_config(const nlohmann::json& model_shape,
   c.layernorm_epsilon = options.layernorm_epsilon;
   c.hidden_dropout = 0.0;
   c.attention_dropout = 0.0;
-  c.sequence_parallel = false;
-  c.activations_checkpoint_granularity = model::RecomputeGranularity::kNone;
+  c.layout = Layout{};  // no sequence parallelism, no recomputation, one stage's split
   c.params_dtype = Precision::kFp32;
   return c;
 }

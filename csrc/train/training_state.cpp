@@ -23,7 +23,7 @@ CheckpointLayout checkpoint_layout(const Layout& layout, const model::GptConfig&
                    {"max_position_embeddings", config.max_position_embeddings}};
   const rules::PipelineSplit split = model::pipeline_split(config, layout.pp, layout.vp);
   l.stage_layers = rules::stage_layer_counts(split);
-  // The model's own split (GptConfig holds the recipe's uneven stages).
+  // The model's own split (config.layout holds the recipe's uneven stages).
   if (split.first_stage_layers) l.parallel.first_stage_layers = static_cast<int>(*split.first_stage_layers);
   if (split.last_stage_layers) l.parallel.last_stage_layers = static_cast<int>(*split.last_stage_layers);
   return l;
