@@ -8,19 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "launch/local_launcher.h"
+#include "rules/model_shape_json.h"
 #include "planner/text_io.h"
 
 namespace loom::planner {
 namespace {
 
 namespace fs = std::filesystem;
-
-int shape_field(const nlohmann::json& model, const char* key, const std::string& file) {
-  if (!model.contains(key) || !model[key].is_number_integer())
-    throw std::invalid_argument(
-        fmt::format("--checkpoint: {} has no integer layout.model.{} (expected a Loom checkpoint)", file, key));
-  return model[key].get<int>();
-}
 
 // "+12.3%", or "-" when either value is missing.
 std::string percent(double measured, double predicted, bool ok) {
@@ -48,14 +42,12 @@ ModelShape checkpoint_model_shape(const std::string& checkpoint) {
   const auto meta = nlohmann::json::parse(read_text(file, "--checkpoint"), nullptr, false);
   if (meta.is_discarded() || !meta.is_object() || !meta.contains("layout") || !meta["layout"].is_object())
     throw std::invalid_argument(fmt::format("--checkpoint: {} is not a checkpoint's metadata (no layout object)", file));
-  const nlohmann::json model = meta["layout"].value("model", nlohmann::json::object());
   ModelShape s;
-  s.num_layers = shape_field(model, "num_layers", file);
-  s.hidden_size = shape_field(model, "hidden_size", file);
-  s.num_attention_heads = shape_field(model, "num_attention_heads", file);
-  s.ffn_hidden_size = shape_field(model, "ffn_hidden_size", file);
-  s.vocab_size = shape_field(model, "vocab_size", file);
-  s.seq_length = shape_field(model, "max_position_embeddings", file);
+  try {
+    s = model_shape_from_json(meta["layout"].value("model", nlohmann::json::object()), file);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--checkpoint: {} (expected a Loom checkpoint)", e.what()));
+  }
   s.validate();
   return s;
 }

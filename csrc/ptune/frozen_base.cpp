@@ -35,7 +35,7 @@ std::optional<int64_t> pinned_base_iteration(const config::Recipe& recipe, std::
                                                                         : train::newest_complete_iteration(checkpoints);
     if (!n) return std::nullopt;
     const generate::CheckpointInfo info = generate::read_checkpoint_info(checkpoints, n);
-    const nlohmann::json& recorded = info.layout.model_shape;
+    const nlohmann::json& recorded = info.layout.task_record;
     if (!recorded.contains("prompt_learning") || !recorded["prompt_learning"].contains("base_iteration")) return std::nullopt;
     why = fmt::format("recorded by the checkpoint being resumed, iteration {}", *n);
     return recorded["prompt_learning"]["base_iteration"].get<int64_t>();
@@ -113,7 +113,7 @@ data::TokenizerSpec run_tokenizer(const config::Recipe& recipe, const FrozenBase
 
 std::shared_ptr<data::Tokenizer> load_run_tokenizer(const config::Recipe& recipe, const FrozenBase& base) {
   std::shared_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(run_tokenizer(recipe, base));
-  const int64_t base_vocab = generate::inference_config(base.plan.info.layout.model_shape).vocab_size;
+  const int64_t base_vocab = base.plan.info.layout.model_shape.vocab_size;
   if (static_cast<int64_t>(tokenizer->vocab_size()) != base_vocab)
     throw std::invalid_argument(fmt::format("model.tokenizer: {} has {} tokens, the base model '{}' a vocabulary of {}",
                                             tokenizer->description(), tokenizer->vocab_size(), base.path, base_vocab));

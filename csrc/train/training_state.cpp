@@ -15,12 +15,7 @@ CheckpointLayout checkpoint_layout(const Layout& layout, const model::GptConfig&
   l.parallel.pp = layout.pp;
   l.parallel.vp = layout.vp;
   l.parallel.dp = layout.dp;
-  l.model_shape = {{"num_layers", config.num_layers},
-                   {"hidden_size", config.hidden_size},
-                   {"ffn_hidden_size", config.ffn()},
-                   {"num_attention_heads", config.num_attention_heads},
-                   {"vocab_size", config.vocab_size},
-                   {"max_position_embeddings", config.max_position_embeddings}};
+  l.model_shape = config;
   const rules::PipelineSplit split = model::pipeline_split(config, layout.pp, layout.vp);
   l.stage_layers = rules::stage_layer_counts(split);
   // The model's own split (config.layout holds the recipe's uneven stages).
