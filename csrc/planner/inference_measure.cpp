@@ -62,12 +62,12 @@ InferenceMeasurement measure_inference_layout(const InferenceMeasureOptions& opt
 
   launch::LaunchOptions lo;
   lo.argv = {opt.loom_exe, "serve", "--checkpoint", opt.checkpoint,
-             "--tensor-parallel", std::to_string(layout.tp), "--pipeline-parallel", std::to_string(layout.pp),
+             "--tensor-parallel", std::to_string(layout.parallel.tp), "--pipeline-parallel", std::to_string(layout.parallel.pp),
              "--max-batch", std::to_string(layout.batch), "--bench-batch", std::to_string(layout.batch),
              "--bench-prompt-tokens", std::to_string(opt.prompt_tokens),
              "--bench-output-tokens", std::to_string(opt.output_tokens),
              "--bench-rounds", std::to_string(opt.rounds), "--bench-out", result_file};
-  lo.nproc = layout.tp * layout.pp;
+  lo.nproc = layout.parallel.tp * layout.parallel.pp;
   lo.timeout_s = opt.timeout_s;
   lo.grace_s = 5;
   lo.capture_output = true;
@@ -120,7 +120,7 @@ std::string format_inference_measured_table(const std::vector<MeasuredInferenceL
                          ok ? fmt::format("{:.{}f}", measured, digits) : std::string("-"),
                          percent(measured, predicted, ok));
     };
-    s += fmt::format("{:>4} {:>3} {:>3} {:>5}  {:>30}  {:>30}  {:>30}  {}\n", r.predicted_rank, L.tp, L.pp, L.batch,
+    s += fmt::format("{:>4} {:>3} {:>3} {:>5}  {:>30}  {:>30}  {:>30}  {}\n", r.predicted_rank, L.parallel.tp, L.parallel.pp, L.batch,
                      cell(t.ttft * 1e3, m.ttft_ms, 2), cell(t.per_token * 1e3, m.token_ms, 2),
                      cell(t.tokens_per_s_replica, m.tokens_per_s, 1),
                      ok ? std::string("ok") : fmt::format("{}: {}", to_string(m.status), m.detail));
@@ -149,7 +149,7 @@ std::string format_inference_measured_csv(const std::vector<MeasuredInferenceLay
     const InferenceTime& t = r.candidate.time;
     const InferenceMeasurement& m = r.measured;
     s += fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.1f},{},{}\n",
-                     r.predicted_rank, L.tp, L.pp, L.batch, t.ttft * 1e3, m.ttft_ms,
+                     r.predicted_rank, L.parallel.tp, L.parallel.pp, L.batch, t.ttft * 1e3, m.ttft_ms,
                      relative_error(m.ttft_ms, t.ttft * 1e3), t.per_token * 1e3, m.token_ms,
                      relative_error(m.token_ms, t.per_token * 1e3), t.tokens_per_s_replica, m.tokens_per_s,
                      relative_error(m.tokens_per_s, t.tokens_per_s_replica), m.request_ms, m.peak_mib,
