@@ -9,8 +9,6 @@
 
 #include "data/recipe_tokenizer.h"
 #include "generate/model_loader.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_files.h"
 #include "train/run_directory.h"
 #include "train/model_setup.h"
 
@@ -26,15 +24,11 @@ std::optional<int64_t> pinned_base_iteration(const config::Recipe& recipe, std::
   }
   why.clear();
   const train::RunDirectoryOptions dir = train::run_directory_options(recipe, "loom ptune", resume_iteration);
-  if (!dir.resume_if_exists) return std::nullopt;
-  const std::string checkpoints = (fs::path(dir.run_dir) / "checkpoints").string();
   try {
     // The iteration RunDirectory::resume will choose (it reports any problem with it).
-    std::optional<int64_t> n = resume_iteration;
-    if (!n) n = fs::exists(fs::path(checkpoints) / train::kTrackerFile) ? train::latest_checkpoint(checkpoints)
-                                                                        : train::newest_complete_iteration(checkpoints);
+    const std::optional<int64_t> n = train::resume_iteration(dir);
     if (!n) return std::nullopt;
-    const generate::CheckpointInfo info = generate::read_checkpoint_info(checkpoints, n);
+    const generate::CheckpointInfo info = generate::read_checkpoint_info(train::checkpoints_dir(dir), n);
     const nlohmann::json& recorded = info.layout.task_record;
     if (!recorded.contains("prompt_learning") || !recorded["prompt_learning"].contains("base_iteration")) return std::nullopt;
     why = fmt::format("recorded by the checkpoint being resumed, iteration {}", *n);
