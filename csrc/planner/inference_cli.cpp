@@ -220,15 +220,7 @@ int run_plan_inference_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  try {
-    return plan_inference(args);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "loom plan infer: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom plan infer: %s\n", e.what());
-    return 1;
-  }
+  return run_command_body("loom plan infer", [&] { return plan_inference(args); });
 }
 
 }  // namespace loom::planner
