@@ -81,9 +81,9 @@ Measured measure(const Shape& x, const Mode& m, const runtime::CommunicatorPtr& 
   c.vocab_size = x.v;
   c.seq_length = c.max_position_embeddings = x.s;
   c.hidden_dropout = c.attention_dropout = 0.1;
-  c.sequence_parallel = m.sp;
-  c.activations_checkpoint_granularity = m.granularity;
-  c.activations_checkpoint_num_layers = 1;
+  c.layout.sequence_parallel = m.sp;
+  c.layout.recompute.granularity = m.granularity;
+  c.layout.recompute.num_layers = 1;
   GptStage model(c, tp);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   StageInputs in;

@@ -144,32 +144,14 @@ bool read_value(const Node& n, std::array<double, 2>& out, const std::string& pa
   return ok;
 }
 
-bool read_value(const Node& n, std::vector<std::string>& out, const std::string& path, Diagnostics& diag) {
-  out.clear();
-  if (n.kind == Node::Kind::kNull) return true;
-  if (n.kind != Node::Kind::kSequence) {
-    type_error(n, path, "a sequence of strings", diag);
-    return false;
-  }
-  bool ok = true;
-  for (size_t i = 0; i < n.items.size(); ++i) {
-    std::string s;
-    if (read_value(n.items[i], s, path + "[" + std::to_string(i) + "]", diag)) {
-      out.push_back(s);
-    } else {
-      ok = false;
-    }
-  }
-  return ok;
-}
-
-/// A sequence of integers or of enum values (each read as such).
-template <class T, std::enable_if_t<std::is_same_v<T, int64_t> || std::is_enum_v<T>, int> = 0>
+/// A sequence of strings, integers or enum values (each read as such); null is empty.
+template <class T,
+          std::enable_if_t<std::is_same_v<T, std::string> || std::is_same_v<T, int64_t> || std::is_enum_v<T>, int> = 0>
 bool read_value(const Node& n, std::vector<T>& out, const std::string& path, Diagnostics& diag) {
   out.clear();
   if (n.kind == Node::Kind::kNull) return true;
   if (n.kind != Node::Kind::kSequence) {
-    type_error(n, path, "a sequence", diag);
+    type_error(n, path, std::is_same_v<T, std::string> ? "a sequence of strings" : "a sequence", diag);
     return false;
   }
   bool ok = true;

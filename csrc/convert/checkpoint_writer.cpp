@@ -51,7 +51,7 @@ std::vector<ParamSpec> stage_param_specs(const model::GptConfig& config, int t, 
     throw ConvertInputError(fmt::format("the model does not fit t={} p={} v={}: {}", t, p, v, e.what()));
   }
   model::GptConfig shapes = config;
-  shapes.sequence_parallel = false;  // shapes only: t = 1 on the meta device
+  shapes.layout.sequence_parallel = false;  // shapes only: t = 1 on the meta device
   std::vector<ParamSpec> out;
   for (const auto& layout : chunks) {
     const model::GptStage stage(shapes, runtime::Communicator::solo(), layout, at::Device(at::kMeta));

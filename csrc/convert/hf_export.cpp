@@ -43,19 +43,8 @@ HfExportResult export_hf(const HfExportRequest& request) {
   const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
   const auto [vocab_file, merge_file] = gpt2_tokenizer_files(recipe, location.run_dir);
   const generate::CheckpointInfo info = generate::read_checkpoint_info(location.checkpoints, request.iteration);
-  const nlohmann::json& m = info.layout.model_shape;
-  auto field = [&](const char* key) {
-    if (!m.contains(key) || !m[key].is_number_integer())
-      throw ConvertInputError(fmt::format("checkpoint iteration {}: metadata.json layout.model.{} is missing", info.iteration, key));
-    return m[key].get<int64_t>();
-  };
   Gpt2Shape shape;
-  shape.num_layers = field("num_layers");
-  shape.hidden_size = field("hidden_size");
-  shape.num_attention_heads = field("num_attention_heads");
-  shape.ffn_hidden_size = field("ffn_hidden_size");
-  shape.vocab_size = field("vocab_size");
-  shape.max_position_embeddings = field("max_position_embeddings");
+  static_cast<ModelShape&>(shape) = info.layout.model_shape;
   shape.layernorm_epsilon = recipe.model.layernorm_epsilon;
 
   // GPT-2-format specific: a GPT2LMHeadModel folder carries vocab.json + merges.txt, so the export

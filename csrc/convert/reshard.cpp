@@ -144,16 +144,13 @@ Conversion open_conversion(const ReshardRequest& request, ReshardResult& result)
   check_output_run(c.out_run, request.output_run, c.location.run_dir, c.out_checkpoints);
   c.recipe = recipe_at_layout(source_recipe, result.to, c.location.run_dir, c.out_run);
 
-  const nlohmann::json& shape = l.model_shape;
-  if (!shape.contains("vocab_size") || !shape["vocab_size"].is_number_integer())
-    throw train::CheckpointError("checkpoint iteration " + std::to_string(c.info.iteration) + ": metadata.json has no layout.model.vocab_size");
-  const int64_t vocab = shape["vocab_size"].get<int64_t>();
+  const int64_t vocab = l.model_shape.vocab_size;
   c.source_config = train::gpt_config_from_recipe(source_recipe, vocab);
   c.config = train::gpt_config_from_recipe(c.recipe, vocab);
   c.out_layout = train::checkpoint_layout(config::recipe_layout(c.recipe), c.config);
-  if (c.out_layout.model_shape != shape)
+  if (c.out_layout.model_json() != l.model_json())
     throw ConvertInputError(fmt::format("{}/config.yaml describes a model of shape {}, the checkpoint holds {}", c.location.run_dir,
-                                        c.out_layout.model_shape.dump(), shape.dump()));
+                                        c.out_layout.model_json().dump(), l.model_json().dump()));
   const Layout& from = result.from;
   for (int pp = 0; pp < from.pp; ++pp)
     for (const auto& spec : stage_param_specs(c.source_config, from.tp, from.pp, from.vp, pp)) c.source_stage[spec.name] = pp;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launch/file_util.h"
+#include "rules/model_shape_json.h"
 
 namespace fs = std::filesystem;
 
@@ -152,9 +153,17 @@ CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
   info.layout.parallel.dp = json_int(layout, "data_parallel_size", meta_path);
   if (info.layout.parallel.tp < 1 || info.layout.parallel.pp < 1)
     throw CheckpointError(meta_path.string() + ": layout sizes must be >= 1");
-  info.layout.model_shape = layout.value("model", nlohmann::json());
-  if (!info.layout.model_shape.is_object())
-    throw CheckpointError(meta_path.string() + ": layout.model is missing");
+  const nlohmann::json model = layout.value("model", nlohmann::json());
+  if (!model.is_object()) throw CheckpointError(meta_path.string() + ": layout.model is missing");
+  try {
+    info.layout.model_shape = model_shape_from_json(model, meta_path.string());
+  } catch (const std::invalid_argument& e) {
+    throw CheckpointError(e.what());
+  }
+  // The rest of layout.model is what the training task recorded beside the shape.
+  info.layout.task_record = model;
+  const nlohmann::json shape_keys = model_shape_to_json(info.layout.model_shape);
+  for (const auto& item : shape_keys.items()) info.layout.task_record.erase(item.key());
   if (!info.metadata.value("files", nlohmann::json()).is_object())
     throw CheckpointError(meta_path.string() + ": no \"files\" object");
   return info;

@@ -139,7 +139,7 @@ std::unique_ptr<data::Tokenizer> load_tokenizer(const GeneratePlan& plan) {
   } catch (const data::DataError& e) {
     throw GenerateInputError(e.what());
   }
-  const int64_t model_vocab = inference_config(plan.info.layout.model_shape, plan.model_options).vocab_size;
+  const int64_t model_vocab = plan.info.layout.model_shape.vocab_size;
   if (static_cast<int64_t>(tokenizer->vocab_size()) != model_vocab)
     throw GenerateInputError("the tokenizer " + tokenizer->description() + " has " +
                              std::to_string(tokenizer->vocab_size()) +

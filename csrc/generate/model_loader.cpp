@@ -14,13 +14,6 @@ using train::CheckpointError;
 
 namespace {
 
-int64_t shape_field(const nlohmann::json& shape, const char* key) {
-  if (!shape.is_object() || !shape.contains(key) || !shape[key].is_number_integer())
-    throw CheckpointError(std::string("checkpoint metadata.json: layout.model.") + key +
-                          " is missing or not an integer");
-  return shape[key].get<int64_t>();
-}
-
 // The checkpoint's word embedding [V_padded(t_saved), h] re-padded to `padded` rows: real rows
 // [0, vocab) kept, pad rows zero (they never reach a real logit or a real token).
 at::Tensor repad_vocab(const at::Tensor& full, int64_t vocab, int64_t padded,
@@ -37,22 +30,13 @@ at::Tensor repad_vocab(const at::Tensor& full, int64_t vocab, int64_t padded,
 
 }  // namespace
 
-model::GptConfig inference_config(const nlohmann::json& model_shape,
-                                  const InferenceModelOptions& options) {
-  model::GptConfig c;
-  c.num_layers = static_cast<int>(shape_field(model_shape, "num_layers"));
-  c.hidden_size = shape_field(model_shape, "hidden_size");
-  c.ffn_hidden_size = shape_field(model_shape, "ffn_hidden_size");
-  c.num_attention_heads = shape_field(model_shape, "num_attention_heads");
-  c.vocab_size = shape_field(model_shape, "vocab_size");
-  c.max_position_embeddings = shape_field(model_shape, "max_position_embeddings");
-  c.seq_length = c.max_position_embeddings;
+model::GptConfig inference_config(const ModelShape& model_shape, const InferenceModelOptions& options) {
+  model::GptConfig c(model_shape);
   c.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
   c.layernorm_epsilon = options.layernorm_epsilon;
   c.hidden_dropout = 0.0;
   c.attention_dropout = 0.0;
-  c.sequence_parallel = false;
-  c.activations_checkpoint_granularity = model::RecomputeGranularity::kNone;
+  c.layout = Layout{};  // no sequence parallelism, no recomputation, one stage's split
   c.params_dtype = Precision::kFp32;
   return c;
 }

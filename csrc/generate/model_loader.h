@@ -4,7 +4,6 @@
 // checkpoint written at any (t, p, v) loads at any t that divides the heads and the FFN.
 #pragma once
 #include <c10/core/Device.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <set>
@@ -23,12 +22,11 @@ struct InferenceModelOptions {
   int64_t make_vocab_size_divisible_by = 128;
 };
 
-/// The config of the checkpoint's model for inference: the shape from layout.model
-/// (num_layers, hidden_size, ffn_hidden_size, num_attention_heads, vocab_size,
-/// max_position_embeddings), float32 parameters, no dropout, no sequence parallelism, no
-/// recomputation. Throws train::CheckpointError naming a missing or non-integer field.
-model::GptConfig inference_config(const nlohmann::json& model_shape,
-                                  const InferenceModelOptions& options = {});
+/// The config of the checkpoint's model for inference: its recorded shape
+/// (CheckpointLayout::model_shape, sequences up to max_position_embeddings), the options'
+/// LayerNorm epsilon and vocabulary padding, float32 parameters, no dropout, no sequence
+/// parallelism, no recomputation.
+model::GptConfig inference_config(const ModelShape& model_shape, const InferenceModelOptions& options = {});
 
 /// Fills every parameter of `stage` (any pipeline stage of any layout) with its slice for tensor
 /// rank `tp_rank` of `tp_size`, taken from the checkpoint's global tensors (converted to the

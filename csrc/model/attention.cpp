@@ -23,12 +23,12 @@ ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
            full_normal(config.seed, prefix(layer) + "linear_qkv.weight",
                        {3 * config.hidden_size, config.hidden_size}, config.init_method_std),
            at::zeros({3 * config.hidden_size}),  // host: full initial values, sharded then moved
-           tp, config.sequence_parallel, options),
+           tp, config.layout.sequence_parallel, options),
       proj_(prefix(layer) + "linear_proj",
             full_normal(config.seed, prefix(layer) + "linear_proj.weight",
                         {config.hidden_size, config.hidden_size}, output_std(config)),
             at::zeros({config.hidden_size}),  // host: as above
-            tp, config.sequence_parallel, options) {}
+            tp, config.layout.sequence_parallel, options) {}
 
 std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x,
                                                              const DropoutContext& dropout) const {
@@ -52,7 +52,7 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x
     // rejects attention dropout here (rules::fused_attention_violations), so nothing is drawn.
     context = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
                                                /*is_causal=*/true, scale);
-  } else if (config_.activations_checkpoint_granularity == RecomputeGranularity::kSelective) {
+  } else if (config_.layout.recompute.granularity == RecomputeGranularity::kSelective) {
     context = ops::core_attention(q, k, v, std::nullopt, scale, /*causal=*/true, spec);
   } else {
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [b, a/t, s, s]

@@ -63,10 +63,10 @@ KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
 
 at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
                                     const PromptSplice& prompt) const {
-  if (config_.sequence_parallel)
+  if (config_.layout.sequence_parallel)
     throw std::invalid_argument(
         "GptStage::forward_cached: inference runs without sequence parallelism; build the "
-        "stage with sequence_parallel = false");
+        "stage with layout.sequence_parallel = false");
   // A first stage takes tokens [b, n]; a later pipeline stage the hidden tensor [n, b, h].
   const bool tokens_in = layout_.pre_process;
   const int64_t b = tokens_in ? input.size(0) : input.size(1);

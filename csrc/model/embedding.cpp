@@ -51,7 +51,7 @@ at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& pos
   }
   const int64_t b = tokens.size(0), s = tokens.size(1);
   const int t = tp_->size();
-  const bool sp = config_.sequence_parallel;
+  const bool sp = config_.layout.sequence_parallel;
   if (sp && s % t != 0)
     throw std::invalid_argument("GptEmbedding: sequence parallelism needs the sequence length " +
                                 std::to_string(s) + " divisible by the tensor-parallel size " +
@@ -94,7 +94,7 @@ void GptEmbedding::collect(ParamList& out) const {
   w.word_embedding = true;
   out.push_back(w);
   Param p{"embedding.position_embeddings.weight", position_, -1};
-  p.sequence_parallel = config_.sequence_parallel;
+  p.sequence_parallel = config_.layout.sequence_parallel;
   out.push_back(p);
 }
 

@@ -13,15 +13,6 @@ namespace {
 }
 }  // namespace
 
-void GptConfig::use_layout(const Layout& layout) {
-  sequence_parallel = layout.sequence_parallel;
-  activations_checkpoint_granularity = layout.recompute.granularity;
-  if (layout.recompute.method != RecomputeMethod::kNone) activations_checkpoint_method = layout.recompute.method;
-  activations_checkpoint_num_layers = static_cast<int>(layout.recompute.num_layers.value_or(1));
-  num_layers_in_first_pipeline_stage = layout.first_stage_layers;
-  num_layers_in_last_pipeline_stage = layout.last_stage_layers;
-}
-
 void GptConfig::validate(int t) const {
   if (t < 1) fail("tensor_model_parallel_size", "expected >= 1, found " + std::to_string(t));
   auto positive = [](const std::string& f, int64_t v) {
@@ -35,7 +26,7 @@ void GptConfig::validate(int t) const {
   positive("encoder_seq_length", seq_length);
   positive("make_vocab_size_divisible_by", make_vocab_size_divisible_by);
   if (ffn_hidden_size < 0) fail("ffn_hidden_size", "expected >= 0 (0 = 4 * hidden_size)");
-  rules::throw_if_any(rules::tensor_parallel_violations(*this, t, sequence_parallel), "GptConfig:");
+  rules::throw_if_any(rules::tensor_parallel_violations(*this, t, layout.sequence_parallel), "GptConfig:");
   auto probability = [](const std::string& f, double p) {
     if (!(p >= 0.0 && p < 1.0)) fail(f, "expected a probability in [0, 1), found " + std::to_string(p));
   };
@@ -45,14 +36,12 @@ void GptConfig::validate(int t) const {
   if (!(init_method_std > 0.0)) fail("init_method_std", "expected > 0");
   if (!(layernorm_epsilon > 0.0)) fail("layernorm_epsilon", "expected > 0");
   // The stage's chunk is not known here; a group longer than the stage is one group.
-  if (activations_checkpoint_granularity == RecomputeGranularity::kFull)
-    rules::throw_if_any(rules::recompute_violations({activations_checkpoint_granularity,
-                                                     activations_checkpoint_method,
-                                                     activations_checkpoint_num_layers},
+  const RecomputeSettings& r = layout.recompute;
+  if (r.full())
+    rules::throw_if_any(rules::recompute_violations({r.granularity, r.method_or_uniform(), r.num_layers_or_one()},
                                                     num_layers),
                         "GptConfig:");
-  rules::throw_if_any(rules::fused_attention_violations(use_flash_attention, attention_dropout,
-                                                       activations_checkpoint_granularity),
+  rules::throw_if_any(rules::fused_attention_violations(use_flash_attention, attention_dropout, r.granularity),
                       "GptConfig:");
   if (label_smoothing > 0.0 && vocab_size < 2)
     fail("label_smoothing", "needs a vocabulary of at least 2 tokens");

@@ -3,8 +3,6 @@
 // Torch-free: train::gpt_config_from_recipe maps a YAML recipe into it.
 #pragma once
 #include <cstdint>
-#include <optional>
-#include <string>
 
 #include "rules/layout.h"
 #include "rules/layout_terms.h"
@@ -32,22 +30,15 @@ struct GptConfig : ModelShape {
   /// needs attention_dropout 0 and no selective recompute (rules::fused_attention_violations).
   bool use_flash_attention = false;
   double layernorm_epsilon = 1e-5;
-  bool sequence_parallel = false;
-  RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;
-  RecomputeMethod activations_checkpoint_method = RecomputeMethod::kUniform;  ///< full only
-  int activations_checkpoint_num_layers = 1;  ///< uniform: layers per group; block: layers recomputed
   double label_smoothing = 0.0;
   uint64_t seed = 1234;              ///< initialisation seed (dropout seeds come per call)
   Precision params_dtype = Precision::kFp32;  ///< parameter and activation dtype (trainer.precision)
-  /// Megatron-Core's uneven pipeline split (model.num_layers_in_first/last_pipeline_stage):
-  /// transformer layers of the first / last pipeline stage; null: an even share. Read by
-  /// pipeline_stage_layouts through rules::stage_layer_counts.
-  std::optional<int> num_layers_in_first_pipeline_stage;
-  std::optional<int> num_layers_in_last_pipeline_stage;
-
-  /// Takes how the layers run from the one layout type: sequence parallelism, recomputation (a
-  /// null method keeps uniform, a null layer count is 1) and the uneven pipeline stages.
-  void use_layout(const Layout& layout);
+  /// The run's layout (the one loom::Layout, rules/layout.h). The model reads how its layers
+  /// run from it: sequence_parallel (GptStage turns it off at t = 1), recompute (full: the
+  /// method and layer count through RecomputeSettings::method_or_uniform / num_layers_or_one)
+  /// and the uneven first / last stage (pipeline_split). t, p and v come from the tensor group
+  /// and pipeline_stage_layouts' arguments, not from here.
+  Layout layout;
 
   /// Throws std::invalid_argument naming the field when the config is inconsistent (sizes < 1,
   /// dropout outside [0, 1), ...) or breaks a layout rule for `tensor_parallel` ranks

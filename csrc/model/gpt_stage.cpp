@@ -30,13 +30,10 @@ at::ScalarType scalar_type(Precision d) {
 }
 
 rules::PipelineSplit pipeline_split(const GptConfig& config, int64_t p, int64_t v) {
-  rules::PipelineSplit split;
-  split.num_layers = config.num_layers;
-  split.pipeline = p;
-  split.virtual_stages = v;
-  split.first_stage_layers = config.num_layers_in_first_pipeline_stage;
-  split.last_stage_layers = config.num_layers_in_last_pipeline_stage;
-  return split;
+  Layout layout = config.layout;
+  layout.pp = static_cast<int>(p);
+  layout.vp = static_cast<int>(v);
+  return layout.split(config.num_layers);
 }
 
 std::vector<StageChunk> pipeline_stage_layouts(const GptConfig& config, int p, int v,
@@ -66,7 +63,7 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageCh
   config_.validate(tp_->size());
   // Sequence parallelism splits nothing over one rank: normalised here, once, so the layers
   // built from config_ read the field as it is (the recipe loader does the same for recipes).
-  config_.sequence_parallel = config_.sequence_parallel && tp_->size() > 1;
+  config_.layout.sequence_parallel = config_.layout.sequence_parallel && tp_->size() > 1;
   if (layout_.last_layer < 0) layout_.last_layer = config_.num_layers;
   if (layout_.first_layer < 0 || layout_.first_layer > layout_.last_layer ||
       layout_.last_layer > config_.num_layers)
@@ -83,7 +80,7 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageCh
   if (layout_.post_process) {
     final_ln_ = std::make_unique<LayerNorm>("final_layernorm", config_.hidden_size,
                                             config_.layernorm_epsilon,
-                                            config_.sequence_parallel, options);
+                                            config_.layout.sequence_parallel, options);
     if (!layout_.pre_process)  // initialised exactly like the first stage's word embedding
       output_word_ = make_parameter(shard(GptEmbedding::initial_word_weight(config_, tp_->size()),
                                           0, tp_->rank(), tp_->size()),
@@ -111,14 +108,15 @@ void GptStage::before_reading(size_t part) const {
 
 at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) const {
   const int n = static_cast<int>(layers_.size());
-  if (config_.activations_checkpoint_granularity != RecomputeGranularity::kFull) {
+  const RecomputeSettings& recompute = config_.layout.recompute;
+  if (!recompute.full()) {
     for (int i = 0; i < n; ++i) {
       before_reading(1 + i);
       x = layers_[i]->forward(x, dropout);
     }
     return x;
   }
-  const int k = config_.activations_checkpoint_num_layers;
+  const int k = recompute.num_layers_or_one();
   auto chunk_fn = [this, dropout](int begin, int end) -> ChunkForward {
     return [this, dropout, begin, end](const at::Tensor& input) {
       at::Tensor h = input;
@@ -129,7 +127,7 @@ at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) con
       return h;
     };
   };
-  if (config_.activations_checkpoint_method == RecomputeMethod::kUniform) {
+  if (recompute.method_or_uniform() == RecomputeMethod::kUniform) {
     // Chunks of k layers; the last chunk is shorter when k does not divide the stage's layers.
     for (int begin = 0; begin < n; begin += k) {
       const int end = std::min(n, begin + k);
@@ -153,7 +151,7 @@ at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) con
 
 at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropout) const {
   const int t = tp_->size();
-  const bool sp = config_.sequence_parallel;
+  const bool sp = config_.layout.sequence_parallel;
   at::Tensor x;
   if (layout_.pre_process) {
     if (!in.tokens.defined() || !in.position_ids.defined())

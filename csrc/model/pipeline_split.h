@@ -6,8 +6,9 @@
 
 namespace loom::model {
 
-/// The split of config.num_layers over p pipeline ranks × v virtual stages, with the config's
-/// num_layers_in_first/last_pipeline_stage. Not checked: rules::pipeline_violations does that.
+/// The split of config.num_layers over p pipeline ranks × v virtual stages, with the uneven
+/// first / last stage of config.layout (Layout::split at pp = p, vp = v). Not checked:
+/// rules::pipeline_violations does that.
 rules::PipelineSplit pipeline_split(const GptConfig& config, int64_t p, int64_t v);
 
 }  // namespace loom::model

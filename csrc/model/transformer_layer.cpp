@@ -17,15 +17,15 @@ TransformerLayer::TransformerLayer(const GptConfig& config, int layer, runtime::
       layer_(layer),
       tp_(tp),
       ln1_(prefix(layer) + "input_layernorm", config.hidden_size, config.layernorm_epsilon,
-           config.sequence_parallel, options),
+           config.layout.sequence_parallel, options),
       attention_(config, layer, tp, options),
       ln2_(prefix(layer) + "pre_mlp_layernorm", config.hidden_size, config.layernorm_epsilon,
-           config.sequence_parallel, options),
+           config.layout.sequence_parallel, options),
       mlp_(config, layer, tp, options) {}
 
 at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& dropout) const {
   ActivationScope scope(layer_);
-  const bool sp = config_.sequence_parallel;
+  const bool sp = config_.layout.sequence_parallel;
   const int64_t s_local = x.size(0), b = x.size(1);
   const int64_t s = sp ? s_local * tp_->size() : s_local;
   const int64_t seq_offset = sp ? tp_->rank() * s_local : 0;

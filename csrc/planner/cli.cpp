@@ -466,15 +466,7 @@ int run_plan_command(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   record_given_flags(app, args);
-  try {
-    return plan(args);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "loom plan: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom plan: %s\n", e.what());
-    return 1;
-  }
+  return run_command_body("loom plan", [&] { return plan(args); });
 }
 
 }  // namespace loom::planner

@@ -36,7 +36,7 @@ std::string format_inference_table(const std::vector<InferenceCandidate>& cands,
     const InferenceCandidate& c = cands[i];
     const InferenceLayout& L = c.layout;
     s += fmt::format("{:>4} {:>3} {:>3} {:>5} {:>8} {:>7.1f} {:>9.1f} {:>9.2f} {:>10.1f} {:>10.0f} {:>12.1f}\n", i + 1,
-                     L.tp, L.pp, L.batch, L.replicas, c.memory.terms.total() / kGiB, c.time.ttft * 1e3,
+                     L.parallel.tp, L.parallel.pp, L.batch, L.replicas, c.memory.terms.total() / kGiB, c.time.ttft * 1e3,
                      c.time.per_token * 1e3, c.time.request * 1e3, c.time.tokens_per_s_cluster,
                      c.time.tokens_per_s_per_gpu);
   }
@@ -47,8 +47,8 @@ std::string format_inference_csv(const std::vector<InferenceCandidate>& cands) {
   using Row = InferenceCandidate;
   std::vector<CsvColumn<Row>> cols = {
       {"rank", [](const Row&, std::size_t rank) { return std::to_string(rank); }},
-      csv_value<Row>("tp", [](const Row& c) { return c.layout.tp; }),
-      csv_value<Row>("pp", [](const Row& c) { return c.layout.pp; }),
+      csv_value<Row>("tp", [](const Row& c) { return c.layout.parallel.tp; }),
+      csv_value<Row>("pp", [](const Row& c) { return c.layout.parallel.pp; }),
       csv_value<Row>("batch", [](const Row& c) { return c.layout.batch; }),
       csv_value<Row>("replicas", [](const Row& c) { return c.layout.replicas; }),
       csv_value<Row>("fits", [](const Row& c) { return c.fits ? 1 : 0; }),
@@ -162,7 +162,7 @@ int measure_best(InferArgs& a, const InferenceSearchResult& result) {
   for (std::size_t i = 0; i < k; ++i) {
     const InferenceCandidate& c = result.ranked[i];
     std::fprintf(stderr, "[measure %zu/%zu] t%d p%d b%d (one replica; predicted %.1f tokens/s) ...", i + 1, k,
-                 c.layout.tp, c.layout.pp, c.layout.batch, c.time.tokens_per_s_replica);
+                 c.layout.parallel.tp, c.layout.parallel.pp, c.layout.batch, c.time.tokens_per_s_replica);
     std::fflush(stderr);
     rows.push_back({i + 1, c, measure_inference_layout(mopt, c.layout, i + 1)});
     const InferenceMeasurement& m = rows.back().measured;
@@ -220,15 +220,7 @@ int run_plan_inference_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  try {
-    return plan_inference(args);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "loom plan infer: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom plan infer: %s\n", e.what());
-    return 1;
-  }
+  return run_command_body("loom plan infer", [&] { return plan_inference(args); });
 }
 
 }  // namespace loom::planner

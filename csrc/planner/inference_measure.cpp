@@ -8,19 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "launch/local_launcher.h"
+#include "rules/model_shape_json.h"
 #include "planner/text_io.h"
 
 namespace loom::planner {
 namespace {
 
 namespace fs = std::filesystem;
-
-int shape_field(const nlohmann::json& model, const char* key, const std::string& file) {
-  if (!model.contains(key) || !model[key].is_number_integer())
-    throw std::invalid_argument(
-        fmt::format("--checkpoint: {} has no integer layout.model.{} (expected a Loom checkpoint)", file, key));
-  return model[key].get<int>();
-}
 
 // "+12.3%", or "-" when either value is missing.
 std::string percent(double measured, double predicted, bool ok) {
@@ -48,14 +42,12 @@ ModelShape checkpoint_model_shape(const std::string& checkpoint) {
   const auto meta = nlohmann::json::parse(read_text(file, "--checkpoint"), nullptr, false);
   if (meta.is_discarded() || !meta.is_object() || !meta.contains("layout") || !meta["layout"].is_object())
     throw std::invalid_argument(fmt::format("--checkpoint: {} is not a checkpoint's metadata (no layout object)", file));
-  const nlohmann::json model = meta["layout"].value("model", nlohmann::json::object());
   ModelShape s;
-  s.num_layers = shape_field(model, "num_layers", file);
-  s.hidden_size = shape_field(model, "hidden_size", file);
-  s.num_attention_heads = shape_field(model, "num_attention_heads", file);
-  s.ffn_hidden_size = shape_field(model, "ffn_hidden_size", file);
-  s.vocab_size = shape_field(model, "vocab_size", file);
-  s.seq_length = shape_field(model, "max_position_embeddings", file);
+  try {
+    s = model_shape_from_json(meta["layout"].value("model", nlohmann::json::object()), file);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("--checkpoint: {} (expected a Loom checkpoint)", e.what()));
+  }
   s.validate();
   return s;
 }
@@ -70,12 +62,12 @@ InferenceMeasurement measure_inference_layout(const InferenceMeasureOptions& opt
 
   launch::LaunchOptions lo;
   lo.argv = {opt.loom_exe, "serve", "--checkpoint", opt.checkpoint,
-             "--tensor-parallel", std::to_string(layout.tp), "--pipeline-parallel", std::to_string(layout.pp),
+             "--tensor-parallel", std::to_string(layout.parallel.tp), "--pipeline-parallel", std::to_string(layout.parallel.pp),
              "--max-batch", std::to_string(layout.batch), "--bench-batch", std::to_string(layout.batch),
              "--bench-prompt-tokens", std::to_string(opt.prompt_tokens),
              "--bench-output-tokens", std::to_string(opt.output_tokens),
              "--bench-rounds", std::to_string(opt.rounds), "--bench-out", result_file};
-  lo.nproc = layout.tp * layout.pp;
+  lo.nproc = layout.parallel.tp * layout.parallel.pp;
   lo.timeout_s = opt.timeout_s;
   lo.grace_s = 5;
   lo.capture_output = true;
@@ -128,7 +120,7 @@ std::string format_inference_measured_table(const std::vector<MeasuredInferenceL
                          ok ? fmt::format("{:.{}f}", measured, digits) : std::string("-"),
                          percent(measured, predicted, ok));
     };
-    s += fmt::format("{:>4} {:>3} {:>3} {:>5}  {:>30}  {:>30}  {:>30}  {}\n", r.predicted_rank, L.tp, L.pp, L.batch,
+    s += fmt::format("{:>4} {:>3} {:>3} {:>5}  {:>30}  {:>30}  {:>30}  {}\n", r.predicted_rank, L.parallel.tp, L.parallel.pp, L.batch,
                      cell(t.ttft * 1e3, m.ttft_ms, 2), cell(t.per_token * 1e3, m.token_ms, 2),
                      cell(t.tokens_per_s_replica, m.tokens_per_s, 1),
                      ok ? std::string("ok") : fmt::format("{}: {}", to_string(m.status), m.detail));
@@ -157,7 +149,7 @@ std::string format_inference_measured_csv(const std::vector<MeasuredInferenceLay
     const InferenceTime& t = r.candidate.time;
     const InferenceMeasurement& m = r.measured;
     s += fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.1f},{},{}\n",
-                     r.predicted_rank, L.tp, L.pp, L.batch, t.ttft * 1e3, m.ttft_ms,
+                     r.predicted_rank, L.parallel.tp, L.parallel.pp, L.batch, t.ttft * 1e3, m.ttft_ms,
                      relative_error(m.ttft_ms, t.ttft * 1e3), t.per_token * 1e3, m.token_ms,
                      relative_error(m.token_ms, t.per_token * 1e3), t.tokens_per_s_replica, m.tokens_per_s,
                      relative_error(m.tokens_per_s, t.tokens_per_s_replica), m.request_ms, m.peak_mib,

@@ -45,9 +45,10 @@ struct MeasuredInferenceLayout {
 };
 
 /// The model shape in the newest committed iteration's metadata.json of `checkpoint` (a run
-/// directory holding checkpoints/, or that folder): layers, hidden, heads, FFN, vocabulary and
-/// max_position_embeddings as seq_length. Throws std::invalid_argument naming --checkpoint and
-/// the file when there is no tracker or the metadata lacks a field.
+/// directory holding checkpoints/, or that folder), read by the checkpoints' one codec
+/// (rules/model_shape_json.h: max_position_embeddings as seq_length) and validated. Throws
+/// std::invalid_argument naming --checkpoint and the file when there is no tracker or the
+/// metadata lacks a field.
 ModelShape checkpoint_model_shape(const std::string& checkpoint);
 
 /// Serves `layout` (one replica: t·p ranks, --max-batch = batch) and measures it; `rank` names

@@ -20,7 +20,7 @@ constexpr double kBytes = 2;  // bf16/fp16 weights, activations and KV cache
 // boundary iff a multiple of gpus_per_node lies in (base, base + 2t − 1]. The pattern repeats
 // every gpn / gcd(t·p, gpn) replicas, so only that many are checked.
 bool stage_send_crosses_node(const Cluster& c, const InferenceLayout& L, int stage) {
-  const long gpn = c.gpus_per_node, t = L.tp, tp_pp = long(L.tp) * L.pp;
+  const long gpn = c.gpus_per_node, t = L.parallel.tp, tp_pp = long(L.parallel.tp) * L.parallel.pp;
   const long period = gpn / std::gcd(tp_pp, gpn);
   const long reps = std::min<long>(L.replicas, period);
   for (long rep = 0; rep < reps; ++rep) {
@@ -72,16 +72,16 @@ PhaseCost repeat_layer(const PhaseCost& layer, int layers) {
 void add_ends(PhaseCost& cost, const ModelShape& m, const Cluster& c, const InferenceWorkload& w,
               const InferenceLayout& L, int stage, double n) {
   const GpuSpec& g = c.gpu;
-  const double h = m.hidden_size, b = L.batch, t = L.tp;
+  const double h = m.hidden_size, b = L.batch, t = L.parallel.tp;
   const double v_shard = std::ceil(double(m.vocab_size) / t);
   if (stage == 0) {
     cost.memory_bound += memory_seconds(g, 4 * n * h + 6 * n * h, 2);
-    cost.tp_comm += inference_collective_seconds(c, w, Collective::all_reduce, kBytes * n * h, L.tp);
+    cost.tp_comm += inference_collective_seconds(c, w, Collective::all_reduce, kBytes * n * h, L.parallel.tp);
   }
-  if (stage == L.pp - 1) {
+  if (stage == L.parallel.pp - 1) {
     cost.memory_bound += memory_seconds(g, 4 * b * h, 1);           // final LayerNorm, last tokens
     cost.gemm += linear_seconds(g, b, v_shard, h);                  // logits shard
-    cost.tp_comm += inference_collective_seconds(c, w, Collective::all_gather, 4 * b * v_shard * t, L.tp);
+    cost.tp_comm += inference_collective_seconds(c, w, Collective::all_gather, 4 * b * v_shard * t, L.parallel.tp);
     cost.memory_bound += memory_seconds(g, 8 * b * v_shard * t, 2); // softmax / top-p sampling
   }
 }
@@ -89,25 +89,24 @@ void add_ends(PhaseCost& cost, const ModelShape& m, const Cluster& c, const Infe
 }  // namespace
 
 std::string InferenceLayout::describe() const {
-  return fmt::format("t{} p{} b{} r{}", tp, pp, batch, replicas);
+  return fmt::format("t{} p{} b{} r{}", parallel.tp, parallel.pp, batch, replicas);
 }
 
 std::string check_inference_layout(const ModelShape& m, const Cluster& c, const InferenceLayout& L) {
-  if (L.tp < 1 || L.pp < 1) return "tensor and pipeline sizes must be >= 1";
+  const int t = L.parallel.tp, p = L.parallel.pp;
+  if (t < 1 || p < 1) return "tensor and pipeline sizes must be >= 1";
   if (L.batch < 1) return "batch must be >= 1";
-  if (c.world() % (L.tp * L.pp) != 0)
-    return fmt::format("t*p = {} does not divide the {} GPUs", L.tp * L.pp, c.world());
-  if (m.num_attention_heads % L.tp != 0)
-    return fmt::format("t = {} does not divide {} attention heads", L.tp, m.num_attention_heads);
-  if (m.hidden_size % L.tp != 0) return fmt::format("t = {} does not divide hidden size {}", L.tp, m.hidden_size);
-  if (m.ffn() % L.tp != 0) return fmt::format("t = {} does not divide ffn size {}", L.tp, m.ffn());
-  if (m.num_layers % L.pp != 0) return fmt::format("p = {} does not divide {} layers", L.pp, m.num_layers);
-  if (L.replicas != c.world() / (L.tp * L.pp))
-    return fmt::format("replicas must be world/(t*p) = {}", c.world() / (L.tp * L.pp));
+  if (c.world() % (t * p) != 0) return fmt::format("t*p = {} does not divide the {} GPUs", t * p, c.world());
+  if (m.num_attention_heads % t != 0)
+    return fmt::format("t = {} does not divide {} attention heads", t, m.num_attention_heads);
+  if (m.hidden_size % t != 0) return fmt::format("t = {} does not divide hidden size {}", t, m.hidden_size);
+  if (m.ffn() % t != 0) return fmt::format("t = {} does not divide ffn size {}", t, m.ffn());
+  if (m.num_layers % p != 0) return fmt::format("p = {} does not divide {} layers", p, m.num_layers);
+  if (L.replicas != c.world() / (t * p)) return fmt::format("replicas must be world/(t*p) = {}", c.world() / (t * p));
   return "";
 }
 
-int inflight_batches(const InferenceLayout& L) { return L.pp; }
+int inflight_batches(const InferenceLayout& L) { return L.parallel.pp; }
 
 double kv_cache_bytes(const ModelShape& m, int tp, int layers, double sequences, double context) {
   return 2.0 * layers * sequences * context * (double(m.hidden_size) / tp) * kBytes;
@@ -130,15 +129,12 @@ const char* InferenceMemory::largest_term() const {
 InferenceMemory inference_stage_memory(const ModelShape& m, const InferenceWorkload& w,
                                        const InferenceLayout& L, int stage) {
   InferenceMemory out;
-  Layout layout;  // stage_params needs only tp and pp
-  layout.tp = L.tp;
-  layout.pp = L.pp;
-  out.weights = kBytes * stage_params(m, layout, stage);
-  const int layers = m.num_layers / L.pp;
+  out.weights = kBytes * stage_params(m, L.parallel, stage);
+  const int layers = m.num_layers / L.parallel.pp;
   const double sequences = double(L.batch) * inflight_batches(L);
-  out.kv_cache = kv_cache_bytes(m, L.tp, layers, sequences, double(w.prompt_tokens) + w.output_tokens);
-  out.activations = prefill_activation_bytes(m, L.tp, L.batch, w.prompt_tokens);
-  if (stage == L.pp - 1) out.activations += 4.0 * L.batch * std::ceil(double(m.vocab_size) / L.tp);
+  out.kv_cache = kv_cache_bytes(m, L.parallel.tp, layers, sequences, double(w.prompt_tokens) + w.output_tokens);
+  out.activations = prefill_activation_bytes(m, L.parallel.tp, L.batch, w.prompt_tokens);
+  if (stage == L.parallel.pp - 1) out.activations += 4.0 * L.batch * std::ceil(double(m.vocab_size) / L.parallel.tp);
   out.reserve = w.reserve_gib * double(1ull << 30);
   return out;
 }
@@ -146,9 +142,9 @@ InferenceMemory inference_stage_memory(const ModelShape& m, const InferenceWorkl
 InferenceWorstStage inference_worst_memory(const ModelShape& m, const InferenceWorkload& w,
                                            const InferenceLayout& L) {
   InferenceWorstStage worst{0, inference_stage_memory(m, w, L, 0)};
-  if (L.pp > 1) {
-    const InferenceMemory last = inference_stage_memory(m, w, L, L.pp - 1);
-    if (last.total() > worst.terms.total()) worst = {L.pp - 1, last};
+  if (L.parallel.pp > 1) {
+    const InferenceMemory last = inference_stage_memory(m, w, L, L.parallel.pp - 1);
+    if (last.total() > worst.terms.total()) worst = {L.parallel.pp - 1, last};
   }
   return worst;
 }
@@ -169,39 +165,40 @@ double linear_seconds(const GpuSpec& g, double m, double n, double k) {
 PhaseCost prefill_stage_cost(const ModelShape& m, const Cluster& c, const InferenceWorkload& w,
                              const InferenceLayout& L, int stage) {
   const GpuSpec& g = c.gpu;
-  const double h = m.hidden_size, a = m.num_attention_heads, t = L.tp;
+  const double h = m.hidden_size, a = m.num_attention_heads, t = L.parallel.tp;
   const double s = w.prompt_tokens, n = double(L.batch) * s, dh = h / a;
   PhaseCost layer;
   layer.gemm = layer_linears_seconds(g, m, t, n);
   const double heads = double(L.batch) * a / t, scores = heads * s * s;
   layer.attention = batched_gemm_seconds(g, heads, s, s, dh) + batched_gemm_seconds(g, heads, s, dh, s);
-  layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.tp, n) + 4 * scores, 8);
-  layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * n * h, L.tp);
+  layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.parallel.tp, n) + 4 * scores, 8);
+  layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * n * h, L.parallel.tp);
 
-  PhaseCost out = repeat_layer(layer, m.num_layers / L.pp);
+  PhaseCost out = repeat_layer(layer, m.num_layers / L.parallel.pp);
   add_ends(out, m, c, w, L, stage, n);
-  if (stage < L.pp - 1) out.pp_comm = p2p_seconds(c, kBytes * n * h, stage_send_crosses_node(c, L, stage));
+  if (stage < L.parallel.pp - 1) out.pp_comm = p2p_seconds(c, kBytes * n * h, stage_send_crosses_node(c, L, stage));
   return out;
 }
 
 PhaseCost decode_stage_cost(const ModelShape& m, const Cluster& c, const InferenceWorkload& w,
                             const InferenceLayout& L, int stage, double context) {
   const GpuSpec& g = c.gpu;
-  const double h = m.hidden_size, t = L.tp, b = L.batch;
+  const double h = m.hidden_size, t = L.parallel.tp, b = L.batch;
   PhaseCost layer;
   layer.gemm = layer_linears_seconds(g, m, t, b);
   // One fused masked-attention kernel per layer streams this rank's K and V of every sequence;
   // its softmax stays on chip. Query in, context out: 2·b·h/t elements.
-  layer.attention = memory_seconds(g, kv_cache_bytes(m, L.tp, 1, b, context) + kBytes * 2 * b * h / t, 1);
-  layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.tp, b), 6);
-  layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * b * h, L.tp);
+  layer.attention = memory_seconds(g, kv_cache_bytes(m, L.parallel.tp, 1, b, context) + kBytes * 2 * b * h / t, 1);
+  layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.parallel.tp, b), 6);
+  layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * b * h, L.parallel.tp);
 
-  PhaseCost out = repeat_layer(layer, m.num_layers / L.pp);
+  PhaseCost out = repeat_layer(layer, m.num_layers / L.parallel.pp);
   add_ends(out, m, c, w, L, stage, b);
-  if (L.pp > 1) {
+  if (L.parallel.pp > 1) {
     // Activations to the next stage; the last stage returns the sampled ids to the first.
-    out.pp_comm = stage < L.pp - 1 ? p2p_seconds(c, kBytes * b * h, stage_send_crosses_node(c, L, stage))
-                                   : p2p_seconds(c, 4 * b, long(L.tp) * L.pp > c.gpus_per_node);
+    out.pp_comm = stage < L.parallel.pp - 1
+                      ? p2p_seconds(c, kBytes * b * h, stage_send_crosses_node(c, L, stage))
+                      : p2p_seconds(c, 4 * b, long(L.parallel.tp) * L.parallel.pp > c.gpus_per_node);
   }
   return out;
 }
@@ -223,7 +220,7 @@ InferenceTime inference_time(const ModelShape& m, const Cluster& c, const Infere
   double max_prefill = 0, max_decode = 0;
   // Middle stages are identical apart from whether their send crosses a node, so every stage
   // is costed (p ≤ layers, cheap).
-  for (int i = 0; i < L.pp; ++i) {
+  for (int i = 0; i < L.parallel.pp; ++i) {
     const PhaseCost pre = prefill_stage_cost(m, c, w, L, i);
     const PhaseCost dec = decode_stage_cost(m, c, w, L, i, context);
     accumulate(out.prefill, pre);
@@ -233,7 +230,7 @@ InferenceTime inference_time(const ModelShape& m, const Cluster& c, const Infere
   }
   out.ttft = out.prefill.total();
   // With p batches in flight each batch gets one token per round of p stage slots.
-  out.per_token = std::max(out.decode.total(), L.pp * max_decode);
+  out.per_token = std::max(out.decode.total(), L.parallel.pp * max_decode);
   out.request = out.ttft + (w.output_tokens - 1) * out.per_token;
   const double busy = max_prefill + (w.output_tokens - 1) * max_decode;
   out.tokens_per_s_replica = double(L.batch) * w.output_tokens / busy;

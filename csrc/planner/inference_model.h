@@ -12,6 +12,7 @@
 #include <string>
 
 #include "planner/hardware.h"
+#include "planner/layout.h"
 #include "planner/model_shape.h"
 #include "planner/time_model.h"
 
@@ -32,11 +33,16 @@ struct InferenceWorkload {
   double collective_step_us = 3;
 };
 
-/// One serving layout. replicas = world / (tp·pp) independent model copies; ranks are ordered
-/// tp fastest, then pipeline stage, then replica (neighbouring stages are tp ranks apart).
+/// One serving layout: replicas = world / (t·p) independent model copies, each split over t·p
+/// ranks as `parallel` says. Not a training Layout with d = replicas and b = batch: replicas
+/// share no collective, a batch is the sequences a replica keeps in flight per stage (not a
+/// micro-batch of a global batch), and the rank order differs (here tp fastest, then pipeline
+/// stage, then replica, so that neighbouring stages are tp ranks apart; training puts d before p).
 struct InferenceLayout {
-  int tp = 1;        ///< tensor-parallel size t
-  int pp = 1;        ///< pipeline stages p
+  /// How one replica's model is split: t (parallel.tp) and p (parallel.pp, even stages). The
+  /// one layout type (rules/layout.h); its training fields (batch, recompute, optimizer, d) are
+  /// not read and stay at their defaults.
+  Layout parallel;
   int batch = 1;     ///< sequences processed together by one replica (per pipeline micro-batch)
   int replicas = 1;  ///< world / (t·p)
   /// "t8 p1 b4 r2".

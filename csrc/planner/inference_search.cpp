@@ -73,8 +73,8 @@ InferenceSearchResult search_inference(const ModelShape& m, const Cluster& c, co
   for (int t : tps) {
     for (int p : pps) {
       InferenceLayout L;
-      L.tp = t;
-      L.pp = p;
+      L.parallel.tp = t;
+      L.parallel.pp = p;
       L.replicas = c.world() % (t * p) == 0 ? c.world() / (t * p) : 0;
       const std::string why = check_inference_layout(m, c, L);
       if (!why.empty()) {

@@ -68,9 +68,7 @@ std::string check_layout(const ModelShape& m, const Cluster& c, const TrainingSe
   // As the recipe spells it: a method and a layer count only with full recomputation, where a
   // candidate without a method is uniform (the model's default) and one without a count has 0.
   const bool full = L.recompute.full();
-  const RecomputeMethod method = L.recompute.method == RecomputeMethod::kNone ? RecomputeMethod::kUniform
-                                                                              : L.recompute.method;
-  q.layout.recompute = {L.recompute.granularity, full ? method : RecomputeMethod::kNone,
+  q.layout.recompute = {L.recompute.granularity, full ? L.recompute.method_or_uniform() : RecomputeMethod::kNone,
                         full ? std::optional<int64_t>(L.recompute.num_layers.value_or(0)) : std::nullopt};
   q.model = m;
   q.model.max_position_embeddings = m.seq_length;

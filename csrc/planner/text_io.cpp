@@ -16,6 +16,18 @@ std::string lower(std::string s) {
   return s;
 }
 
+int run_command_body(const char* command, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: %s\n", command, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", command, e.what());
+    return 1;
+  }
+}
+
 std::string read_text(const std::string& path, const std::string& flag) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(fmt::format("{}{}: cannot open file", flag.empty() ? "" : flag + " ", path));

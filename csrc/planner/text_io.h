@@ -1,5 +1,5 @@
-// Small text helpers shared by the planner's commands: case folding and whole-file I/O with
-// errors that name the flag the path came from.
+// Small helpers shared by the planner's commands: case folding, whole-file I/O with errors
+// that name the flag the path came from, CSV columns, and the exit status of a failure.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -13,6 +13,11 @@ namespace loom::planner {
 
 /// ASCII lower case.
 std::string lower(std::string s);
+
+/// Runs a command's `body` and returns its exit status, or the status of what it threw
+/// (docs/architecture.md, "Commands"): std::invalid_argument (bad input) 2, any other exception
+/// 1, each printed to stderr as "<command>: <what>".
+int run_command_body(const char* command, const std::function<int()>& body);
 
 /// Whole file as text. Throws std::invalid_argument "<flag> <path>: cannot open file" (flag may
 /// be empty).

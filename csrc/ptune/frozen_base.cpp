@@ -9,8 +9,6 @@
 
 #include "data/recipe_tokenizer.h"
 #include "generate/model_loader.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_files.h"
 #include "train/run_directory.h"
 #include "train/model_setup.h"
 
@@ -26,16 +24,12 @@ std::optional<int64_t> pinned_base_iteration(const config::Recipe& recipe, std::
   }
   why.clear();
   const train::RunDirectoryOptions dir = train::run_directory_options(recipe, "loom ptune", resume_iteration);
-  if (!dir.resume_if_exists) return std::nullopt;
-  const std::string checkpoints = (fs::path(dir.run_dir) / "checkpoints").string();
   try {
     // The iteration RunDirectory::resume will choose (it reports any problem with it).
-    std::optional<int64_t> n = resume_iteration;
-    if (!n) n = fs::exists(fs::path(checkpoints) / train::kTrackerFile) ? train::latest_checkpoint(checkpoints)
-                                                                        : train::newest_complete_iteration(checkpoints);
+    const std::optional<int64_t> n = train::resume_iteration(dir);
     if (!n) return std::nullopt;
-    const generate::CheckpointInfo info = generate::read_checkpoint_info(checkpoints, n);
-    const nlohmann::json& recorded = info.layout.model_shape;
+    const generate::CheckpointInfo info = generate::read_checkpoint_info(train::checkpoints_dir(dir), n);
+    const nlohmann::json& recorded = info.layout.task_record;
     if (!recorded.contains("prompt_learning") || !recorded["prompt_learning"].contains("base_iteration")) return std::nullopt;
     why = fmt::format("recorded by the checkpoint being resumed, iteration {}", *n);
     return recorded["prompt_learning"]["base_iteration"].get<int64_t>();
@@ -113,7 +107,7 @@ data::TokenizerSpec run_tokenizer(const config::Recipe& recipe, const FrozenBase
 
 std::shared_ptr<data::Tokenizer> load_run_tokenizer(const config::Recipe& recipe, const FrozenBase& base) {
   std::shared_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(run_tokenizer(recipe, base));
-  const int64_t base_vocab = generate::inference_config(base.plan.info.layout.model_shape).vocab_size;
+  const int64_t base_vocab = base.plan.info.layout.model_shape.vocab_size;
   if (static_cast<int64_t>(tokenizer->vocab_size()) != base_vocab)
     throw std::invalid_argument(fmt::format("model.tokenizer: {} has {} tokens, the base model '{}' a vocabulary of {}",
                                             tokenizer->description(), tokenizer->vocab_size(), base.path, base_vocab));

@@ -29,8 +29,8 @@ struct FrozenBase {
 };
 
 /// The base iteration a run tunes on (docs/design/ptuning.md, "The model"):
-/// model.language_model_iteration when set; else, when the run will resume (exp_manager's
-/// resume_if_exists, the checkpoint `resume_iteration` or the newest), the base_iteration that
+/// model.language_model_iteration when set; else, when the run will resume (the checkpoint
+/// train::resume_iteration chooses, the run directory's one rule), the base_iteration that
 /// checkpoint recorded, so that a base run that trained on meanwhile does not change the
 /// function being tuned; else nullopt (the base's latest). `why` says which.
 std::optional<int64_t> pinned_base_iteration(const config::Recipe& recipe, std::optional<int64_t> resume_iteration,

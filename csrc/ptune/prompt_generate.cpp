@@ -52,7 +52,7 @@ PromptGeneratePlan plan_prompt_generation(const PromptGenerateRequest& request) 
   }
   plan.base = generate::plan_generation(base);
   if (recorded && !flags) plan.base.tokenizer = *recorded;
-  const int64_t hidden = generate::inference_config(plan.base.info.layout.model_shape).hidden_size;
+  const int64_t hidden = plan.base.info.layout.model_shape.hidden_size;
   for (const auto& t : plan.tables.tasks)
     if (t.vectors.size(1) != hidden)
       throw GenerateInputError(fmt::format("--prompt-checkpoint: task '{}' has vectors of size {}, the base model {}",

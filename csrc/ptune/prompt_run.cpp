@@ -45,7 +45,7 @@ namespace {
 
 // The run's sequence length cap: model.data.max_seq_length, at most the base's positions.
 int64_t max_sequence_length(const config::Recipe& r, const FrozenBase& base) {
-  const int64_t base_positions = generate::inference_config(base.plan.info.layout.model_shape).max_position_embeddings;
+  const int64_t base_positions = base.plan.info.layout.model_shape.max_position_embeddings;
   const int64_t max_seq = r.model.data.max_seq_length.value_or(base_positions);
   if (max_seq > base_positions)
     throw std::invalid_argument(fmt::format("model.data.max_seq_length: expected at most the base's "

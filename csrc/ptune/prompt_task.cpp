@@ -134,7 +134,7 @@ train::CheckpointLayout PromptTask::checkpoint_layout(const train::TaskContext& 
   train::CheckpointLayout l = train::checkpoint_layout(ctx.layout, model.config);
   // A prompt checkpoint names its base and what it trains; a resume must match.
   const auto& p = r_.model.prompt;
-  l.model_shape["prompt_learning"] = {
+  l.task_record["prompt_learning"] = {
       {"base_checkpoints", fs::weakly_canonical(plan_.base.plan.location.checkpoints).string()},
       {"base_iteration", plan_.base.plan.info.iteration},
       {"virtual_prompt_style", style_name(p.virtual_prompt_style)},
@@ -302,7 +302,7 @@ void PromptTask::write_tables(train::TaskContext& ctx, const std::string& dir, i
   tables.base = {{"path", plan_.base.path},
                  {"checkpoints", fs::weakly_canonical(plan_.base.plan.location.checkpoints).string()},
                  {"iteration", plan_.base.plan.info.iteration},
-                 {"model_shape", plan_.base.plan.info.layout.model_shape},
+                 {"model_shape", plan_.base.plan.info.layout.model_json()},
                  {"checkpoint_digest", base_checkpoint_digest_},
                  // The tokenizer the records were laid out with (generate uses it by default).
                  {"tokenizer", tokenizer_record(data::tokenizer_spec(r_.model.tokenizer))}};

@@ -26,6 +26,12 @@ struct RecomputeSettings {
   /// group; block: layers recomputed per model chunk.
   std::optional<int64_t> num_layers;
   bool full() const { return granularity == RecomputeGranularity::kFull; }
+  /// How the model runs full recomputation when the recipe leaves a field null (the model's
+  /// defaults, stated here only): a null method is uniform, a null layer count is 1.
+  RecomputeMethod method_or_uniform() const {
+    return method == RecomputeMethod::kNone ? RecomputeMethod::kUniform : method;
+  }
+  int num_layers_or_one() const { return static_cast<int>(num_layers.value_or(1)); }
 };
 
 struct Layout {

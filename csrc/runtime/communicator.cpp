@@ -249,28 +249,30 @@ std::unique_ptr<AsyncWork> Communicator::reduce_scatter_dim0_async(const at::Ten
                                 " is not divisible by the group size " + std::to_string(size()));
   }
   check_dim0_out(name_, "reduce_scatter_dim0_async", t, out, t.size(0) / size());
-  if (size() == 1) {
-    out.copy_(t);
-    return std::make_unique<DoneWork>();
-  }
-  at::Tensor in = to_backend(t);
-  StagedOutput o = staged_output(out, host_staged_);
-  return std::make_unique<C10dWork>(live()._reduce_scatter_base(o.buf, in), std::vector<at::Tensor>{in, o.buf, out},
-                                    "reduce_scatter on process group '" + name_ + "'", std::move(o.finish));
+  return start_dim0("reduce_scatter", t, out, [](c10d::Backend& b, at::Tensor& buf, at::Tensor& in) {
+    return b._reduce_scatter_base(buf, in);
+  });
 }
 
 std::unique_ptr<AsyncWork> Communicator::all_gather_dim0_async(const at::Tensor& t, at::Tensor& out) {
   check("all_gather", t);
   check("all_gather", out);
   check_dim0_out(name_, "all_gather_dim0_async", t, out, (t.dim() ? t.size(0) : 0) * size());
+  return start_dim0("all_gather", t, out, [](c10d::Backend& b, at::Tensor& buf, at::Tensor& in) {
+    return b._allgather_base(buf, in);
+  });
+}
+
+std::unique_ptr<AsyncWork> Communicator::start_dim0(const char* op, const at::Tensor& t, at::Tensor& out,
+                                                    const Dim0Start& start) {
   if (size() == 1) {
     out.copy_(t);
     return std::make_unique<DoneWork>();
   }
   at::Tensor in = to_backend(t);
   StagedOutput o = staged_output(out, host_staged_);
-  return std::make_unique<C10dWork>(live()._allgather_base(o.buf, in), std::vector<at::Tensor>{in, o.buf, out},
-                                    "all_gather on process group '" + name_ + "'", std::move(o.finish));
+  return std::make_unique<C10dWork>(start(live(), o.buf, in), std::vector<at::Tensor>{in, o.buf, out},
+                                    std::string(op) + " on process group '" + name_ + "'", std::move(o.finish));
 }
 
 std::unique_ptr<AsyncWork> Communicator::isend(const at::Tensor& t, int peer, int tag) {

@@ -17,12 +17,14 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace c10d {
 class Backend;
+class Work;
 }
 
 namespace loom::runtime {
@@ -96,6 +98,11 @@ class Communicator {
   void check(const char* what, const at::Tensor& t) const;
   /// The tensor the backend sees: `t`, or its host copy when staging.
   at::Tensor to_backend(const at::Tensor& t) const;
+  /// What the dim-0 collectives share once `out` is checked: over one rank `out` = `t`; else
+  /// `start(backend, out_buffer, input)` on `t` as the backend sees it and `out` (staged on the
+  /// host when staging), the work named "<op> on process group '<name>'".
+  using Dim0Start = std::function<c10::intrusive_ptr<c10d::Work>(c10d::Backend&, at::Tensor&, at::Tensor&)>;
+  std::unique_ptr<AsyncWork> start_dim0(const char* op, const at::Tensor& t, at::Tensor& out, const Dim0Start& start);
   std::shared_ptr<c10d::Backend> backend_;
   std::vector<int> ranks_;
   std::string name_;

@@ -3,6 +3,7 @@
 #include "train/checkpoint_serialize.h"
 
 #include "launch/file_util.h"
+#include "rules/model_shape_json.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -62,7 +63,7 @@ nlohmann::json layout_json(const CheckpointLayout& l) {
                         {"pipeline_model_parallel_size", l.parallel.pp},
                         {"virtual_pipeline_model_parallel_size", l.parallel.vp},
                         {"data_parallel_size", l.parallel.dp},
-                        {"model", l.model_shape}};
+                        {"model", l.model_json()}};
   // Per-stage layers (docs/design/formats.md, "Checkpoints"): written always, so a reader sees
   // which layers each mp_rank_TT_PPP shard holds without redoing the split.
   if (!l.stage_layers.empty()) {
@@ -74,23 +75,25 @@ nlohmann::json layout_json(const CheckpointLayout& l) {
 }
 
 /// The layers of each stage a checkpoint's metadata records; an older checkpoint without the
-/// record was split evenly.
-std::vector<int64_t> saved_stage_layers(const nlohmann::json& layout) {
+/// record was split evenly. Read after the model shape matched (load_checkpoint), so its
+/// `num_layers` is the run's.
+std::vector<int64_t> saved_stage_layers(const nlohmann::json& layout, int64_t num_layers) {
   if (layout.contains("stage_layers") && layout["stage_layers"].is_array()) {
     std::vector<int64_t> out;
     for (const auto& n : layout["stage_layers"]) out.push_back(n.is_number_integer() ? n.get<int64_t>() : -1);
     return out;
   }
-  // Read after the model shape matched (load_checkpoint): num_layers is then the run's.
   const int64_t p = layout.value("pipeline_model_parallel_size", 1);
-  const nlohmann::json shape = layout.value("model", nlohmann::json::object());
-  const int64_t layers = shape.is_object() && shape.contains("num_layers") && shape["num_layers"].is_number_integer()
-                             ? shape["num_layers"].get<int64_t>()
-                             : 0;
-  return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(p, 1)), layers / std::max<int64_t>(p, 1));
+  return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(p, 1)), num_layers / std::max<int64_t>(p, 1));
 }
 
 }  // namespace
+
+nlohmann::json CheckpointLayout::model_json() const {
+  nlohmann::json out = model_shape_to_json(model_shape);
+  for (const auto& [key, value] : task_record.items()) out[key] = value;
+  return out;
+}
 
 std::vector<char> serialize_rank_checkpoint(const RankCheckpoint& state, int64_t iteration) {
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
@@ -258,13 +261,14 @@ RankCheckpoint load_checkpoint(const std::string& dir, int64_t iteration,
                           have.value("model", nlohmann::json()).dump() + ", this run builds " +
                           want["model"].dump());
   }
-  if (!expected.stage_layers.empty() && saved_stage_layers(have) != expected.stage_layers) {
+  const std::vector<int64_t> saved_stages = saved_stage_layers(have, expected.model_shape.num_layers);
+  if (!expected.stage_layers.empty() && saved_stages != expected.stage_layers) {
     throw CheckpointError(fmt::format(
         "checkpoint {} holds pipeline stages of [{}] layers, this run splits them [{}] "
         "(model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage differ); set the "
         "checkpoint's split in the recipe, or rewrite it with `loom convert --checkpoint RUN --output RUN2 "
         "--first-stage-layers N|even --last-stage-layers N|even`",
-        iter_dir.string(), fmt::join(saved_stage_layers(have), ", "), fmt::join(expected.stage_layers, ", ")));
+        iter_dir.string(), fmt::join(saved_stages, ", "), fmt::join(expected.stage_layers, ", ")));
   }
   const auto coords = groups.coords();
   const std::string rel =

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rules/layout.h"
+#include "rules/model_shape.h"
 #include "runtime/process_groups.h"
 #include "train/checkpoint_files.h"
 
@@ -34,10 +35,18 @@ struct CheckpointLayout {
   /// The run's layout: tp, pp, vp, dp and the uneven end stages are written (null: an even
   /// share); the batch and recompute fields are not part of a checkpoint.
   Layout parallel;
-  nlohmann::json model_shape;  ///< num_layers, hidden_size, ... (must match too)
+  /// The model's shape, written as layout.model (rules/model_shape_json.h; must match too).
+  ModelShape model_shape;
+  /// What a training task records beside the shape, as more keys of layout.model (prompt
+  /// learning: "prompt_learning", its base and what it trains); empty for pretraining. A resume
+  /// needs the same.
+  nlohmann::json task_record = nlohmann::json::object();
   /// Transformer layers of each pipeline stage (p entries; rules::stage_layer_counts). A resume
   /// needs the same stage_layers.
   std::vector<int64_t> stage_layers;
+
+  /// layout.model as metadata.json holds it: model_shape_to_json(model_shape) and task_record's keys.
+  nlohmann::json model_json() const;
 };
 
 /// What one model-parallel rank saves and restores.

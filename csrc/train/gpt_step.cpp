@@ -20,7 +20,7 @@ ScheduleConfig gpt_schedule(const model::GptConfig& config, const Layout& layout
   sc.num_microbatches = static_cast<int>(layout.micro_batches());
   sc.virtual_stages = layout.vp;
   sc.forward_only = forward_only;
-  const bool sp = config.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
+  const bool sp = config.layout.sequence_parallel;  // normalised by the recipe loader (off at t = 1)
   sc.activation_shape = {sp ? config.seq_length / layout.tp : config.seq_length, layout.micro_batch,
                          config.hidden_size};
   sc.activation_dtype = model::scalar_type(config.params_dtype);

@@ -14,9 +14,9 @@ model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vo
   c.seed = static_cast<uint64_t>(m.seed);
   c.params_dtype = recipe.trainer.precision;
   c.layernorm_epsilon = m.layernorm_epsilon;
-  // How the layers run: the layout's sequence parallelism, recomputation and uneven stages, and
+  // How the layers run: the one layout (sequence parallelism, recomputation, uneven stages), and
   // the attention core.
-  c.use_layout(config::recipe_layout(recipe));
+  c.layout = config::recipe_layout(recipe);
   c.use_flash_attention = m.use_flash_attention;
   // Regularisation.
   c.hidden_dropout = m.hidden_dropout;

@@ -27,7 +27,7 @@ RunDirectoryOptions run_directory_options(const config::Recipe& recipe, const st
 }
 
 RunDirectory::RunDirectory(RunDirectoryOptions options, bool rank0)
-    : options_(std::move(options)), checkpoint_dir_((fs::path(options_.run_dir) / "checkpoints").string()) {
+    : options_(std::move(options)), checkpoint_dir_(checkpoints_dir(options_)) {
   // Before anything in the run directory is touched: one run per directory.
   if (rank0) lock_ = std::make_unique<launch::RunDirectoryLock>(options_.run_dir, options_.command + " " + options_.recipe_file);
 }
@@ -42,48 +42,62 @@ void RunDirectory::attach(runtime::ProcessGroups& groups, MetricsLog& log) {
                 lock_->stale_holder() + ")");
 }
 
-std::string RunDirectory::older_checkpoint_advice(int64_t below) const {
-  const auto older = newest_complete_iteration(checkpoint_dir_, below);
+namespace {
+
+// What to do when the checkpoint below `below` cannot be resumed from.
+std::string older_checkpoint_advice(const RunDirectoryOptions& options, int64_t below) {
+  const std::string dir = checkpoints_dir(options);
+  const auto older = newest_complete_iteration(dir, below);
   if (!older)
-    return "; no older complete checkpoint exists in " + checkpoint_dir_ +
+    return "; no older complete checkpoint exists in " + dir +
            " (set exp_manager.resume_if_exists=false to start afresh; the folders are kept)";
   return fmt::format("; the newest complete older checkpoint is {}: resume from it with `{} {} ... "
                      "--iteration {}` (newer folders are kept, a re-saved iteration as .superseded-K)",
-                     iteration_dir_name(*older), options_.command, options_.recipe_file, *older);
+                     iteration_dir_name(*older), options.command, options.recipe_file, *older);
 }
 
-std::optional<int64_t> RunDirectory::choose_resume_iteration() {
-  if (options_.resume_iteration) {
-    const int64_t n = *options_.resume_iteration;
-    const std::string why = incomplete_reason(checkpoint_dir_, n);
+}  // namespace
+
+std::string checkpoints_dir(const RunDirectoryOptions& options) {
+  return (fs::path(options.run_dir) / "checkpoints").string();
+}
+
+std::optional<int64_t> resume_iteration(const RunDirectoryOptions& options, std::string* note) {
+  if (!options.resume_if_exists) return std::nullopt;
+  const std::string dir = checkpoints_dir(options);
+  if (options.resume_iteration) {
+    const int64_t n = *options.resume_iteration;
+    const std::string why = incomplete_reason(dir, n);
     if (!why.empty())
       throw CheckpointError(fmt::format("--iteration {}: cannot resume from it: {}{}", n, why,
-                                        older_checkpoint_advice(n)));
+                                        older_checkpoint_advice(options, n)));
     return n;
   }
-  if (fs::exists(fs::path(checkpoint_dir_) / kTrackerFile)) {
+  if (fs::exists(fs::path(dir) / kTrackerFile)) {
     int64_t n = 0;
     try {
-      n = *latest_checkpoint(checkpoint_dir_);
+      n = *latest_checkpoint(dir);
     } catch (const CheckpointError& e) {
-      throw CheckpointError(e.what() + older_checkpoint_advice(kMaxIteration + 1));
+      throw CheckpointError(e.what() + older_checkpoint_advice(options, kMaxIteration + 1));
     }
-    const std::string why = incomplete_reason(checkpoint_dir_, n);
-    if (!why.empty()) throw CheckpointError("the newest checkpoint is incomplete: " + why + older_checkpoint_advice(n));
+    const std::string why = incomplete_reason(dir, n);
+    if (!why.empty())
+      throw CheckpointError("the newest checkpoint is incomplete: " + why + older_checkpoint_advice(options, n));
     return n;
   }
-  const auto all = list_iterations(checkpoint_dir_);
+  const auto all = list_iterations(dir);
   if (all.empty()) return std::nullopt;
-  const auto newest = newest_complete_iteration(checkpoint_dir_);
+  const auto newest = newest_complete_iteration(dir);
   if (!newest) {
     std::string listing;
-    for (int64_t n : all) listing += "\n  " + incomplete_reason(checkpoint_dir_, n);
+    for (int64_t n : all) listing += "\n  " + incomplete_reason(dir, n);
     throw CheckpointError(fmt::format("{} has no {} and none of its {} iteration folders is complete:{}\nmove them "
                                       "away to start afresh, or repair one",
-                                      checkpoint_dir_, kTrackerFile, all.size(), listing));
+                                      dir, kTrackerFile, all.size(), listing));
   }
-  log_->message(fmt::format("[loom] no {} in {}: resuming from the newest complete checkpoint {}", kTrackerFile,
-                            checkpoint_dir_, iteration_dir_name(*newest)));
+  if (note)
+    *note = fmt::format("[loom] no {} in {}: resuming from the newest complete checkpoint {}", kTrackerFile, dir,
+                        iteration_dir_name(*newest));
   return newest;
 }
 
@@ -99,8 +113,9 @@ std::optional<ResumePoint> RunDirectory::resume(const CheckpointLayout& layout) 
   }
   groups_->host_world().barrier();
   if (!recovery_error.empty()) throw CheckpointError("recovering " + checkpoint_dir_ + ": " + recovery_error);
-  if (!options_.resume_if_exists) return std::nullopt;
-  const auto iteration = choose_resume_iteration();
+  std::string note;
+  const auto iteration = resume_iteration(options_, &note);
+  if (!note.empty()) log_->message(note);
   if (!iteration) return std::nullopt;
   // Every rank reads its own shard; they agree on the outcome, so that a damaged shard stops
   // all ranks with one clear error instead of one rank failing and the rest losing a peer.
@@ -115,7 +130,7 @@ std::optional<ResumePoint> RunDirectory::resume(const CheckpointLayout& layout) 
   at::Tensor failed = at::zeros({groups_->layout().world_size()}, at::kLong);
   failed[groups_->rank()] = error.empty() ? 0 : 1;
   groups_->host_world().all_reduce(failed);
-  if (!error.empty()) throw CheckpointError(error + older_checkpoint_advice(*iteration));
+  if (!error.empty()) throw CheckpointError(error + older_checkpoint_advice(options_, *iteration));
   for (int r = 0; r < failed.size(0); ++r) {
     if (failed[r].item<int64_t>() == 0) continue;
     const std::string message = fmt::format("another rank (rank {}) could not load checkpoint {}", r,

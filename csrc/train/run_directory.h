@@ -39,6 +39,19 @@ struct ResumePoint {
 RunDirectoryOptions run_directory_options(const config::Recipe& recipe, const std::string& command,
                                           std::optional<int64_t> resume_iteration);
 
+/// <run_dir>/checkpoints.
+std::string checkpoints_dir(const RunDirectoryOptions& options);
+
+/// The iteration a run resumes from, the rule written once: nullopt without
+/// options.resume_if_exists or when there is no checkpoint (start afresh); else --iteration
+/// (options.resume_iteration), else the tracker's, else the newest complete iteration folder
+/// (then `note`, when given, says so for the log). Reads only; RunDirectory::resume calls it
+/// after the commit recovery, `loom ptune` before its run to find the base iteration that
+/// checkpoint recorded (ptune::pinned_base_iteration). Throws CheckpointError, with advice (the
+/// newest complete older checkpoint and the command resuming from it), when the chosen
+/// checkpoint is incomplete, the tracker is malformed, or no iteration folder is complete.
+std::optional<int64_t> resume_iteration(const RunDirectoryOptions& options, std::string* note = nullptr);
+
 class RunDirectory {
  public:
   /// On world rank 0 (`rank0`) takes the lock (throws launch::RunLockError naming the holder).
@@ -66,9 +79,6 @@ class RunDirectory {
   void write_resolved_recipe(const config::Recipe& recipe);
 
  private:
-  std::optional<int64_t> choose_resume_iteration();
-  std::string older_checkpoint_advice(int64_t below) const;
-
   RunDirectoryOptions options_;
   std::string checkpoint_dir_;
   std::unique_ptr<launch::RunDirectoryLock> lock_;

@@ -6,21 +6,8 @@
 
 #include "config/derived.h"
 #include "data/recipe_tokenizer.h"
-#include "runtime/run_device.h"
 
 namespace loom::train {
-
-runtime::ProcessGroupOptions process_group_options(const config::Recipe& recipe, int local_rank) {
-  runtime::ProcessGroupOptions pg;
-  pg.tensor_parallel = static_cast<int>(recipe.model.tensor_model_parallel_size);
-  pg.pipeline_parallel = static_cast<int>(recipe.model.pipeline_model_parallel_size);
-  pg.timeout = std::chrono::milliseconds(int64_t(recipe.model.collective_timeout_s * 1000));
-  pg.device = runtime::select_run_device(recipe.trainer.accelerator == config::Accelerator::kGpu
-                                             ? runtime::DeviceKind::kAccelerator
-                                             : runtime::DeviceKind::kCpu,
-                                         local_rank);
-  return pg;
-}
 
 optim::OptimizerOptions optimizer_options(const config::Recipe& r) {
   optim::OptimizerOptions o;

@@ -1,6 +1,6 @@
 // A validated recipe translated once into the settings of the training run's parts: the
-// process groups, the optimizer, the learning-rate schedule and the datasets (the parallel
-// layout of a step is config::recipe_layout, a loom::Layout).
+// optimizer, the learning-rate schedule and the datasets (the parallel layout of a step is
+// config::recipe_layout, a loom::Layout; the rank's start, train::rank_session_request).
 // Each part then reads its own settings, never the raw recipe.
 #pragma once
 #include <cstdint>
@@ -9,17 +9,10 @@
 #include "config/recipe.h"
 #include "rules/layout.h"
 #include "data/gpt_data_factory.h"
-#include "runtime/process_groups.h"
 #include "train/optim/lr_schedule.h"
 #include "train/optim/optimizer.h"
 
 namespace loom::train {
-
-/// The process groups of the recipe's layout for the rank with `local_rank` on its node: t, p,
-/// model.collective_timeout_s, and the device trainer.accelerator names (select_run_device:
-/// cuda:<local_rank> with NCCL, or a CPU with Gloo). Throws std::invalid_argument when the
-/// accelerator cannot be had.
-runtime::ProcessGroupOptions process_group_options(const config::Recipe& recipe, int local_rank);
 
 /// model.optim (AdamW betas, eps, weight decay; distributed or not; gradient buckets of
 /// ddp_bucket_size elements and overlap_grad_sync) and trainer.gradient_clip_val.

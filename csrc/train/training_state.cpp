@@ -15,15 +15,10 @@ CheckpointLayout checkpoint_layout(const Layout& layout, const model::GptConfig&
   l.parallel.pp = layout.pp;
   l.parallel.vp = layout.vp;
   l.parallel.dp = layout.dp;
-  l.model_shape = {{"num_layers", config.num_layers},
-                   {"hidden_size", config.hidden_size},
-                   {"ffn_hidden_size", config.ffn()},
-                   {"num_attention_heads", config.num_attention_heads},
-                   {"vocab_size", config.vocab_size},
-                   {"max_position_embeddings", config.max_position_embeddings}};
+  l.model_shape = config;
   const rules::PipelineSplit split = model::pipeline_split(config, layout.pp, layout.vp);
   l.stage_layers = rules::stage_layer_counts(split);
-  // The model's own split (GptConfig holds the recipe's uneven stages).
+  // The model's own split (config.layout holds the recipe's uneven stages).
   if (split.first_stage_layers) l.parallel.first_stage_layers = static_cast<int>(*split.first_stage_layers);
   if (split.last_stage_layers) l.parallel.last_stage_layers = static_cast<int>(*split.last_stage_layers);
   return l;

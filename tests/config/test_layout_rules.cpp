@@ -224,3 +224,16 @@ TEST_CASE("stage layer counts and virtual stage ranges follow Megatron-Core's of
                     "num_layers_in_last_pipeline_stage = 3 + 4 = 7 (pipeline_model_parallel_size 2 leaves no other "
                     "stage), found 8");
 }
+
+TEST_CASE("the model's reading of null recompute fields is stated once, on RecomputeSettings", "[config][rules]") {
+  RecomputeSettings r;  // as a recipe leaves them: granularity, method and layer count null
+  CHECK(r.method == RecomputeMethod::kNone);
+  CHECK(r.method_or_uniform() == RecomputeMethod::kUniform);
+  CHECK(r.num_layers_or_one() == 1);
+  r.method = RecomputeMethod::kBlock;
+  r.num_layers = 0;  // block with 0 layers recomputes nothing: 0 is kept, not read as null
+  CHECK(r.method_or_uniform() == RecomputeMethod::kBlock);
+  CHECK(r.num_layers_or_one() == 0);
+  r.num_layers = 3;
+  CHECK(r.num_layers_or_one() == 3);
+}

@@ -61,16 +61,6 @@ inline void set_truth(const model::GptStage& stage, int rank, int t) {
   }
 }
 
-/// The metadata.json model shape of `c` (as the trainer records it).
-inline nlohmann::json model_shape(const model::GptConfig& c) {
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"ffn_hidden_size", c.ffn()},
-          {"num_attention_heads", c.num_attention_heads},
-          {"vocab_size", c.vocab_size},
-          {"max_position_embeddings", c.max_position_embeddings}};
-}
-
 /// Collective over `groups`: builds this rank's chunks of the truth model for the groups'
 /// (t, p) and `v` virtual stages and saves them as iteration `iteration` in `dir`, with shard
 /// records exactly as the trainer writes them.
@@ -96,7 +86,7 @@ inline void save_truth_checkpoint(const std::string& dir, int64_t iteration,
   layout.parallel.pp = p;
   layout.parallel.vp = v;
   layout.parallel.dp = groups.layout().data_parallel();
-  layout.model_shape = model_shape(config);
+  layout.model_shape = config;
   train::save_checkpoint(dir, iteration, layout, state, groups);
 }
 

@@ -133,7 +133,7 @@ LOOM_WORKER("generate_kv_cache_t2") {
 
   // Sequence parallelism is a training layout: inference refuses it.
   model::GptConfig sp = cfg;
-  sp.sequence_parallel = true;
+  sp.layout.sequence_parallel = true;
   model::GptStage sp_stage(sp, tp);
   model::KvCache sp_cache = sp_stage.make_kv_cache(1, 4);
   bool threw = false;

@@ -15,7 +15,7 @@ namespace loom::model::test {
 
 inline GptConfig tiny_config() {
   GptConfig c;
-  c.num_layers = 3;  // with activations_checkpoint_num_layers = 2: a chunk that does not divide
+  c.num_layers = 3;  // with layout.recompute.num_layers = 2: a chunk that does not divide
   c.hidden_size = 32;
   c.num_attention_heads = 4;
   c.vocab_size = 100;  // padded to 128: pad columns present on the last ranks

@@ -32,8 +32,8 @@ double per_layer_sbh(const runtime::CommunicatorPtr& tp, bool sp, RecomputeGranu
   c.vocab_size = 128;
   c.seq_length = c.max_position_embeddings = kS;
   c.hidden_dropout = c.attention_dropout = 0.1;
-  c.sequence_parallel = sp;
-  c.activations_checkpoint_granularity = g;
+  c.layout.sequence_parallel = sp;
+  c.layout.recompute.granularity = g;
   GptStage model(c, tp);
   StageInputs in;
   in.tokens = at::arange(kB * kS, at::kLong).remainder(128).view({kB, kS});

@@ -71,10 +71,10 @@ std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp) {
     ref_cfg.label_smoothing = v.dropout > 0 ? 0.1 : 0.0;  // the dropout variants also smooth
     GptConfig cfg = ref_cfg;
     cfg.use_flash_attention = v.flash;
-    cfg.sequence_parallel = v.sequence_parallel;
-    cfg.activations_checkpoint_granularity = v.granularity;
-    cfg.activations_checkpoint_method = v.method;
-    cfg.activations_checkpoint_num_layers = 2;  // 3 layers: uniform chunks {2, 1}; block: 2 of 3
+    cfg.layout.sequence_parallel = v.sequence_parallel;
+    cfg.layout.recompute.granularity = v.granularity;
+    cfg.layout.recompute.method = v.method;
+    cfg.layout.recompute.num_layers = 2;  // 3 layers: uniform chunks {2, 1}; block: 2 of 3
     Batch batch = make_batch(cfg, 2);
 
     GptStage reference(ref_cfg, solo);

@@ -31,7 +31,7 @@ std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp
   GptConfig cfg = tiny_config();
   cfg.hidden_dropout = 0.1;
   cfg.attention_dropout = flash ? 0.0 : 0.1;
-  cfg.sequence_parallel = sp;
+  cfg.layout.sequence_parallel = sp;
   Batch batch = make_batch(cfg, 2);
   DropoutContext dropout;
   dropout.step = 9;
@@ -86,7 +86,7 @@ LOOM_WORKER("gpt_pipeline_split") {
   }
   // A batch whose sequence does not split over t under SP: a clear error before any work.
   GptConfig cfg = tiny_config();
-  cfg.sequence_parallel = true;
+  cfg.layout.sequence_parallel = true;
   GptStage model(cfg, groups->tensor_ptr());
   Batch batch = make_batch(cfg, 2);
   StageInputs in;
@@ -187,7 +187,7 @@ TEST_CASE("padded vocabulary is the same for every t, and configuration errors a
   cfg.vocab_size = 50257;
   for (int t : {1, 2, 4, 8}) CHECK(cfg.padded_vocab_size(t) == 50304);
   cfg = tiny_config();
-  cfg.sequence_parallel = true;
+  cfg.layout.sequence_parallel = true;
   cfg.seq_length = 6;
   CHECK_THROWS_WITH(cfg.validate(4), Catch::Contains("model.encoder_seq_length: expected a multiple of "
                                                         "tensor_model_parallel_size (4) with sequence_parallel, found 6"));
@@ -245,7 +245,7 @@ TEST_CASE("use_flash_attention runs ATen's fused attention kernel and refuses wh
                                                      "true") && Catch::Contains("found 0.1"));
   bad = tiny_config();
   bad.use_flash_attention = true;
-  bad.activations_checkpoint_granularity = RecomputeGranularity::kSelective;
+  bad.layout.recompute.granularity = RecomputeGranularity::kSelective;
   CHECK_THROWS_WITH(bad.validate(1), Catch::Contains("model.activations_checkpoint_granularity: expected null or full "
                                                      "with use_flash_attention true"));
   // Without flash both stay legal.

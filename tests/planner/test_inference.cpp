@@ -39,7 +39,7 @@ InferenceWorkload requests(int prompt, int output) {
 }
 InferenceLayout layout(const Cluster& c, int t, int p, int b) {
   InferenceLayout L;
-  L.tp = t; L.pp = p; L.batch = b; L.replicas = c.world() / (t * p);
+  L.parallel.tp = t; L.parallel.pp = p; L.batch = b; L.replicas = c.world() / (t * p);
   return L;
 }
 int run(std::vector<std::string> args) {
@@ -303,7 +303,7 @@ TEST_CASE("FasterTransformer GPT-20B and GPT-175B latencies within 20%", "[plann
     const ModelShape m = gpt(r.layers, r.hidden, r.heads);
     const Cluster c = a100(1);
     InferenceLayout L;
-    L.tp = r.t; L.pp = 1; L.batch = r.batch; L.replicas = 8 / r.t;
+    L.parallel.tp = r.t; L.parallel.pp = 1; L.batch = r.batch; L.replicas = 8 / r.t;
     const double ms = inference_time(m, c, requests(r.prompt, r.output), L).request * 1e3;
     const double err = ms / r.ms - 1;
     INFO(r.layers << "L t" << r.t << " b" << r.batch << " " << r.prompt << "/" << r.output << ": predicted "

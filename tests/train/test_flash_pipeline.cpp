@@ -40,9 +40,9 @@ LOOM_WORKER("flash_pipeline_step") {
   model::GptConfig reference_cfg = cfg;  // unfused, no recompute
   cfg.use_flash_attention = true;
   if (test::env_int("FULL") == 1) {
-    cfg.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
-    cfg.activations_checkpoint_method = model::RecomputeMethod::kUniform;
-    cfg.activations_checkpoint_num_layers = 1;
+    cfg.layout.recompute.granularity = model::RecomputeGranularity::kFull;
+    cfg.layout.recompute.method = model::RecomputeMethod::kUniform;
+    cfg.layout.recompute.num_layers = 1;
   }
   auto chunks = train::build_model_chunks(cfg, *groups, 1, at::kCPU);
 

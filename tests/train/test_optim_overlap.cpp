@@ -63,7 +63,7 @@ model::GptConfig config_for(const Case& c) {
   g.seq_length = 8;
   g.hidden_dropout = 0.1;  // dropout on: keyed by (seed, step, row), the same in both runs
   g.attention_dropout = 0.1;
-  g.sequence_parallel = c.t > 1;
+  g.layout.sequence_parallel = c.t > 1;
   g.params_dtype = c.dtype;
   g.seed = 7;
   return g;
@@ -250,8 +250,8 @@ struct WaitedRun {
 WaitedRun train_recorded(const Case& c, runtime::ProcessGroups& groups, const std::shared_ptr<runtime::ProcessGroups>& g,
                          bool overlap) {
   model::GptConfig cfg = config_for(c);
-  cfg.activations_checkpoint_granularity = model::RecomputeGranularity::kFull;
-  cfg.activations_checkpoint_num_layers = 1;
+  cfg.layout.recompute.granularity = model::RecomputeGranularity::kFull;
+  cfg.layout.recompute.num_layers = 1;
   const Layout shape = shape_for(c, cfg);
   auto chunks = build_model_chunks(cfg, groups, c.v, groups.device());
   auto opt = optim::Optimizer::create(chunk_parameters(chunks), g, options_for(c, overlap));

@@ -22,7 +22,7 @@ TEST_CASE("GPT-3 recipes build on the meta device with the expected parameter co
     INFO(c.file);
     const config::Recipe r = config::load_recipe(std::string(LOOM_SOURCE_DIR) + "/recipes/" + c.file);
     model::GptConfig cfg = train::gpt_config_from_recipe(r, 50257);
-    cfg.sequence_parallel = false;  // one process holds the whole model (t = 1)
+    cfg.layout.sequence_parallel = false;  // one process holds the whole model (t = 1)
     model::GptStage whole(cfg, runtime::Communicator::solo(), {}, at::Device(at::kMeta));
     int64_t count = 0;
     for (const auto& p : whole.parameters()) {

@@ -41,8 +41,8 @@ model::GptConfig config_from_env() {
   c.seq_length = kSeq;
   c.hidden_dropout = c.attention_dropout = 0.1;
   c.seed = 7;
-  c.num_layers_in_first_pipeline_stage = env_layers("FIRST");
-  c.num_layers_in_last_pipeline_stage = env_layers("LAST");
+  c.layout.first_stage_layers = env_layers("FIRST");
+  c.layout.last_stage_layers = env_layers("LAST");
   return c;
 }
 
@@ -81,8 +81,8 @@ LOOM_WORKER("uneven_pipeline_step") {
 
   // The reference: the whole model, the whole batch, the mean over unmasked tokens.
   model::GptConfig whole_cfg = cfg;
-  whole_cfg.num_layers_in_first_pipeline_stage.reset();
-  whole_cfg.num_layers_in_last_pipeline_stage.reset();
+  whole_cfg.layout.first_stage_layers.reset();
+  whole_cfg.layout.last_stage_layers.reset();
   test::check_against_whole_model(chunks, *groups, whole_cfg, batch, dropout, loss, /*tied_split=*/p > 1,
                                   " on stage " + std::to_string(pp));
   groups->world().barrier();
@@ -116,14 +116,14 @@ TEST_CASE("uneven pipeline stages: loss and gradients equal the single-process r
 TEST_CASE("pipeline_stage_layouts gives the rules' uneven ranges and refuses an illegal split", "[train]") {
   model::GptConfig cfg;
   cfg.num_layers = 18;
-  cfg.num_layers_in_first_pipeline_stage = 2;
-  cfg.num_layers_in_last_pipeline_stage = 4;
+  cfg.layout.first_stage_layers = 2;
+  cfg.layout.last_stage_layers = 4;
   const auto r0 = model::pipeline_stage_layouts(cfg, 4, 2, 0), r3 = model::pipeline_stage_layouts(cfg, 4, 2, 3);
   CHECK((r0[0].first_layer == 0 && r0[0].last_layer == 1 && r0[0].pre_process && !r0[0].post_process));
   CHECK((r0[1].first_layer == 9 && r0[1].last_layer == 10 && !r0[1].pre_process));
   CHECK((r3[0].first_layer == 7 && r3[0].last_layer == 9 && !r3[0].post_process));
   CHECK((r3[1].first_layer == 16 && r3[1].last_layer == 18 && r3[1].post_process));
-  cfg.num_layers_in_last_pipeline_stage = 3;
+  cfg.layout.last_stage_layers = 3;
   CHECK_THROWS_WITH(model::pipeline_stage_layouts(cfg, 4, 2, 0),
                     "pipeline_stage_layouts:\nmodel.num_layers_in_last_pipeline_stage: expected a multiple of "
                     "virtual_pipeline_model_parallel_size (2: the stage's model chunks are equal), found 3");
