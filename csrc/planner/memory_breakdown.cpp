@@ -150,16 +150,21 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   bwd.recompute = recompute;
   bwd.communication = (last ? 0.0 : sbh / shard * e) + (first && v == 1 ? 0.0 : sbh / shard * e);
   if (last) {
-    const double cast = prec == Precision::kFp32 ? 4.0 * sbv : std::max(4.0 + e, e) * sbv;
-    const double gemm = (prec == Precision::kFp32 ? 4.0 : e) * sbv + vocab_shard * h * e + sbh * e * (sp ? 2 : 1);
-    bwd.logits = std::max(cast, gemm);
+    // The cast, then the GEMM's backward beside the gradient (its weight gradient, dgrad), then
+    // the weight gradient's copy in the parameter's layout (the transposed result is not kept as
+    // .grad) with the gradient of the logits gone.
+    const double word = vocab_shard * h * e;
+    const double cast = prec == Precision::kFp32 ? 4.0 * sbv : (4.0 + e) * sbv;
+    const double gemm = (prec == Precision::kFp32 ? 4.0 : e) * sbv + word + sbh * e * (sp ? 2 : 1);
+    bwd.logits = std::max({cast, gemm, 2 * word + sbh * e});
   }
   // End of that backward: its chunk's activations are gone, its parameters' gradients exist in
-  // the model dtype; with the embedding tied on one stage (p = 1) the embedding's backward adds
-  // a second V/t·h gradient into the logits GEMM's.
+  // the model dtype. With the embedding tied on one stage (p = 1) autograd holds the logits
+  // GEMM's weight gradient until the embedding's arrives and sums the two into a third (both
+  // uses feed one AccumulateGrad): 3·V/t·h at the end.
   PeakParts bwd_end;
   bwd_end.activations = (out.in_flight - 1) * chunk + (last && out.in_flight > 1 ? head : 0.0);
-  bwd_end.grads = P.largest_chunk * e + (p == 1 ? P.word * e : 0.0);
+  bwd_end.grads = P.largest_chunk * e + (p == 1 ? 2 * P.word * e : 0.0);
   const PeakParts& backward = bwd_end.total() > bwd.total() ? bwd_end : bwd;
 
   // After the last backward (train/optim/optimizer.cpp: step): the gradient reduction (the

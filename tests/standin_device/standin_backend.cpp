@@ -91,6 +91,9 @@ class OrderedStream {
       } catch (...) {
         error = std::current_exception();
       }
+      // Release the operation's tensors before the waiter wakes, as an NCCL stream holds none
+      // once the work is done: device memory read after a wait must not count them.
+      item.first = nullptr;
       item.second->complete(error);
     }
   }
