@@ -130,9 +130,13 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
       break;
     }
   }
-  // The head (last stage): final LayerNorm input and stats, the logits GEMM's (sharded) input.
-  const double head = last ? 2 * sbh / shard * e + 8 * s * b / shard : 0.0;
-  const double held = out.in_flight * chunk + head;
+  // The head (last stage): final LayerNorm input and stats, the logits GEMM's (sharded) input,
+  // and the saved fp32 softmax, for each micro-batch of the last chunk held: one, except when an
+  // interleaved schedule with m = p runs every forward first.
+  const int last_held = last ? (v > 1 && m_micro == p ? m_micro : 1) : 0;
+  const double head = 2 * sbh / shard * e + 8 * s * b / shard;
+  const double softmax = 4 * sbv;
+  const double held = out.in_flight * chunk + last_held * head;
 
   // Forward of the newest micro-batch; on the last stage its cross entropy (model/cross_entropy.cpp):
   // the logits in the model dtype, their fp32 copy (not for fp32) and the shifted logits that
@@ -140,7 +144,7 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   PeakParts fwd;
   fwd.activations = held;
   fwd.recompute = L.recompute.granularity == RecomputeGranularity::kSelective ? recompute : 0.0;
-  if (last) fwd.logits = (e + (prec == Precision::kFp32 ? 0.0 : 4.0) + 4.0) * sbv;
+  if (last) fwd.logits = (last_held - 1) * softmax + (e + (prec == Precision::kFp32 ? 0.0 : 4.0) + 4.0) * sbv;
 
   // First backward of the steady state: everything held, the backward's working set; on the
   // last stage the saved softmax becomes the logits gradient (cast to the model dtype), and the
@@ -153,18 +157,21 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
     // The cast, then the GEMM's backward beside the gradient (its weight gradient, dgrad), then
     // the weight gradient's copy in the parameter's layout (the transposed result is not kept as
     // .grad) with the gradient of the logits gone.
+    // (Without SP the logits GEMM is at::linear, whose weight gradient is a transposed view;
+    // under SP Loom's own linear makes it contiguous.)
     const double word = vocab_shard * h * e;
     const double cast = prec == Precision::kFp32 ? 4.0 * sbv : (4.0 + e) * sbv;
     const double gemm = (prec == Precision::kFp32 ? 4.0 : e) * sbv + word + sbh * e * (sp ? 2 : 1);
-    bwd.logits = std::max({cast, gemm, 2 * word + sbh * e});
+    bwd.logits = (last_held - 1) * softmax + std::max({cast, gemm, sp ? 0.0 : 2 * word + sbh * e});
   }
   // End of that backward: its chunk's activations are gone, its parameters' gradients exist in
   // the model dtype. With the embedding tied on one stage (p = 1) autograd holds the logits
-  // GEMM's weight gradient until the embedding's arrives and sums the two into a third (both
-  // uses feed one AccumulateGrad): 3·V/t·h at the end.
+  // GEMM's weight gradient until the embedding's arrives (both uses feed one AccumulateGrad)
+  // and adds them: in place under SP, into a third V/t·h tensor without (a transposed view).
   PeakParts bwd_end;
-  bwd_end.activations = (out.in_flight - 1) * chunk + (last && out.in_flight > 1 ? head : 0.0);
-  bwd_end.grads = P.largest_chunk * e + (p == 1 ? 2 * P.word * e : 0.0);
+  bwd_end.activations = (out.in_flight - 1) * chunk;
+  if (last_held > 1) bwd_end.logits = (last_held - 1) * (head + softmax);
+  bwd_end.grads = P.largest_chunk * e + (p == 1 ? (sp ? 1 : 2) * P.word * e : 0.0);
   const PeakParts& backward = bwd_end.total() > bwd.total() ? bwd_end : bwd;
 
   // After the last backward (train/optim/optimizer.cpp: step): the gradient reduction (the
@@ -174,7 +181,8 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   PeakParts opt;
   const double bucket = std::min(P.total, bucket_params(setup, d));
   const bool reduce_scatter = L.distributed_optimizer && d > 1;
-  const double finalize = (p > 1 ? 4 * P.word : 0.0) + (reduce_scatter ? 4 * bucket / d : 0.0);
+  // The packed all-reduce is freed before the bucket's reduce-scatter starts (grad_finalize.cpp).
+  const double finalize = std::max(p > 1 ? 4 * P.word : 0.0, reduce_scatter ? 4 * bucket / d : 0.0);
   const double piece = L.distributed_optimizer ? std::min(P.largest, bucket / d) : P.largest;
   double update = 0;
   switch (setup.optimizer_update) {

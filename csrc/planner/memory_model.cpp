@@ -22,6 +22,9 @@ double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, Recomp
 
 int in_flight_chunks(int p, int v, int m, int stage) {
   if (v <= 1) return std::max(1, std::min(m, p - stage));
+  // With as many micro-batches as stages every forward runs before the first backward
+  // (train/pipeline_schedule.cpp, schedule_order; Megatron's schedule does the same).
+  if (m == p) return m * v;
   return std::max(1, std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1));
 }
 

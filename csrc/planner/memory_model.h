@@ -29,7 +29,8 @@ double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool
 
 /// Micro-batch chunks whose activations stage `stage` holds at peak: 1F1B holds min(m, p − r)
 /// micro-batches; the interleaved schedule with v chunks holds min(m·v, 2(p − r − 1) + (v − 1)p + 1)
-/// chunks of L/(pv) layers (Megatron's warm-up count + 1), i.e. L·(1 + (p−1)/(pv)) layers on stage 0.
+/// chunks of L/(pv) layers (Megatron's warm-up count + 1), i.e. L·(1 + (p−1)/(pv)) layers on stage 0;
+/// with m = p every forward runs first: m·v chunks on every stage.
 int in_flight_chunks(int pp, int vp, int num_micro_batches, int stage);
 
 /// Parameters of one transformer layer held by one TP rank: (4h² + 2h·ffn + 3h + ffn)/t for the
