@@ -89,12 +89,14 @@ TEST_CASE("one rank: after the step the model states, at the peak the logits", "
 
 TEST_CASE("1F1B: stage 0 holds p micro-batches, the last one", "[planner][memory]") {
   const ModelShape m = tiny();
-  const Layout L = layout(1, 2, 1, 1, 4);
+  // Micro-batches of 16 samples: the held activations outweigh the optimizer moment.
+  const Layout L = layout(1, 2, 1, 16, 4);
   const auto stages = every_stage_breakdown(m, setup_for(L, Precision::kBf16), L);
   REQUIRE(stages.size() == 2);
   CHECK(stages[0].in_flight == 2);
   CHECK(stages[1].in_flight == 1);
-  const double layer = loom_layer_activation_bytes(m, 1, 1, false, RecomputeGranularity::kNone, false, Precision::kBf16);
+  const double layer = loom_layer_activation_bytes(m, 16, 1, false, RecomputeGranularity::kNone, false, Precision::kBf16);
+  REQUIRE(stages[0].moment == PeakMoment::kBackward);
   CHECK(stages[0].at_peak.activations == Approx(2 * 2 * layer));
   // The last stage holds the tied output embedding copy and the final LayerNorm.
   CHECK(stages[1].states.parameters - stages[0].states.parameters == Approx(2.0 * (2 * 128 - 128 * 128)));
