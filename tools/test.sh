@@ -13,9 +13,10 @@
 #                            and the 64-client x 500-request serving soak with the t=2 x p=2
 #                            HTTP server and lm-eval's `lm_eval --model local-completions` command
 #                            against loom serve (LOOM_SERVE_SOAK_FULL=1; CI runs 8 x 25, t=2 x p=2
-#                            in the engine's C++ test, and lm-eval through simple_evaluate), and
-#                            loom eval at t=2 x p=2 x d=2
-#                            (LOOM_EVAL_FULL=1; CI runs t=2 x p=2)
+#                            in the engine's C++ test, and lm-eval through simple_evaluate),
+#                            loom eval at t=2 x p=2 x d=2 (LOOM_EVAL_FULL=1; CI runs t=2 x p=2),
+#                            and every case of the memory sweep `loom plan --validate-memory`
+#                            (LOOM_MEMORY_SWEEP_FULL=1, ~8 min; CI runs its 4-case subset)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 full=0
@@ -29,7 +30,9 @@ echo "[test] C++ tests" >&2
 echo "[test] fuzzing the recipe, .idx, .npy, checkpoint, corpus stream, JSON-lines and tokenizer.json readers" >&2
 tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
-if [ "$full" = 1 ]; then export LOOM_PTUNE_FULL_MATRIX=1 LOOM_PTUNE_TASK=1 LOOM_SERVE_SOAK_FULL=1 LOOM_EVAL_FULL=1; fi
+if [ "$full" = 1 ]; then
+  export LOOM_PTUNE_FULL_MATRIX=1 LOOM_PTUNE_TASK=1 LOOM_SERVE_SOAK_FULL=1 LOOM_EVAL_FULL=1 LOOM_MEMORY_SWEEP_FULL=1
+fi
 .venv/bin/python -m pytest -q tests/python
 if [ "$full" = 1 ]; then
   echo "[test] GPU bring-up dry run" >&2

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 #include "launch/local_launcher.h"
 #include "planner/measure.h"
 #include "planner/measure_report.h"
+#include "planner/memory_validation.h"
 #include "planner/plan_flags.h"
 #include "planner/recipe_input.h"
 #include "planner/report.h"
@@ -94,7 +96,8 @@ struct PlanArgs {
   long long keep = 200;
   std::string csv_path, recipe_out, precision = "bf16";
   double tokens = 0, price = 0;
-  bool explain = false, validate = false;
+  bool explain = false, validate = false, validate_memory = false;
+  std::string memory_cases = "all";
   TrainingSetup setup;
   std::vector<int> tp, pp, vp, mbs, layers;
   std::vector<std::string> sp, recompute, method, dopt, uneven;
@@ -106,7 +109,8 @@ struct PlanArgs {
   int measure_repeats = 1;
   bool gpu_given = false, seq_length_given = false, vocab_size_given = false, global_batch_given = false,
        precision_given = false, nodes_given = false, gpus_per_node_given = false, reserve_given = false,
-       fragmentation_given = false;
+       fragmentation_given = false, measure_steps_given = false, measure_skip_given = false,
+       measure_dir_given = false;
 };
 
 // The base recipe (--recipe), loaded with its overrides, and what the planner reads from it.
@@ -189,6 +193,13 @@ void add_output_and_measure_flags(CLI::App& app, PlanArgs& a) {
   app.add_option("--measure-csv", a.measure_csv, "Write the measured table as CSV to FILE ('-' = stdout)");
   app.add_flag("--validate", a.validate,
                "Reproduce the published A100 results (Korthikanti 2022, Narayanan 2021) and exit");
+  app.add_flag("--validate-memory", a.validate_memory,
+               "Check the memory model: train --recipe's model a few steps over a matrix of layouts and "
+               "settings on the accelerator (the stand-in device through LOOM_DEVICE_PLUGIN, or CUDA), print "
+               "predicted beside measured peak and after-step memory per stage, and exit (1: off target)");
+  app.add_option("--validate-memory-cases", a.memory_cases,
+                 "Which --validate-memory cases: all, ci (the CI subset), one-rank or a comma list of case names")
+      ->capture_default_str();
 }
 
 void record_given_flags(const CLI::App& app, PlanArgs& a) {
@@ -201,6 +212,9 @@ void record_given_flags(const CLI::App& app, PlanArgs& a) {
   a.gpus_per_node_given = app.count("--gpus-per-node") > 0;
   a.reserve_given = app.count("--reserve-gib") > 0;
   a.fragmentation_given = app.count("--fragmentation") > 0;
+  a.measure_steps_given = app.count("--measure-steps") > 0;
+  a.measure_skip_given = app.count("--measure-skip") > 0;
+  a.measure_dir_given = app.count("--measure-dir") > 0;
 }
 
 // Loads --recipe (when given); its cluster.gpu stands in for an absent --gpu. Throws
@@ -427,9 +441,42 @@ int write_recipe_with_layout(PlanArgs& a, const BaseRecipe& base, const SearchRe
   return a.measure > 0 && !measured_ok ? 1 : 0;
 }
 
+// --validate-memory: the memory sweep (planner/memory_validation.h) on --recipe's model and data.
+// Returns 0 when every row meets the target, 1 otherwise.
+int validate_memory(PlanArgs& a) {
+  if (a.base_recipe.empty())
+    throw std::invalid_argument("--validate-memory needs --recipe FILE: the runs train its model on its data");
+  const auto cases = select_memory_cases(a.memory_cases);
+  config::Recipe recipe;
+  try {
+    recipe = config::load_recipe(a.base_recipe, a.recipe_overrides);
+  } catch (const config::RecipeError& e) {
+    throw std::invalid_argument(fmt::format("--recipe {}: invalid recipe:\n{}", a.base_recipe, e.what()));
+  }
+  MemorySweepOptions opt;
+  opt.measure = a.mopt;
+  if (!a.measure_steps_given) opt.measure.steps = 2;  // the second step: every buffer exists by then
+  if (!a.measure_skip_given) opt.measure.skip_steps = 0;
+  if (!a.measure_dir_given) opt.measure.work_dir = "runs/plan-memory";
+  if (opt.measure.steps < 1 || opt.measure.skip_steps < 0 || opt.measure.skip_steps >= opt.measure.steps)
+    throw std::invalid_argument("--measure-steps must be >= 1 and --measure-skip below it");
+  opt.measure.loom_exe = launch::self_executable();
+  opt.measure.recipe_path = a.base_recipe;
+  opt.measure.overrides = a.recipe_overrides;
+  const char* plugin = std::getenv("LOOM_DEVICE_PLUGIN");
+  opt.cuda = plugin == nullptr || *plugin == '\0';
+  const RecipePlanInput in = plan_input_from_recipe(recipe);
+  std::fprintf(stderr, "loom plan --validate-memory: %s, %zu cases on %s\n", in.shape.summary().c_str(),
+               cases.size(), opt.cuda ? "CUDA" : fmt::format("the device plugin {}", plugin).c_str());
+  const MemorySweep sweep = run_memory_sweep(opt, recipe, in.shape, cases);
+  std::printf("%s", format_memory_sweep(sweep).c_str());
+  return sweep.meets() ? 0 : 1;
+}
+
 // The command after parsing: resolve the request, search, report, then measure and write the
 // chosen recipe. Throws std::invalid_argument for bad input, other exceptions for failures.
 int plan(PlanArgs& a) {
+  if (a.validate_memory) return validate_memory(a);
   const BaseRecipe base = load_base_recipe(a);
   check_search_flags({{"--tp", a.tp}, {"--pp", a.pp}, {"--vp", a.vp}, {"--mbs", a.mbs}}, a.layers, a.top, a.keep,
                      a.tokens, a.price);

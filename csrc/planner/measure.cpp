@@ -97,6 +97,26 @@ double peak_device_mib(const std::string& metrics) {
   return peak;
 }
 
+StepMemoryRecord last_step_memory(const std::string& metrics) {
+  StepMemoryRecord out;
+  std::istringstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto rec = nlohmann::json::parse(line, nullptr, false);
+    if (rec.is_discarded() || !rec.is_object() || rec.value("kind", "") != "train") continue;
+    if (!rec.contains("mem_peak_bytes_by_stage") || !rec.contains("mem_after_step_bytes_by_stage")) continue;
+    const auto& peak = rec["mem_peak_bytes_by_stage"];
+    const auto& after = rec["mem_after_step_bytes_by_stage"];
+    if (!peak.is_array() || !after.is_array() || peak.size() != after.size()) continue;
+    StepMemoryRecord r;
+    r.step = rec.value("step", int64_t(0));
+    for (const auto& v : peak) r.peak.push_back(v.is_number() ? v.get<double>() : 0.0);
+    for (const auto& v : after) r.after_step.push_back(v.is_number() ? v.get<double>() : 0.0);
+    out = std::move(r);
+  }
+  return out;
+}
+
 double mean_step_seconds(const std::string& metrics, int skip, int* count) {
   std::vector<double> times;
   std::istringstream in(metrics);
@@ -121,13 +141,15 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
     throw std::invalid_argument(fmt::format(
         "--measure runs the layouts on this machine: the recipe's trainer.num_nodes must be 1, found {}",
         base.trainer.num_nodes));
-  const std::string run_dir = fmt::format("{}/layout-{}", opt.work_dir, index);
+  const std::string run_dir =
+      opt.run_name.empty() ? fmt::format("{}/layout-{}", opt.work_dir, index) : opt.work_dir + "/" + opt.run_name;
   launch::remove_tree(run_dir);
 
   launch::LaunchOptions lo;
   lo.argv = {opt.loom_exe, "train", opt.recipe_path};
   for (const auto& o : opt.overrides) lo.argv.push_back(o);
   for (const auto& o : layout_overrides(layout, base)) lo.argv.push_back(o);
+  for (const auto& o : opt.run_overrides) lo.argv.push_back(o);
   const double collective_timeout = std::min(base.model.collective_timeout_s, std::max(10.0, opt.timeout_s / 2));
   for (const std::string& o :
        {fmt::format("trainer.max_steps={}", opt.steps), std::string("trainer.limit_val_batches=0"),
@@ -136,7 +158,7 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
         std::string("exp_manager.create_checkpoint_callback=false"),
         fmt::format("model.collective_timeout_s={}", collective_timeout)})
     lo.argv.push_back(o);
-  lo.nproc = int(base.trainer.devices);
+  lo.nproc = opt.nproc > 0 ? opt.nproc : int(base.trainer.devices);
   lo.timeout_s = opt.timeout_s;
   lo.grace_s = 5;
   lo.capture_output = true;
@@ -164,6 +186,7 @@ Measurement measure_layout(const MeasureOptions& opt, const config::Recipe& base
   ss << in.rdbuf();
   out.step_seconds = mean_step_seconds(ss.str(), opt.skip_steps, &out.steps_timed);
   if (const double device_mib = peak_device_mib(ss.str()); device_mib >= 0) out.peak_mib = device_mib;
+  out.step_memory = last_step_memory(ss.str());
   if (out.steps_timed > 0) {
     out.status = RunStatus::ok;
     out.run_seconds = {out.step_seconds};

@@ -4,6 +4,7 @@
 // beside the prediction. A failed run is classified (out of memory, communication error,
 // timeout, NaN, other error) and the search goes on; every run has a deadline, so none stalls.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,14 @@ enum class RunStatus { ok, out_of_memory, comm_error, timeout, nan, error };
 /// "ok", "out of memory", "communication error", "timeout", "NaN", "error".
 const char* to_string(RunStatus s);
 
+/// Device memory of one training step per pipeline stage (bytes, the stage's largest rank): the
+/// mem_peak_bytes_by_stage and mem_after_step_bytes_by_stage of a metrics.jsonl record
+/// (train/step_memory.h); empty where the run reports none (CPU ranks).
+struct StepMemoryRecord {
+  int64_t step = 0;
+  std::vector<double> peak, after_step;
+};
+
 struct MeasureOptions {
   std::string loom_exe;                ///< the `loom` executable to start
   std::string recipe_path;             ///< base recipe (data, tokenizer, model)
@@ -25,6 +34,12 @@ struct MeasureOptions {
   int skip_steps = 2;                  ///< first steps left out of the mean (warm-up)
   double timeout_s = 300;              ///< per run; the ranks are then stopped
   std::string work_dir;                ///< run directories <work_dir>/layout-<i>
+  /// Overrides after the layout's (a run's own settings, e.g. the memory sweep's precision).
+  std::vector<std::string> run_overrides;
+  /// Run directory name under work_dir; empty: layout-<index>.
+  std::string run_name;
+  /// Ranks to start; 0: the recipe's trainer.devices.
+  int nproc = 0;
 };
 
 struct Measurement {
@@ -36,6 +51,8 @@ struct Measurement {
   double peak_mib = 0;
   double wall_seconds = 0;  ///< whole run, start-up included
   std::string detail;       ///< first error line of the failing rank (failed runs)
+  /// The last training step's device memory per stage (ok runs on a device).
+  StepMemoryRecord step_memory;
   /// Step times of every successful run of this layout (repeats), in run order.
   std::vector<double> run_seconds;
   /// (slowest − fastest) / fastest over run_seconds: the run-to-run noise (0 with one run).
@@ -79,5 +96,8 @@ double mean_step_seconds(const std::string& metrics_jsonl, int skip, int* count)
 /// The largest peak_device_memory_mib of a metrics.jsonl text (GPU runs report it), or -1 when
 /// no record has one (CPU ranks).
 double peak_device_mib(const std::string& metrics_jsonl);
+
+/// The per-stage memory of the last "train" record of a metrics.jsonl text that has it.
+StepMemoryRecord last_step_memory(const std::string& metrics_jsonl);
 
 }  // namespace loom::planner

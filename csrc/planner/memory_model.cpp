@@ -1,5 +1,7 @@
 #include "planner/memory_model.h"
 
+#include "planner/memory_breakdown.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -20,6 +22,9 @@ double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, Recomp
 
 int in_flight_chunks(int p, int v, int m, int stage) {
   if (v <= 1) return std::max(1, std::min(m, p - stage));
+  // With as many micro-batches as stages every forward runs before the first backward
+  // (train/pipeline_schedule.cpp, schedule_order; Megatron's schedule does the same).
+  if (m == p) return m * v;
   return std::max(1, std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1));
 }
 
@@ -28,18 +33,11 @@ double layer_params_per_rank(const ModelShape& m, int t) {
   return (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h;
 }
 
-double bytes_per_param(Precision p, bool dist, int d) {
-  switch (p) {
-    case Precision::kBf16: return dist ? 6.0 + 12.0 / d : 18.0;
-    case Precision::kFp16: return dist ? 4.0 + 16.0 / d : 20.0;
-    case Precision::kFp32: return dist ? 8.0 + 8.0 / d : 16.0;  // fp32 params and grads; Adam m, v sharded
-  }
-  return 18.0;
-}
+double bytes_per_param(Precision p, bool dist, int d) { return model_states(1.0, p, dist, d).total(); }
 
 double stage_params(const ModelShape& m, const Layout& L, int stage) {
   const double h = m.hidden_size, s = m.seq_length;
-  const double vocab_shard = std::ceil(double(m.vocab_size) / L.tp);
+  const double vocab_shard = double(m.padded_vocab_size(L.tp)) / L.tp;
   double params = double(L.stage_layers(m.num_layers, stage)) * layer_params_per_rank(m, L.tp);
   if (stage == 0) params += vocab_shard * h + s * h;
   if (stage == L.pp - 1) params += 2 * h + (L.pp > 1 ? vocab_shard * h : 0.0);
@@ -57,61 +55,14 @@ const char* MemoryTerms::largest_term() const {
 
 MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const Layout& L,
                          int stage, double capacity) {
+  // What Loom allocates at the step's peak (planner/memory_breakdown.h), grouped into the
+  // report's terms, plus the reserve.
+  const StageBreakdown b = stage_breakdown(m, setup, L, stage);
   MemoryTerms out;
-  const int t = L.tp, p = L.pp, v = L.vp, b = L.micro_batch;
-  const bool first = stage == 0, last = stage == p - 1;
-  const double h = m.hidden_size, s = m.seq_length;
-  const double vocab_shard = std::ceil(double(m.vocab_size) / t);
-
-  // Weights, gradients and optimizer state.
-  const double params = stage_params(m, L, stage);
-  out.weights_optimizer = params * bytes_per_param(setup.precision, L.distributed_optimizer, L.dp);
-
-  // Stored activations of the in-flight chunks.
-  const int m_micro = setup.global_batch / (L.dp * b);
-  const int chunks = in_flight_chunks(p, v, m_micro, stage);
-  const int layers_per_chunk = L.stage_layers(m.num_layers, stage) / v;
-  const double full_layer =
-      layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kNone, setup.fused_attention);
-  const double input = layer_activation_bytes(m, b, t, L.sequence_parallel, RecomputeGranularity::kFull);
-  double per_chunk = 0;
-  switch (L.recompute.granularity) {
-    case RecomputeGranularity::kNone:
-    case RecomputeGranularity::kSelective:
-      per_chunk = layers_per_chunk *
-                  layer_activation_bytes(m, b, t, L.sequence_parallel, L.recompute.granularity, setup.fused_attention);
-      break;
-    case RecomputeGranularity::kFull:
-      if (L.recompute.method != RecomputeMethod::kBlock) {
-        // A group longer than an (uneven, smaller) chunk is the whole chunk.
-        const int k = std::max(1, std::min(int(L.recompute.num_layers.value_or(0)), layers_per_chunk));
-        per_chunk = std::ceil(double(layers_per_chunk) / k) * input;
-        out.transient = k * full_layer;
-      } else {
-        const int k = std::min(std::max(0, int(L.recompute.num_layers.value_or(0))), layers_per_chunk);
-        per_chunk = k * input + (layers_per_chunk - k) * full_layer;
-        out.transient = k > 0 ? full_layer : 0.0;
-      }
-      break;
-  }
-  out.activations = chunks * per_chunk;
-  if (L.recompute.granularity == RecomputeGranularity::kSelective)
-    out.transient = 5.0 * m.num_attention_heads * s * s * b / t;
-  // The formulas count 2-byte activations; fp32 doubles them (the 1-byte masks are then
-  // over-counted, by under 6% of the total: Loom regenerates its masks anyway).
-  const double scale = element_bytes(setup.precision) / 2.0;
-  out.activations *= scale;
-  out.transient *= scale;
-
-  // Outside the layers (docs/design/sp_sar.md): embedding dropout mask on the first stage for each
-  // in-flight micro-batch of chunk 0; final LN input, logits-GEMM input and fp32 logits on the
-  // last stage for the one micro-batch whose loss is being computed.
-  const double shard = L.sequence_parallel ? t : 1;
-  const double sbh = s * b * h;
-  if (first) out.embedding_logits += sbh / shard * std::ceil(double(chunks) / v);
-  if (last) out.embedding_logits += 4 * sbh / shard + 4.0 * s * b * vocab_shard;
-  out.embedding_logits *= scale;
-
+  out.weights_optimizer = b.states.total();
+  out.activations = b.at_peak.activations;
+  out.embedding_logits = b.at_peak.logits;
+  out.transient = b.at_peak.recompute + b.at_peak.grads + b.at_peak.communication + b.at_peak.workspace;
   out.reserve = setup.reserve_gib * 1073741824.0 + setup.fragmentation_fraction * capacity;
   return out;
 }

@@ -1,8 +1,11 @@
-// Memory per GPU of a pipeline stage: weights + gradients + optimizer state, stored activations
-// of the in-flight micro-batches, embedding/logits activations on the end stages, the transient
-// working set of a recomputed backward, and a stated reserve. Formulas: docs/design/sp_sar.md ("Activation
-// memory per layer", 1F1B and interleaving factors) and docs/design/parallel_layout.md (bytes per parameter).
-// All results are bytes per GPU.
+// Memory per GPU of a pipeline stage: what Loom allocates at the step's peak
+// (planner/memory_breakdown.h: model states, stored activations of the in-flight micro-batches,
+// logits and cross-entropy temporaries, the recompute working set, gradients before accumulation,
+// communication buffers, optimizer workspace) grouped into the report's terms, plus a stated
+// reserve. The paper's per-layer formula (layer_activation_bytes) is kept for what Megatron
+// stores and Korthikanti et al. publish. Formulas: docs/design/sp_sar.md ("Activation memory per
+// layer", 1F1B and interleaving factors), docs/design/parallel_layout.md and docs/planner.md
+// ("Memory model"). All results are bytes per GPU.
 #pragma once
 #include <vector>
 
@@ -12,8 +15,9 @@
 
 namespace loom::planner {
 
-/// Stored activation bytes of one transformer layer for one micro-batch of b samples
-/// (Korthikanti et al. 2022, Table 2, generalised to ffn ≠ 4h):
+/// Stored activation bytes of one transformer layer for one micro-batch of b samples as Megatron
+/// stores them, 2-byte activations and 1-byte dropout masks (Korthikanti et al. 2022, Table 2,
+/// generalised to ffn ≠ 4h; Loom's own: loom_layer_activation_bytes in memory_breakdown.h):
 ///   sbh·(r + (8 + 4·ffn/h)/t + 5as/(ht)),  r = 10 (t = 1 or no SP: replicated part) or 10/t (SP)
 /// which is sbh(34 + 5as/h) unparallelised, sbh(10 + 24/t + 5as/(ht)) under TP and
 /// sbh(34/t + 5as/(ht)) under TP+SP. Selective recompute drops the 5as/(ht) term; full recompute
@@ -25,23 +29,25 @@ double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool
 
 /// Micro-batch chunks whose activations stage `stage` holds at peak: 1F1B holds min(m, p − r)
 /// micro-batches; the interleaved schedule with v chunks holds min(m·v, 2(p − r − 1) + (v − 1)p + 1)
-/// chunks of L/(pv) layers (Megatron's warm-up count + 1), i.e. L·(1 + (p−1)/(pv)) layers on stage 0.
+/// chunks of L/(pv) layers (Megatron's warm-up count + 1), i.e. L·(1 + (p−1)/(pv)) layers on stage 0;
+/// with m = p every forward runs first: m·v chunks on every stage.
 int in_flight_chunks(int pp, int vp, int num_micro_batches, int stage);
 
 /// Parameters of one transformer layer held by one TP rank: (4h² + 2h·ffn + 3h + ffn)/t for the
 /// split weights and biases plus 6h replicated (row-parallel biases, two LayerNorms).
 double layer_params_per_rank(const ModelShape& m, int tp);
 
-/// Bytes per parameter for weights + grads + optimizer (docs/design/parallel_layout.md, "Distributed
-/// optimizer"): bf16 18 or 6 + 12/d; fp16 20 or 4 + 16/d; fp32 16 or 8 + 8/d.
+/// Bytes per parameter for weights + grads + optimizer as Loom allocates them
+/// (memory_breakdown.h, model_states): bf16 and fp16 18 or 6 + 12/d; fp32 16 or 8 + 12/d.
 double bytes_per_param(Precision p, bool distributed_optimizer, int dp);
 
-/// One GPU's memory on one stage, by term (bytes).
+/// One GPU's memory on one stage, by term (bytes), at the step's peak (memory_breakdown.h).
 struct MemoryTerms {
-  double weights_optimizer = 0;  ///< params + grads + optimizer state (embedding on end stages)
-  double activations = 0;        ///< stored activations of the stage's layers, all in-flight chunks
-  double embedding_logits = 0;   ///< embedding dropout masks; final LN, logits input, fp32 logits
-  double transient = 0;          ///< backward working set: recomputed layers, attention recompute
+  double weights_optimizer = 0;  ///< model states: params, fp32 grad buffer, main copies, moments
+  double activations = 0;        ///< stored activations held at the peak (all in-flight chunks)
+  double embedding_logits = 0;   ///< logits and cross-entropy temporaries (last stage)
+  double transient = 0;          ///< recompute working set, gradients before accumulation,
+                                 ///< communication buffers and optimizer workspace at the peak
   double reserve = 0;            ///< stated reserve (reserve_gib + fragmentation × capacity)
   double total() const { return weights_optimizer + activations + embedding_logits + transient + reserve; }
   /// Name of the largest term other than the reserve: the term that binds when it does not fit.
@@ -49,9 +55,9 @@ struct MemoryTerms {
 };
 
 /// Memory of stage `stage` (0-based) of `layout` for `capacity_bytes` of device memory (sets the
-/// reserve): the stage's own layer count (uneven stages: Layout::stage_layers), its in-flight
-/// micro-batches, the embedding on stage 0 and the logits/loss on stage p − 1. Layout must
-/// already be valid (divisibility checked by the caller).
+/// reserve): stage_breakdown's peak (its own layer count, in-flight micro-batches, embedding on
+/// stage 0, logits/loss on stage p − 1) plus the reserve. Layout must already be valid
+/// (divisibility checked by the caller).
 MemoryTerms stage_memory(const ModelShape& m, const TrainingSetup& setup, const Layout& layout,
                          int stage, double capacity_bytes);
 

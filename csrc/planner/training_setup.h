@@ -4,6 +4,12 @@
 
 namespace loom::planner {
 
+/// How the optimizer updates the parameters (train/optim/adamw.h), which sets its temporaries:
+/// per tensor (model.optim.name adam/adamw: up to 8 B per element of the largest tensor),
+/// for-each ops per (bucket, weight-decay) group (fused_adam off CUDA: 8 B per element of the
+/// largest group) or ATen's fused kernel (fused_adam on CUDA: none).
+enum class OptimizerUpdate { kPerTensor, kForEach, kFused };
+
 struct TrainingSetup {
   /// global_batch_size, samples per step: the batch the search keeps fixed (its candidates'
   /// Layout::global_batch; the time and memory models read it here).
@@ -32,6 +38,9 @@ struct TrainingSetup {
   /// backward (Megatron-Core's --tp-comm-overlap, Transformer Engine's userbuffers): every
   /// all-gather / reduce-scatter hides comm_overlap_fraction behind its GEMM.
   bool overlap_tp_comm = false;
+  /// The optimizer's update kernel (memory temporaries only; the time model costs every kind as
+  /// the fused one).
+  OptimizerUpdate optimizer_update = OptimizerUpdate::kFused;
 };
 
 }  // namespace loom::planner

@@ -222,6 +222,7 @@ std::vector<RowCheck> check_published(bool search_best, const std::vector<GpuSpe
     SearchResult r = search(row.shape, cluster, setup, fixed, 1);
     RowCheck check;
     check.row = row;
+    check.capacity_gib = cluster.gpu.memory_gib;
     if (!r.best.empty()) {
       check.published_layout = r.best.front();
       check.published_fits = true;
@@ -281,8 +282,8 @@ std::string format_checks(const std::vector<RowCheck>& checks) {
   std::string s;
   for (const auto& g : group_errors(checks)) {
     s += fmt::format("== {} ({} rows)\n", g.group, g.rows);
-    s += fmt::format("{:<20} {:<28} {:<34} {:>10} {:>10} {:>7}  {}\n", "source", "row", "layout", "published",
-                     "predicted", "error", "planner best");
+    s += fmt::format("{:<20} {:<28} {:<34} {:>10} {:>10} {:>7} {:>15}  {}\n", "source", "row", "layout", "published",
+                     "predicted", "error", "GiB (headroom)", "planner best");
     std::vector<RowCheck> members;
     for (const auto& c : checks) {
       if (c.row.group != g.group) continue;
@@ -293,9 +294,10 @@ std::string format_checks(const std::vector<RowCheck>& checks) {
                              ? fmt::format("{} {:.2f}s vs {:.2f}s", c.planner_best.layout.describe(),
                                            c.planner_best.step_seconds(), c.published_layout.step_seconds())
                              : "";
-      s += fmt::format("{:<20} {:<28} {:<34} {:>9.{}f}{} {:>9.{}f}{} {:>+6.1f}%  {}{}\n", c.row.source, c.row.label,
-                       c.published_layout.layout.describe(), c.row.published, big ? 0 : 2, unit, c.predicted,
-                       big ? 0 : 2, unit, 100 * c.relative_error, best,
+      s += fmt::format("{:<20} {:<28} {:<34} {:>9.{}f}{} {:>9.{}f}{} {:>+6.1f}% {:>15}  {}{}\n", c.row.source,
+                       c.row.label, c.published_layout.layout.describe(), c.row.published, big ? 0 : 2, unit,
+                       c.predicted, big ? 0 : 2, unit, 100 * c.relative_error,
+                       fmt::format("{:.1f} ({:+.1f})", c.memory_gib(), c.headroom_gib()), best,
                        c.published_fits ? "" : "  [published layout predicted not to fit]");
       if (std::abs(c.relative_error) > 0.05) {
         std::string shares;

@@ -55,6 +55,10 @@ struct RowCheck {
   double relative_error = 0;   ///< (predicted − published) / published
   Candidate planner_best;      ///< best layout of a full search on the same GPUs and batch
   bool published_fits = false;
+  double capacity_gib = 0;  ///< the row's GPU memory
+  /// The published layout's worst stage, reserve included (GiB), and what its GPU has left.
+  double memory_gib() const { return published_layout.memory.terms.total() / 1073741824.0; }
+  double headroom_gib() const { return capacity_gib - memory_gib(); }
 };
 
 /// Reproduces every row on its GPU (8 GPUs per node): the built-in entry named by the row, or
@@ -86,7 +90,8 @@ struct TermAttribution {
 };
 std::vector<TermAttribution> attribute_error(const std::vector<RowCheck>& group_checks);
 
-/// Human-readable tables, one per group, with each group's mean and worst error, every off row's
+/// Human-readable tables, one per group (each row with its published layout's worst-stage memory
+/// and headroom on its GPU), with each group's mean and worst error, every off row's
 /// time shares, the term attribution of groups over 2% mean error and the held-out assumptions.
 std::string format_checks(const std::vector<RowCheck>& checks);
 

@@ -83,8 +83,9 @@ std::optional<DeviceMemoryBytes> device_memory_bytes(c10::Device device) {
   auto* allocator = device_allocator(device);
   if (!allocator) return std::nullopt;
   const auto stats = allocator->getDeviceStats(device.index());
-  const auto& allocated = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-  return DeviceMemoryBytes{allocated.current, allocated.peak};
+  const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const auto& allocated = stats.allocated_bytes[all];
+  return DeviceMemoryBytes{allocated.current, allocated.peak, stats.reserved_bytes[all].peak};
 }
 
 void reset_peak_device_memory(c10::Device device) {

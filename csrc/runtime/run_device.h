@@ -40,10 +40,13 @@ enum class DeviceKind { kCpu, kAccelerator };
 /// std::runtime_error when LOOM_DEVICE_PLUGIN cannot be loaded.
 RunDevice select_run_device(DeviceKind kind, int local_rank);
 
-/// Bytes of tensors allocated on a device (not the allocator's cached, reserved blocks).
+/// Bytes of tensors allocated on a device, and the blocks the caching allocator holds for them.
 struct DeviceMemoryBytes {
   int64_t allocated = 0;  ///< now (torch.cuda.memory_allocated)
   int64_t peak = 0;       ///< the most at once since the last reset (torch.cuda.max_memory_allocated)
+  /// Reserved by the caching allocator from the device, allocated or cached, at its peak since
+  /// the last reset (torch.cuda.max_memory_reserved); = peak where nothing is cached (the stand-in).
+  int64_t reserved_peak = 0;
 };
 
 /// `device`'s allocated and peak bytes from its caching allocator (CUDA's, or a device plugin's

@@ -52,7 +52,8 @@ void StepLog::add(int64_t step, at::Tensor loss, const optim::StepResult& result
   // The ETA counts training steps only (validation and saves excluded), at their mean time.
   const double eta = seconds_timed_ / double(steps_timed_) * double(std::max<int64_t>(0, config_.max_steps - step));
   std::optional<StepMemory> memory;
-  if (const auto now = runtime::device_memory_bytes(groups_.device())) memory = StepMemory{now->peak, now->allocated};
+  if (const auto now = runtime::device_memory_bytes(groups_.device()))
+    memory = StepMemory{now->peak, now->allocated, now->reserved_peak};
   pending_.push_back({step, std::move(loss), result, lr, seconds, consumed_samples, elapsed, eta, waits, memory});
   if (printed_step(step, config_.print_every, config_.max_steps)) {
     flush();

@@ -2,6 +2,7 @@
 // and the memory figures Korthikanti et al. publish (docs/design/planner_sources.md).
 #include <catch2/catch.hpp>
 
+#include "planner/memory_breakdown.h"
 #include "planner/memory_model.h"
 
 using namespace loom::planner;
@@ -43,11 +44,13 @@ TEST_CASE("in-flight micro-batches under 1F1B and interleaving", "[planner]") {
   CHECK(in_flight_chunks(35, 3, 280, 0) == 35 * 3 + 34);
 }
 
-TEST_CASE("bytes per parameter of docs/design/parallel_layout.md", "[planner]") {
+TEST_CASE("bytes per parameter as Loom allocates them", "[planner]") {
   CHECK(bytes_per_param(Precision::kBf16, false, 8) == 18);
   CHECK(bytes_per_param(Precision::kBf16, true, 8) == Approx(6 + 12.0 / 8));
-  CHECK(bytes_per_param(Precision::kFp16, false, 4) == 20);
-  CHECK(bytes_per_param(Precision::kFp16, true, 4) == Approx(4 + 16.0 / 4));
+  // One fp32 gradient buffer for every model dtype: fp16 is bf16's 18 B (Megatron's fp16 keeps
+  // a second, fp16 gradient copy: 20 B).
+  CHECK(bytes_per_param(Precision::kFp16, false, 4) == 18);
+  CHECK(bytes_per_param(Precision::kFp16, true, 4) == Approx(6 + 12.0 / 4));
 }
 
 TEST_CASE("layer params per rank sum to 12h2 + 13h over the TP group", "[planner]") {
@@ -75,11 +78,13 @@ TEST_CASE("Korthikanti et al memory figures per GPU", "[planner]") {
     // Layer weights of a middle stage (no embedding): 18 bytes per parameter.
     const double layer_weights = double(r.L / r.p) * layer_params_per_rank(m, r.t) * 18 / kGiB;
     CHECK(layer_weights == Approx(r.weights).margin(0.06));
-    lay.recompute.granularity = RecomputeGranularity::kNone;
-    CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.none).margin(0.06));
-    lay.sequence_parallel = true;
-    lay.recompute.granularity = RecomputeGranularity::kSelective;
-    CHECK(stage_memory(m, setup, lay, 0, 80 * kGiB).activations / kGiB == Approx(r.sel).margin(0.06));
+    // The paper's accounting (2-byte activations, 1-byte masks) of the first stage's in-flight
+    // chunks: what Megatron stores.
+    const double layers_held = double(in_flight_chunks(r.p, r.v, r.micro, 0)) * (r.L / (r.p * r.v));
+    CHECK(layers_held * layer_activation_bytes(m, r.b, r.t, false, RecomputeGranularity::kNone) / kGiB ==
+          Approx(r.none).margin(0.06));
+    CHECK(layers_held * layer_activation_bytes(m, r.b, r.t, true, RecomputeGranularity::kSelective) / kGiB ==
+          Approx(r.sel).margin(0.06));
   }
 }
 
@@ -96,23 +101,34 @@ TEST_CASE("stage memory terms for end stages and sharding and the reserve", "[pl
   const double h = 2048, vocab = 51200 / 2;
   CHECK(first.weights_optimizer - middle.weights_optimizer == Approx((vocab * h + 2048 * h) * 18));
   CHECK(last.weights_optimizer - middle.weights_optimizer == Approx((vocab * h + 2 * h) * 18));
-  // Logits in fp32 on the last stage: 4·s·b·V/t plus final LN and logits input 4sbh.
-  CHECK(last.embedding_logits == Approx(4.0 * 2048 * 2 * vocab + 4.0 * 2048 * 2 * h));
   CHECK(first.reserve == Approx(2 * kGiB + 0.05 * cap));
+  // The terms are the breakdown's parts at the peak (memory_breakdown.h).
+  for (int stage : {0, 1, 3}) {
+    const StageBreakdown b = stage_breakdown(m, setup, lay, stage);
+    const MemoryTerms t = stage_memory(m, setup, lay, stage, cap);
+    CHECK(t.total() - t.reserve == Approx(b.peak()));
+    CHECK(t.activations == Approx(b.at_peak.activations));
+  }
+  // The last stage's logits: at least the saved fp32 softmax 4·s·b·V/t.
+  CHECK(last.embedding_logits >= 4.0 * 2048 * 2 * vocab);
   lay.distributed_optimizer = true;
   CHECK(stage_memory(m, setup, lay, 1, cap).weights_optimizer ==
         Approx(middle.weights_optimizer * (6 + 12.0 / 4) / 18));
-  // Full recompute, uniform every 2 layers: ceil(6/2) = 3 stored inputs per in-flight micro-batch.
+  // Full recompute, uniform every 2 layers: ceil(6/2) = 3 stored inputs per in-flight micro-batch
+  // (4 on stage 0), and 2 layers re-run in backward.
   lay.recompute.granularity = RecomputeGranularity::kFull;
   lay.recompute.method = RecomputeMethod::kUniform;
   lay.recompute.num_layers = 2;
-  const MemoryTerms full = stage_memory(m, setup, lay, 0, cap);
-  CHECK(full.activations == Approx(4 * 3 * 2.0 * 2048 * 2 * h));
-  CHECK(full.transient == Approx(2 * layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone)));
+  const StageBreakdown full = stage_breakdown(m, setup, lay, 0);
+  const double input = loom_layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kFull, false, Precision::kBf16);
+  const double layer = loom_layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone, false, Precision::kBf16);
+  CHECK(input == Approx(2.0 * 2048 * 2 * h));
+  REQUIRE(full.moment == PeakMoment::kBackward);
+  CHECK(full.at_peak.activations == Approx(4 * 3 * input));
+  CHECK(full.at_peak.recompute == Approx(2 * layer));
   // Block: 2 of 6 layers recomputed, 4 stored in full.
   lay.recompute.method = RecomputeMethod::kBlock;
-  const MemoryTerms block = stage_memory(m, setup, lay, 0, cap);
-  CHECK(block.activations == Approx(4 * (2 * 2.0 * 2048 * 2 * h +
-                                         4 * layer_activation_bytes(m, 2, 2, false, RecomputeGranularity::kNone))));
-  CHECK(std::string(block.largest_term()) == "layer activations");
+  const StageBreakdown block = stage_breakdown(m, setup, lay, 0);
+  CHECK(block.at_peak.activations == Approx(4 * (2 * input + 4 * layer)));
+  CHECK(std::string(stage_memory(m, setup, lay, 0, cap).largest_term()) == "layer activations");
 }

@@ -19,16 +19,17 @@ from bringup.context import StepError  # noqa: E402
 from bringup.env_build import read_bundle_env  # noqa: E402
 from bringup.results import DEFERRED, FAIL, NOT_RUN, PASS, PENDING, SKIPPED, Results  # noqa: E402
 
-NAMES = ["env", "build", "tiny", "throughput", "calibrate", "mcore", "layout", "ops", "sanitizer", "overlap"]
+NAMES = ["env", "build", "tiny", "throughput", "calibrate", "mcore", "layout", "ops", "sanitizer", "overlap",
+         "memory"]
 # Budgets pinned for the plan tests (the registry's defaults may be retuned after a GPU call).
 PINNED = {"env": 30, "build": 420, "tiny": 100, "throughput": 240, "calibrate": 150, "mcore": 150,
-          "layout": 120, "ops": 120, "sanitizer": 150, "overlap": 240}
+          "layout": 120, "ops": 120, "sanitizer": 150, "overlap": 240, "memory": 240}
 
 
 # ---------------------------------------------------------------- registry: numbering, selection
 def test_one_numbering_in_run_order():
     assert [s.name for s in registry.STEPS] == NAMES
-    assert [registry.number(n) for n in NAMES] == list(range(1, 11))
+    assert [registry.number(n) for n in NAMES] == list(range(1, 12))
     assert registry.heading(registry.BY_NAME["throughput"]) == "4. GPT-3 126m throughput on one device"
     # --help lists every step with that number and its budget.
     text = driver.steps_help()
@@ -260,12 +261,13 @@ def test_call_writes_after_every_step_and_uses_left_over_time(tmp_path, monkeypa
     assert ran == ["env", "build", "tiny", "throughput", "layout"]
     r = rows(tmp_path)
     assert r["tiny"] == (PASS, 60) and r["throughput"] == (PASS, 150) and r["layout"] == (PASS, 50)
-    assert [n for n, (status, _) in r.items() if status == DEFERRED] == ["calibrate", "mcore", "ops", "sanitizer", "overlap"]
+    assert [n for n, (status, _) in r.items() if status == DEFERRED] == ["calibrate", "mcore", "ops", "sanitizer", "overlap",
+                                                                     "memory"]
     # Partial results: each step saw the previous one's result in the file.
     assert "| 1 | env | pass | 1 |" in seen["build"] and "| 2 | build | pending |" in seen["build"]
     assert "| 2 | build | pass | 200 |" in seen["tiny"]
     text = (tmp_path / "results.md").read_text()
-    assert "Not reached in this call: `tools/gpu_bringup.sh --steps calibrate,mcore,ops,sanitizer,overlap` runs them." in text
+    assert "Not reached in this call: `tools/gpu_bringup.sh --steps calibrate,mcore,ops,sanitizer,overlap,memory` runs them." in text
     assert "| 5 | calibrate | deferred | - | 150 | did not fit the time budget: a later call, " in text
     assert "## 3. Tiny recipe on one device: GPU fp32 and bf16 against CPU fp32\n\ntiny ran" in text
 

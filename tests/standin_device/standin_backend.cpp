@@ -91,6 +91,9 @@ class OrderedStream {
       } catch (...) {
         error = std::current_exception();
       }
+      // Release the operation's tensors before the waiter wakes, as an NCCL stream holds none
+      // once the work is done: device memory read after a wait must not count them.
+      item.first = nullptr;
       item.second->complete(error);
     }
   }
@@ -377,7 +380,14 @@ class StandinBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> in_order(Issue issue, bool avg = false, TensorVec tensors = {}) {
     const int64_t size = getSize();
     return stream().submit([issue = std::move(issue), avg, tensors = std::move(tensors), size]() mutable {
-      issue()->wait();
+      c10::intrusive_ptr<c10d::Work> work = issue();
+      work->wait();
+      // Gloo's worker thread drops its own reference to the work (and the tensors it holds) just
+      // after completing it: wait for that, briefly, so that an operation's buffers are freed
+      // before its waiter wakes, as on a CUDA stream (device memory read after a step must not
+      // count the step's last collective by chance).
+      for (int i = 0; i < 100000 && work.use_count() > 1; ++i) std::this_thread::yield();
+      work.reset();
       if (!avg) return;
       for (const auto& t : tensors) {
         if (at::isFloatingType(t.scalar_type())) {

@@ -142,12 +142,25 @@ void check_capacity(int device, size_t n) {
                    " MiB in use (LOOM_STANDIN_MEMORY_MIB)");
 }
 
+// LOOM_STANDIN_TRACE_PEAK=N (bytes): every allocation of at least N bytes that raises a device's
+// peak is printed to stderr with the new peak (a diagnostic for memory accounting; unset: off).
+int64_t trace_peak_bytes() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("LOOM_STANDIN_TRACE_PEAK");
+    return e == nullptr || *e == '\0' ? int64_t(-1) : int64_t(std::strtoll(e, nullptr, 10));
+  }();
+  return n;
+}
+
 void account(int device, int64_t delta) {
   Counter& c = g_counters[device];
   const int64_t now = c.current.fetch_add(delta) + delta;
   const int64_t blocks = c.blocks.fetch_add(delta >= 0 ? 1 : -1) + (delta >= 0 ? 1 : -1);
   if (delta >= 0) {
     c.allocated.fetch_add(delta);
+    if (const int64_t trace = trace_peak_bytes(); trace >= 0 && delta >= trace && now > c.peak.load())
+      std::fprintf(stderr, "standin:%d peak %lld after +%lld\n", device, static_cast<long long>(now),
+                   static_cast<long long>(delta));
     raise_peak(c.peak, now);
     raise_peak(c.blocks_peak, blocks);
   } else {

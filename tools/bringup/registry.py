@@ -32,7 +32,7 @@ class Step:
 def _steps() -> List[Step]:
     # The step functions import the context; binding them here keeps registry's data importable
     # (and testable) on its own.
-    from . import calibrate, env_build, mcore, ops, overlap, throughput, tiny
+    from . import calibrate, env_build, mcore, memory, ops, overlap, throughput, tiny
     # Budgets are guesses until a GPU call measures them (docs/gpu_results.md gives each step's
     # seconds): env, build and tiny fill a first call's 555 s (`loom` took ~1400 s of one shared
     # core here, the host has 16 cores; tiny is two GPU runs, the CPU one comes from the bundle).
@@ -75,6 +75,10 @@ def _steps() -> List[Step]:
              "with the distributed optimizer (tools/bench_step.py)", 240, "bench_step.json",
              "tools/bench_step.py --gpu: overlap off and on at d=2, d=2 x p=2, d=2 with the "
              "distributed optimizer, ranks sharing the GPU", run=overlap.step_overlap),
+        Step("memory", "Memory model against the caching allocator (`loom plan --validate-memory`)", 240,
+             "runs/memory/*/metrics.jsonl",
+             "GPT-3 126m at s 2048, the memory sweep's one-rank cases: predicted beside measured peak "
+             "and after-step bytes per case, and the reserved peak", run=memory.step_memory),
     ]
 
 

@@ -1,0 +1,222 @@
+#include "planner/memory_breakdown.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/memory_model.h"
+
+namespace loom::planner {
+namespace {
+
+// Megatron-Core's bucket_size default, as train/run_settings.cpp applies it: max(40M, 1M·d).
+double bucket_params(const TrainingSetup& setup, int d) {
+  return setup.dp_bucket_params > 0 ? setup.dp_bucket_params : std::max(40e6, 1e6 * d);
+}
+
+// What the parameters of one stage look like to the optimizer and to backward.
+struct StageParams {
+  double total = 0;          // stage_params
+  double decay = 0;          // with weight decay (not biases or LayerNorms: model/parameter.h)
+  double largest = 0;        // elements of the largest tensor
+  double largest_chunk = 0;  // parameters of the chunk with the most
+  double word = 0;           // the word-embedding shard V/t·h held here (0 on middle stages)
+};
+
+StageParams params_of(const ModelShape& m, const Layout& L, int stage) {
+  const double h = m.hidden_size, f = m.ffn(), s = m.seq_length, t = L.tp;
+  const double word = double(m.padded_vocab_size(L.tp)) / t * h;
+  const int layers = L.stage_layers(m.num_layers, stage);
+  const int per_chunk = layers / L.vp;
+  const double layer = layer_params_per_rank(m, L.tp);
+  const double layer_no_decay = (3 * h + f) / t + 6 * h;  // split and row-parallel biases, two LayerNorms
+  const bool first = stage == 0, last = stage == L.pp - 1;
+  StageParams out;
+  out.total = stage_params(m, L, stage);
+  out.word = (first || (last && L.pp > 1)) ? word : 0.0;
+  out.decay = out.total - layers * layer_no_decay - (last ? 2 * h : 0.0);
+  out.largest = std::max({layers > 0 ? std::max(3 * h * h, h * f) / t : 0.0, out.word, first ? s * h : 0.0});
+  // Chunk 0 of stage 0 holds the embeddings, the last chunk of the last stage the head.
+  const double first_chunk = per_chunk * layer + (first ? word + s * h : 0.0) + (last && L.vp == 1 ? 2 * h : 0.0);
+  const double last_chunk = per_chunk * layer + (last ? 2 * h + (L.pp > 1 ? word : 0.0) : 0.0) +
+                            (first && L.vp == 1 ? word + s * h : 0.0);
+  out.largest_chunk = std::max(first_chunk, last_chunk);
+  return out;
+}
+
+}  // namespace
+
+ModelStates model_states(double params, Precision precision, bool distributed, int d) {
+  ModelStates st;
+  st.parameters = params * element_bytes(precision);
+  st.gradients = 4 * params;
+  const double shard = distributed ? double(d) : 1.0;
+  // Plain fp32 updates the parameters in place; every distributed shard is its own fp32 copy.
+  st.main_params = (precision == Precision::kFp32 && !distributed) ? 0.0 : 4 * params / shard;
+  st.optimizer_moments = 8 * params / shard;
+  return st;
+}
+
+const char* to_string(PeakMoment m) {
+  switch (m) {
+    case PeakMoment::kForward: return "forward";
+    case PeakMoment::kBackward: return "backward";
+    case PeakMoment::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+double loom_layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, RecomputeGranularity r, bool fused,
+                                   Precision precision) {
+  const double s = m.seq_length, h = m.hidden_size, a = m.num_attention_heads;
+  const double e = element_bytes(precision);
+  const double sbh = s * b * h, shard = sp ? t : 1;
+  if (r == RecomputeGranularity::kFull) return sbh / shard * e;
+  // LayerNorm inputs and the QKV / fc1 GEMM inputs (4); Q, K, V, projection input, GeLU and
+  // fc2 inputs (4 + 2·ffn/h).
+  double elements = 4 * sbh / shard + (4 + 2 * m.ffn() / h) * sbh / t;
+  double bytes = 0;
+  if (fused) {
+    bytes += 4 * a * s * b / t + sbh / t * e;  // log-sum-exp, and the kernel's own output
+  } else if (r != RecomputeGranularity::kSelective) {
+    elements += 2 * a * s * s * b / t;  // softmax and dropout outputs
+  }
+  return elements * e + bytes + 16 * s * b / shard;  // + two LayerNorms' fp32 mean and rstd
+}
+
+StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, const Layout& L, int stage) {
+  StageBreakdown out;
+  const int t = L.tp, p = L.pp, v = L.vp, b = L.micro_batch, d = L.dp;
+  const bool first = stage == 0, last = stage == p - 1, sp = L.sequence_parallel;
+  const Precision prec = setup.precision;
+  const double e = element_bytes(prec);
+  const double h = m.hidden_size, s = m.seq_length, a = m.num_attention_heads;
+  const double vocab_shard = double(m.padded_vocab_size(t)) / t;
+  const double shard = sp ? t : 1;
+  const double sbh = s * b * h, sbv = s * b * vocab_shard;
+  const StageParams P = params_of(m, L, stage);
+
+  out.stage = stage;
+  out.layers = L.stage_layers(m.num_layers, stage);
+  const int m_micro = setup.global_batch / (d * b);
+  out.in_flight = in_flight_chunks(p, v, m_micro, stage);
+  out.states = model_states(P.total, prec, L.distributed_optimizer, d);
+
+  // One chunk's stored activations (model/gpt_stage.cpp: run_layers).
+  const int per_chunk = out.layers / v;
+  const auto layer = [&](RecomputeGranularity r) {
+    return loom_layer_activation_bytes(m, b, t, sp, r, setup.fused_attention, prec);
+  };
+  const double full_layer = layer(RecomputeGranularity::kNone);
+  double chunk = 0, recompute = 0;
+  switch (L.recompute.granularity) {
+    case RecomputeGranularity::kNone: chunk = per_chunk * full_layer; break;
+    case RecomputeGranularity::kSelective:
+      chunk = per_chunk * layer(RecomputeGranularity::kSelective);
+      // The attention core re-run in backward: scores, softmax and dropout outputs and their
+      // gradient (model/attention.cpp, loom::core_attention).
+      recompute = per_chunk > 0 ? 2.5 * a * s * s * b / t * e : 0.0;
+      break;
+    case RecomputeGranularity::kFull: {
+      const double input = layer(RecomputeGranularity::kFull);
+      if (L.recompute.method != RecomputeMethod::kBlock) {
+        const int k = std::max(1, std::min(int(L.recompute.num_layers.value_or(0)), per_chunk));
+        chunk = std::ceil(double(per_chunk) / k) * input;
+        recompute = k * full_layer;
+      } else {
+        const int k = std::min(std::max(0, int(L.recompute.num_layers.value_or(0))), per_chunk);
+        chunk = k * input + (per_chunk - k) * full_layer;
+        recompute = k > 0 ? full_layer : 0.0;
+      }
+      break;
+    }
+  }
+  // The head (last stage): final LayerNorm input and stats, the logits GEMM's (sharded) input,
+  // and the saved fp32 softmax, for each micro-batch of the last chunk held: one, except when an
+  // interleaved schedule with m = p runs every forward first.
+  const int last_held = last ? (v > 1 && m_micro == p ? m_micro : 1) : 0;
+  const double head = 2 * sbh / shard * e + 8 * s * b / shard;
+  const double softmax = 4 * sbv;
+  const double held = out.in_flight * chunk + last_held * head;
+
+  // Forward of the newest micro-batch; on the last stage its cross entropy (model/cross_entropy.cpp):
+  // the logits in the model dtype, their fp32 copy (not for fp32) and the shifted logits that
+  // become the saved softmax.
+  PeakParts fwd;
+  fwd.activations = held;
+  fwd.recompute = L.recompute.granularity == RecomputeGranularity::kSelective ? recompute : 0.0;
+  if (last) fwd.logits = (last_held - 1) * softmax + (e + (prec == Precision::kFp32 ? 0.0 : 4.0) + 4.0) * sbv;
+
+  // First backward of the steady state: everything held, the backward's working set; on the
+  // last stage the saved softmax becomes the logits gradient (cast to the model dtype), and the
+  // logits GEMM's backward makes the output embedding's weight gradient.
+  PeakParts bwd;
+  bwd.activations = held;
+  bwd.recompute = recompute;
+  bwd.communication = (last ? 0.0 : sbh / shard * e) + (first && v == 1 ? 0.0 : sbh / shard * e);
+  if (last) {
+    // The cast, then the GEMM's backward beside the gradient (its weight gradient, dgrad), then
+    // the weight gradient's copy in the parameter's layout (the transposed result is not kept as
+    // .grad) with the gradient of the logits gone.
+    // (Without SP the logits GEMM is at::linear, whose weight gradient is a transposed view;
+    // under SP Loom's own linear makes it contiguous.)
+    const double word = vocab_shard * h * e;
+    const double cast = prec == Precision::kFp32 ? 4.0 * sbv : (4.0 + e) * sbv;
+    const double gemm = (prec == Precision::kFp32 ? 4.0 : e) * sbv + word + sbh * e * (sp ? 2 : 1);
+    bwd.logits = (last_held - 1) * softmax + std::max({cast, gemm, sp ? 0.0 : 2 * word + sbh * e});
+  }
+  // End of that backward: its chunk's activations are gone, its parameters' gradients exist in
+  // the model dtype. With the embedding tied on one stage (p = 1) autograd holds the logits
+  // GEMM's weight gradient until the embedding's arrives (both uses feed one AccumulateGrad)
+  // and adds them: in place under SP, into a third V/t·h tensor without (a transposed view).
+  PeakParts bwd_end;
+  bwd_end.activations = (out.in_flight - 1) * chunk;
+  if (last_held > 1) bwd_end.logits = (last_held - 1) * (head + softmax);
+  bwd_end.grads = P.largest_chunk * e + (p == 1 ? (sp ? 1 : 2) * P.word * e : 0.0);
+  const PeakParts& backward = bwd_end.total() > bwd.total() ? bwd_end : bwd;
+
+  // After the last backward (train/optim/optimizer.cpp: step): the gradient reduction (the
+  // tied embedding's packed all-reduce between the end stages, grad_finalize.cpp; the
+  // distributed optimizer's reduce-scatter shard of a bucket), the update's temporaries and the
+  // distributed optimizer's parameter all-gathers, one after the other.
+  PeakParts opt;
+  const double bucket = std::min(P.total, bucket_params(setup, d));
+  const bool reduce_scatter = L.distributed_optimizer && d > 1;
+  // The packed all-reduce is freed before the bucket's reduce-scatter starts (grad_finalize.cpp).
+  const double finalize = std::max(p > 1 ? 4 * P.word : 0.0, reduce_scatter ? 4 * bucket / d : 0.0);
+  const double piece = L.distributed_optimizer ? std::min(P.largest, bucket / d) : P.largest;
+  double update = 0;
+  switch (setup.optimizer_update) {
+    case OptimizerUpdate::kPerTensor: update = 8 * piece; break;
+    case OptimizerUpdate::kForEach:
+      update = 8 * std::min(P.decay, bucket) / (L.distributed_optimizer ? d : 1);
+      break;
+    case OptimizerUpdate::kFused: update = 0; break;
+  }
+  if (prec == Precision::kFp16) update = std::max(update, 2 * piece);  // the overflow check's masks
+  const double publish =
+      L.distributed_optimizer ? (prec == Precision::kFp32 ? 4 * P.total : e * P.total * (1 + 1.0 / d)) : 0.0;
+  if (finalize >= std::max(update, publish)) opt.communication = finalize;
+  else if (update >= publish) opt.workspace = update;
+  else opt.communication = publish;
+
+  out.moment = PeakMoment::kForward;
+  out.at_peak = fwd;
+  if (backward.total() > out.at_peak.total()) {
+    out.moment = PeakMoment::kBackward;
+    out.at_peak = backward;
+  }
+  if (opt.total() > out.at_peak.total()) {
+    out.moment = PeakMoment::kOptimizer;
+    out.at_peak = opt;
+  }
+  if (L.distributed_optimizer && setup.overlap_param_gather) out.after_step_extra = publish;
+  return out;
+}
+
+std::vector<StageBreakdown> every_stage_breakdown(const ModelShape& m, const TrainingSetup& setup, const Layout& L) {
+  std::vector<StageBreakdown> out;
+  for (int stage = 0; stage < L.pp; ++stage) out.push_back(stage_breakdown(m, setup, L, stage));
+  return out;
+}
+
+}  // namespace loom::planner
