@@ -14,7 +14,8 @@ parameters instead (no fp32 main copy).
 
 It times --steps optimizer steps after --warmup, one micro-batch per step, and prints one JSON
 object (also written to --json-out): tokens/s, model TFLOP/s per device by Loom's formula
-(72·B·L·s·h²·(1 + s/(6h) + V/(12hL)), no recompute counted), MFU against --peak-tflops, peak
+(ModelShape::model_flops_per_sample, no recompute counted), MFU against --peak-tflops (default: the
+planner's GPU table), peak
 memory (torch.cuda.max_memory_allocated / reserved), per-step times and losses.
 
   python tools/bench_mcore_gpt.py --micro-batch 16 --data gpu_bundle/data/tinyshakespeare_text_document
@@ -81,13 +82,22 @@ def parse_args(argv=None):
     return args
 
 
-def model_flops_per_step(b, s, h, layers, vocab):
-    """Loom's model FLOPs (csrc/train/flops.cpp, docs/planner.md): forward + backward, no recompute."""
-    return 72.0 * b * layers * s * h * h * (1 + s / (6.0 * h) + vocab / (12.0 * h * layers))
+def model_flops_per_step(b, s, h, ffn, layers, vocab):
+    """Loom's model FLOPs (ModelShape::model_flops_per_sample, csrc/rules/model_shape.h): forward +
+    backward, no recompute, 3·(L·(s·(8h² + 4h·ffn) + 4s²h) + 2shV) per sample."""
+    return b * 3.0 * (layers * (s * (8.0 * h * h + 4.0 * h * ffn) + 4.0 * s * s * h) + 2.0 * s * h * vocab)
 
 
 def peak_for(name):
-    return 989.0 if ("H100" in name or "H200" in name) else None
+    """Dense bf16 peak TFLOP/s from the planner's GPU table (csrc/planner/data/gpus.json), matched
+    by family as planner::peak_tflops_for_device does ("NVIDIA H200" -> "H200-141GB")."""
+    table = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc", "planner", "data", "gpus.json")
+    with open(table) as f:
+        gpus = json.load(f)["gpus"]
+    for g in gpus:
+        if g["name"].split("-")[0].lower() in name.lower():
+            return g["peak_tflops"]
+    return None
 
 
 # Megatron indexed dataset (.idx "MMIDIDX\0\0", version, dtype code); tokens read from .bin.
@@ -320,7 +330,7 @@ def main(argv=None):
         if args.device == "cuda" and i == args.warmup - 1:
             torch.cuda.reset_peak_memory_stats()  # peak over the timed steps (states exist by then)
     total = sum(times)
-    flops = model_flops_per_step(b, s, args.hidden_size, args.num_layers, args.vocab_size)
+    flops = model_flops_per_step(b, s, args.hidden_size, args.ffn_hidden_size, args.num_layers, args.vocab_size)
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     peak = args.peak_tflops or peak_for(name)
     tflops = flops / (total / len(times)) / 1e12
