@@ -466,8 +466,13 @@ int validate_memory(PlanArgs& a) {
   const char* plugin = std::getenv("LOOM_DEVICE_PLUGIN");
   opt.cuda = plugin == nullptr || *plugin == '\0';
   const RecipePlanInput in = plan_input_from_recipe(recipe);
+  // Without a GPU the runs fail with the trainer's advice to use CPU ranks, which holds for
+  // training but not here: CPU ranks keep no allocator statistics, the stand-in device does.
   std::fprintf(stderr, "loom plan --validate-memory: %s, %zu cases on %s\n", in.shape.summary().c_str(),
-               cases.size(), opt.cuda ? "CUDA" : fmt::format("the device plugin {}", plugin).c_str());
+               cases.size(),
+               opt.cuda ? "CUDA (LOOM_DEVICE_PLUGIN is unset; on a host without a GPU set it to the stand-in "
+                          "device, build/lib/libloom_standin_device.so: tests/standin_device/README.md)"
+                        : fmt::format("the device plugin {}", plugin).c_str());
   const MemorySweep sweep = run_memory_sweep(opt, recipe, in.shape, cases);
   std::printf("%s", format_memory_sweep(sweep).c_str());
   return sweep.meets() ? 0 : 1;

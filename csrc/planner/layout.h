@@ -11,9 +11,9 @@
 namespace loom::planner {
 
 // The recipe's vocabulary (rules/layout_terms.h). Precision sets the bytes per parameter of
-// docs/design/parallel_layout.md, "Distributed optimizer" (bf16 params + fp32 grads: 18 → 6 + 12/d;
-// fp16: 20 → 4 + 16/d; fp32, as CPU ranks train: 16 → 8 + 8/d) and the bytes of an activation
-// element (2, or 4 for fp32).
+// docs/design/parallel_layout.md, "Distributed optimizer", Loom's columns (one fp32 gradient
+// buffer: bf16 and fp16 18 → 6 + 12/d; fp32, as CPU ranks train: 16 → 8 + 12/d;
+// bytes_per_param in memory_model.h) and the bytes of an activation element (2, or 4 for fp32).
 using loom::Precision;
 using loom::RecomputeGranularity;
 using loom::RecomputeMethod;

@@ -35,6 +35,12 @@ void family(std::string& out, const char* name, const char* type, const char* he
 
 void sample(std::string& out, const std::string& name, double value) { out += name + " " + number(value) + "\n"; }
 
+/// A family with one unlabelled sample (every gauge and counter here but the finish reasons).
+void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  family(out, name, type, help);
+  sample(out, name, value);
+}
+
 void histogram(std::string& out, const char* name, const char* help, const Histogram& h) {
   family(out, name, "histogram", help);
   uint64_t cumulative = 0;
@@ -130,42 +136,37 @@ std::string ServeMetrics::exposition(int64_t open_connections) const {
     reserved += t.reserved;
   }
   std::string out;
-  family(out, "loom:num_requests_running", "gauge", "Requests in the engine's batch (their prompt prefilled).");
-  sample(out, "loom:num_requests_running", static_cast<double>(running));
-  family(out, "loom:num_requests_waiting", "gauge", "Requests queued for the engine, not yet prefilled.");
-  sample(out, "loom:num_requests_waiting", static_cast<double>(waiting));
-  family(out, "loom:kv_cache_usage_tokens", "gauge",
-         "KV-cache positions holding the running requests' tokens (prompt + generated).");
-  sample(out, "loom:kv_cache_usage_tokens", static_cast<double>(used));
-  family(out, "loom:kv_cache_reserved_tokens", "gauge",
-         "KV-cache positions the running requests reserve (prompt + max_tokens each), what admission counts.");
-  sample(out, "loom:kv_cache_reserved_tokens", static_cast<double>(reserved));
-  family(out, "loom:kv_cache_capacity_tokens", "gauge",
-         "KV-cache positions the running requests may reserve (--max-kv-tokens).");
-  sample(out, "loom:kv_cache_capacity_tokens", static_cast<double>(kv_capacity_));
-  family(out, "loom:kv_cache_usage_perc", "gauge",
-         "Fraction of the KV-cache capacity holding tokens (kv_cache_usage_tokens / kv_cache_capacity_tokens).");
-  sample(out, "loom:kv_cache_usage_perc", kv_capacity_ > 0 ? static_cast<double>(used) / kv_capacity_ : 0.0);
-  family(out, "loom:prefix_cache_hit_rate", "gauge",
+  metric(out, "loom:num_requests_running", "gauge", "Requests in the engine's batch (their prompt prefilled).",
+         static_cast<double>(running));
+  metric(out, "loom:num_requests_waiting", "gauge", "Requests queued for the engine, not yet prefilled.",
+         static_cast<double>(waiting));
+  metric(out, "loom:kv_cache_usage_tokens", "gauge",
+         "KV-cache positions holding the running requests' tokens (prompt + generated).", static_cast<double>(used));
+  metric(out, "loom:kv_cache_reserved_tokens", "gauge",
+         "KV-cache positions the running requests reserve (prompt + max_tokens each), what admission counts.",
+         static_cast<double>(reserved));
+  metric(out, "loom:kv_cache_capacity_tokens", "gauge",
+         "KV-cache positions the running requests may reserve (--max-kv-tokens).", static_cast<double>(kv_capacity_));
+  metric(out, "loom:kv_cache_usage_perc", "gauge",
+         "Fraction of the KV-cache capacity holding tokens (kv_cache_usage_tokens / kv_cache_capacity_tokens).",
+         kv_capacity_ > 0 ? static_cast<double>(used) / kv_capacity_ : 0.0);
+  metric(out, "loom:prefix_cache_hit_rate", "gauge",
          "Fraction of looked-up prompt tokens found in the prefix cache; always 0: the engine does not cache "
-         "prefixes yet.");
-  sample(out, "loom:prefix_cache_hit_rate",
+         "prefixes yet.",
          prefix_queries_ > 0 ? static_cast<double>(prefix_hits_) / prefix_queries_ : 0.0);
-  family(out, "loom:prefix_cache_queries_total", "counter",
-         "Prompt tokens looked up in the prefix cache; 0: the engine does not cache prefixes yet.");
-  sample(out, "loom:prefix_cache_queries_total", static_cast<double>(prefix_queries_));
-  family(out, "loom:prefix_cache_hits_total", "counter",
-         "Prompt tokens found in the prefix cache; 0: the engine does not cache prefixes yet.");
-  sample(out, "loom:prefix_cache_hits_total", static_cast<double>(prefix_hits_));
-  family(out, "loom:prompt_tokens_total", "counter", "Prompt tokens prefilled.");
-  sample(out, "loom:prompt_tokens_total", static_cast<double>(prompt_tokens_));
-  family(out, "loom:generation_tokens_total", "counter", "Tokens generated.");
-  sample(out, "loom:generation_tokens_total", static_cast<double>(generation_tokens_));
+  metric(out, "loom:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache; 0: the engine does not cache prefixes yet.",
+         static_cast<double>(prefix_queries_));
+  metric(out, "loom:prefix_cache_hits_total", "counter",
+         "Prompt tokens found in the prefix cache; 0: the engine does not cache prefixes yet.",
+         static_cast<double>(prefix_hits_));
+  metric(out, "loom:prompt_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(prompt_tokens_));
+  metric(out, "loom:generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(generation_tokens_));
   family(out, "loom:requests_finished_total", "counter", "Requests ended, by finish reason.");
   for (const auto& [reason, n] : finished_)
     sample(out, fmt::format("loom:requests_finished_total{{finished_reason=\"{}\"}}", reason), static_cast<double>(n));
-  family(out, "loom:open_connections", "gauge", "HTTP connections open (at most --max-connections).");
-  sample(out, "loom:open_connections", static_cast<double>(open_connections));
+  metric(out, "loom:open_connections", "gauge", "HTTP connections open (at most --max-connections).",
+         static_cast<double>(open_connections));
   histogram(out, "loom:time_to_first_token_seconds", "Seconds from a request's submission to its first token.",
             ttft_);
   histogram(out, "loom:inter_token_latency_seconds", "Seconds between a request's consecutive tokens.",
