@@ -83,31 +83,66 @@ double loom_layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, R
   return elements * e + bytes + 16 * s * b / shard;  // + two LayerNorms' fp32 mean and rstd
 }
 
-StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, const Layout& L, int stage) {
-  StageBreakdown out;
-  const int t = L.tp, p = L.pp, v = L.vp, b = L.micro_batch, d = L.dp;
-  const bool first = stage == 0, last = stage == p - 1, sp = L.sequence_parallel;
+namespace {
+
+/// The optimizer step's moment and the distributed optimizer's all-gathered parameters.
+struct OptimizerMoment {
+  PeakParts parts;
+  double publish = 0;  ///< bytes of the all-gathered parameters (distributed optimizer)
+};
+
+OptimizerMoment optimizer_moment(const TrainingSetup& setup, const Layout& L, const StageParams& P, double e) {
+  const int p = L.pp, d = L.dp;
+  const Precision prec = setup.precision;
+  // After the last backward (train/optim/optimizer.cpp: step): the gradient reduction (the
+  // tied embedding's packed all-reduce between the end stages, grad_finalize.cpp; the
+  // distributed optimizer's reduce-scatter shard of a bucket), the update's temporaries and the
+  // distributed optimizer's parameter all-gathers, one after the other.
+  OptimizerMoment o;
+  PeakParts& opt = o.parts;
+  const double bucket = std::min(P.total, bucket_params(setup, d));
+  const bool reduce_scatter = L.distributed_optimizer && d > 1;
+  // The packed all-reduce is freed before the bucket's reduce-scatter starts (grad_finalize.cpp).
+  const double finalize = std::max(p > 1 ? 4 * P.word : 0.0, reduce_scatter ? 4 * bucket / d : 0.0);
+  const double piece = L.distributed_optimizer ? std::min(P.largest, bucket / d) : P.largest;
+  double update = 0;
+  switch (setup.optimizer_update) {
+    case OptimizerUpdate::kPerTensor: update = 8 * piece; break;
+    case OptimizerUpdate::kForEach:
+      update = 8 * std::min(P.decay, bucket) / (L.distributed_optimizer ? d : 1);
+      break;
+    case OptimizerUpdate::kFused: update = 0; break;
+  }
+  if (prec == Precision::kFp16) update = std::max(update, 2 * piece);  // the overflow check's masks
+  const double publish = o.publish =
+      L.distributed_optimizer ? (prec == Precision::kFp32 ? 4 * P.total : e * P.total * (1 + 1.0 / d)) : 0.0;
+  if (finalize >= std::max(update, publish)) opt.communication = finalize;
+  else if (update >= publish) opt.workspace = update;
+  else opt.communication = publish;
+  return o;
+}
+
+/// One model chunk's stored activations for one micro-batch and the backward's recompute working
+/// set, under the layout's recompute setting.
+struct ChunkActivations {
+  double stored = 0;     ///< bytes kept from the chunk's forward until its backward
+  double recompute = 0;  ///< bytes the backward re-creates at once (selective: the attention core)
+};
+
+ChunkActivations chunk_activations(const ModelShape& m, const TrainingSetup& setup, const Layout& L, int per_chunk) {
+  const int t = L.tp, b = L.micro_batch;
+  const bool sp = L.sequence_parallel;
   const Precision prec = setup.precision;
   const double e = element_bytes(prec);
-  const double h = m.hidden_size, s = m.seq_length, a = m.num_attention_heads;
-  const double vocab_shard = double(m.padded_vocab_size(t)) / t;
-  const double shard = sp ? t : 1;
-  const double sbh = s * b * h, sbv = s * b * vocab_shard;
-  const StageParams P = params_of(m, L, stage);
-
-  out.stage = stage;
-  out.layers = L.stage_layers(m.num_layers, stage);
-  const int m_micro = setup.global_batch / (d * b);
-  out.in_flight = in_flight_chunks(p, v, m_micro, stage);
-  out.states = model_states(P.total, prec, L.distributed_optimizer, d);
-
+  const double s = m.seq_length, a = m.num_attention_heads;
   // One chunk's stored activations (model/gpt_stage.cpp: run_layers).
-  const int per_chunk = out.layers / v;
   const auto layer = [&](RecomputeGranularity r) {
     return loom_layer_activation_bytes(m, b, t, sp, r, setup.fused_attention, prec);
   };
   const double full_layer = layer(RecomputeGranularity::kNone);
-  double chunk = 0, recompute = 0;
+  ChunkActivations c;
+  double& chunk = c.stored;
+  double& recompute = c.recompute;
   switch (L.recompute.granularity) {
     case RecomputeGranularity::kNone: chunk = per_chunk * full_layer; break;
     case RecomputeGranularity::kSelective:
@@ -130,6 +165,29 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
       break;
     }
   }
+  return c;
+}
+
+}  // namespace
+
+StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, const Layout& L, int stage) {
+  StageBreakdown out;
+  const int t = L.tp, p = L.pp, v = L.vp, b = L.micro_batch, d = L.dp;
+  const bool first = stage == 0, last = stage == p - 1, sp = L.sequence_parallel;
+  const Precision prec = setup.precision;
+  const double e = element_bytes(prec);
+  const double h = m.hidden_size, s = m.seq_length;
+  const double vocab_shard = double(m.padded_vocab_size(t)) / t;
+  const double shard = sp ? t : 1;
+  const double sbh = s * b * h, sbv = s * b * vocab_shard;
+  const StageParams P = params_of(m, L, stage);
+  out.stage = stage;
+  out.layers = L.stage_layers(m.num_layers, stage);
+  const int m_micro = setup.global_batch / (d * b);
+  out.in_flight = in_flight_chunks(p, v, m_micro, stage);
+  out.states = model_states(P.total, prec, L.distributed_optimizer, d);
+  const ChunkActivations c = chunk_activations(m, setup, L, out.layers / v);
+  const double chunk = c.stored, recompute = c.recompute;
   // The head (last stage): final LayerNorm input and stats, the logits GEMM's (sharded) input,
   // and the saved fp32 softmax, for each micro-batch of the last chunk held: one, except when an
   // interleaved schedule with m = p runs every forward first.
@@ -174,30 +232,9 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   bwd_end.grads = P.largest_chunk * e + (p == 1 ? (sp ? 1 : 2) * P.word * e : 0.0);
   const PeakParts& backward = bwd_end.total() > bwd.total() ? bwd_end : bwd;
 
-  // After the last backward (train/optim/optimizer.cpp: step): the gradient reduction (the
-  // tied embedding's packed all-reduce between the end stages, grad_finalize.cpp; the
-  // distributed optimizer's reduce-scatter shard of a bucket), the update's temporaries and the
-  // distributed optimizer's parameter all-gathers, one after the other.
-  PeakParts opt;
-  const double bucket = std::min(P.total, bucket_params(setup, d));
-  const bool reduce_scatter = L.distributed_optimizer && d > 1;
-  // The packed all-reduce is freed before the bucket's reduce-scatter starts (grad_finalize.cpp).
-  const double finalize = std::max(p > 1 ? 4 * P.word : 0.0, reduce_scatter ? 4 * bucket / d : 0.0);
-  const double piece = L.distributed_optimizer ? std::min(P.largest, bucket / d) : P.largest;
-  double update = 0;
-  switch (setup.optimizer_update) {
-    case OptimizerUpdate::kPerTensor: update = 8 * piece; break;
-    case OptimizerUpdate::kForEach:
-      update = 8 * std::min(P.decay, bucket) / (L.distributed_optimizer ? d : 1);
-      break;
-    case OptimizerUpdate::kFused: update = 0; break;
-  }
-  if (prec == Precision::kFp16) update = std::max(update, 2 * piece);  // the overflow check's masks
-  const double publish =
-      L.distributed_optimizer ? (prec == Precision::kFp32 ? 4 * P.total : e * P.total * (1 + 1.0 / d)) : 0.0;
-  if (finalize >= std::max(update, publish)) opt.communication = finalize;
-  else if (update >= publish) opt.workspace = update;
-  else opt.communication = publish;
+  const OptimizerMoment o = optimizer_moment(setup, L, P, e);
+  const PeakParts& opt = o.parts;
+  const double publish = o.publish;
 
   out.moment = PeakMoment::kForward;
   out.at_peak = fwd;
