@@ -140,7 +140,12 @@ set(Protobuf_PROTOC_EXECUTABLE "\${_loom_usr}/bin/protoc" CACHE FILEPATH "" FORC
 set(Protobuf_INCLUDE_DIR "\${_loom_usr}/include" CACHE PATH "" FORCE)
 set(Protobuf_LIBRARY "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.a" CACHE FILEPATH "" FORCE)
 set(Protobuf_LIBRARY_RELEASE "\${_loom_usr}/lib/$MULTIARCH/libprotobuf.a" CACHE FILEPATH "" FORCE)
+get_filename_component(_loom_minja "\${CMAKE_CURRENT_LIST_DIR}/minja" ABSOLUTE)
+set(LOOM_MINJA_DIR "\${_loom_minja}" CACHE PATH "" FORCE)
 EOF
+  # minja (tools/setup.sh fetches it into the ignored third_party/minja): loom_serve's chat templates.
+  mkdir -p "$BUNDLE/minja/minja"
+  cp third_party/minja/minja/minja.hpp "$BUNDLE/minja/minja/" || die "third_party/minja/minja/minja.hpp is missing: run tools/setup.sh first"
   cat > "$BUNDLE/env.sh" <<'EOF'
 # Sourced in bash by the GPU bring-up (tools/bringup/env_build.py; written by tools/gpu_bundle.sh): compiler, linker,
 # pkg-config and loader paths for the Debian packages unpacked in gpu_bundle/prefix.
