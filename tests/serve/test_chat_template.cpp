@@ -23,7 +23,7 @@ TEST_CASE("ChatTemplate: renders messages with the tokens and the generation pro
   CHECK(t.render(messages, false) == "<s>Q: hiA: yo</s>Q: again");
 }
 
-TEST_CASE("ChatTemplate: raise_exception is the template's refusal; bad syntax names the file") {
+TEST_CASE("ChatTemplate: raise_exception is the template's refusal and bad syntax names the file") {
   const ChatTemplate t("{% if messages | length > 1 %}{{ raise_exception('one message only') }}{% endif %}ok", "", "",
                        "inline");
   CHECK(t.render(nlohmann::json::parse(R"([{"role": "user", "content": "a"}])"), true) == "ok");
