@@ -109,7 +109,7 @@ Measured measure(const Shape& x, const Mode& m, const runtime::CommunicatorPtr& 
 int run_rank(const Shape& x, double tolerance, bool verbose) {
   at::set_num_threads(1);
   runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = x.t;
+  opt.layout.tp = x.t;
   opt.timeout = std::chrono::seconds(600);
   auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
   const bool lead = groups->rank() == 0;

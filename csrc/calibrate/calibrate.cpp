@@ -242,7 +242,7 @@ CalibrationResult run_calibration(runtime::Communicator& world, const Calibratio
 CalibrationResult calibrate_on_rank(const launch::RendezvousInfo& info, runtime::DeviceKind device,
                                     std::chrono::milliseconds timeout, CalibrationOptions options) {
   runtime::RankSessionRequest ranks;
-  ranks.world_size = info.world_size;  // any number of ranks: they are what is measured
+  ranks.layout.dp = info.world_size;  // any number of ranks: they are what is measured
   ranks.device = device;
   ranks.timeout = timeout;
   const runtime::RankSession session = runtime::start_rank_session(info, ranks);

@@ -26,9 +26,9 @@ struct DocRequests {
 }  // namespace
 
 EvalPlan plan_eval(const EvalRequest& request) {
-  at_least(request.tensor_parallel, 1, "--tensor-parallel");
-  at_least(request.pipeline_parallel, 1, "--pipeline-parallel");
-  at_least(request.data_parallel, 1, "--data-parallel");
+  at_least(request.layout.tp, 1, "--tensor-parallel");
+  at_least(request.layout.pp, 1, "--pipeline-parallel");
+  at_least(request.layout.dp, 1, "--data-parallel");
   at_least(request.batch_size, 1, "--batch-size");
   at_least(request.limit, 0, "--limit");
   at_least(request.max_length, 0, "--max-length");
@@ -38,7 +38,7 @@ EvalPlan plan_eval(const EvalRequest& request) {
   generate::GenerateRequest model_request;
   model_request.checkpoint = request.checkpoint;
   model_request.iteration = request.iteration;
-  model_request.tensor_parallel = request.tensor_parallel;
+  model_request.tensor_parallel = request.layout.tp;
   model_request.vocab_file = request.vocab_file;
   model_request.merge_file = request.merge_file;
   model_request.accelerator = request.accelerator;
@@ -47,10 +47,10 @@ EvalPlan plan_eval(const EvalRequest& request) {
 
   const model::GptConfig config = generate::inference_config(plan.model.info.layout.model_shape, plan.model.model_options);
   try {
-    (void)model::pipeline_stage_layouts(config, request.pipeline_parallel, 1, 0);
+    (void)model::pipeline_stage_layouts(config, request.layout.pp, 1, 0);
   } catch (const std::invalid_argument& e) {
     throw EvalInputError(fmt::format("--pipeline-parallel {} does not fit the checkpoint's model ({} layers): {}",
-                                     request.pipeline_parallel, config.num_layers, e.what()));
+                                     request.layout.pp, config.num_layers, e.what()));
   }
   plan.max_length = request.max_length > 0 ? request.max_length : config.max_position_embeddings;
   if (plan.max_length > config.max_position_embeddings)
@@ -63,11 +63,11 @@ EvalPlan plan_eval(const EvalRequest& request) {
 std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& request, runtime::ProcessGroups& groups,
                                  const ScoringProgress& progress, const std::function<void(const ScoringCost&)>& on_cost) {
   const auto& layout = groups.layout();
-  if (layout.tensor_parallel() != request.tensor_parallel || layout.pipeline_parallel() != request.pipeline_parallel ||
-      layout.data_parallel() != request.data_parallel)
+  if (layout.tensor_parallel() != request.layout.tp || layout.pipeline_parallel() != request.layout.pp ||
+      layout.data_parallel() != request.layout.dp)
     throw std::invalid_argument(fmt::format("run_eval: the groups are t={} p={} d={}, the request t={} p={} d={}",
                                             layout.tensor_parallel(), layout.pipeline_parallel(), layout.data_parallel(),
-                                            request.tensor_parallel, request.pipeline_parallel, request.data_parallel));
+                                            request.layout.tp, request.layout.pp, request.layout.dp));
   const model::GptConfig config = generate::inference_config(plan.model.info.layout.model_shape, plan.model.model_options);
   const std::unique_ptr<data::Tokenizer> tokenizer = generate::load_tokenizer(plan.model);
   const int64_t prefix = data::document_start_id(*tokenizer);
@@ -104,12 +104,12 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
   // This rank's stage of the model, from the checkpoint whatever layout wrote it.
   const runtime::RankCoords me = groups.coords();
   const model::StageChunk stage_layout =
-      model::pipeline_stage_layouts(config, request.pipeline_parallel, 1, me.pp).at(0);
+      model::pipeline_stage_layouts(config, request.layout.pp, 1, me.pp).at(0);
   model::GptStage stage(config, groups.tensor_ptr(), stage_layout, groups.device());
   {
     const generate::FullCheckpoint checkpoint =
         generate::read_full_checkpoint(plan.model.location.checkpoints, plan.model.info);
-    generate::fill_stage_parameters(checkpoint, stage, me.tp, request.tensor_parallel);
+    generate::fill_stage_parameters(checkpoint, stage, me.tp, request.layout.tp);
   }
 
   const std::vector<RequestScore> scores = score_requests(stage, groups, requests, request.batch_size, progress);
@@ -142,10 +142,8 @@ std::vector<TaskResult> eval_on_rank(const launch::RendezvousInfo& info, const E
                                      const EvalRequest& request, const ScoringProgress& progress,
                                      const std::function<void(const ScoringCost&)>& on_cost) {
   runtime::RankSessionRequest ranks = generate::rank_session_request(plan.model);
-  ranks.world_size = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
+  ranks.layout = request.layout;
   ranks.world_size_source = "--tensor-parallel × --pipeline-parallel × --data-parallel";
-  ranks.tensor_parallel = request.tensor_parallel;
-  ranks.pipeline_parallel = request.pipeline_parallel;
   const runtime::RankSession session = runtime::start_rank_session(info, ranks);
   std::vector<TaskResult> results = run_eval(plan, request, *session.groups, progress, on_cost);
   session.groups->shutdown();
@@ -189,9 +187,9 @@ nlohmann::json results_json(const EvalPlan& plan, const EvalRequest& request, co
                  {"iteration", info.iteration},
                  {"checkpoint_layout",
                   {{"tensor_parallel", info.layout.parallel.tp}, {"pipeline_parallel", info.layout.parallel.pp}}},
-                 {"tensor_parallel", request.tensor_parallel},
-                 {"pipeline_parallel", request.pipeline_parallel},
-                 {"data_parallel", request.data_parallel},
+                 {"tensor_parallel", request.layout.tp},
+                 {"pipeline_parallel", request.layout.pp},
+                 {"data_parallel", request.layout.dp},
                  {"batch_size", request.batch_size},
                  {"limit", request.limit > 0 ? nlohmann::json(request.limit) : nlohmann::json(nullptr)},
                  {"bootstrap_iters", request.bootstrap_iters},

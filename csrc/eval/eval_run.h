@@ -19,6 +19,7 @@
 #include "eval/task_docs.h"
 #include "generate/generate_run.h"
 #include "launch/env_rendezvous.h"
+#include "rules/layout.h"
 #include "runtime/process_groups.h"
 
 namespace loom::eval {
@@ -27,7 +28,9 @@ struct EvalRequest {
   std::string checkpoint;            ///< --checkpoint: run directory or checkpoints directory
   std::optional<int64_t> iteration;  ///< --iteration (default: the latest)
   std::vector<TaskSpec> tasks;       ///< --tasks and --task-file
-  int tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;
+  /// --tensor-parallel, --pipeline-parallel, --data-parallel: t, p and d (rules/layout.h; the
+  /// layout's other fields are not read).
+  Layout layout;
   int64_t batch_size = 8;            ///< --batch-size: requests per forward pass
   int64_t limit = 0;                 ///< --limit: first N documents of each task (0: all)
   int64_t max_length = 0;            ///< --max-length (0: the model's max_position_embeddings)

@@ -186,9 +186,8 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
 
 runtime::RankSessionRequest rank_session_request(const GeneratePlan& plan) {
   runtime::RankSessionRequest session;
-  session.world_size = plan.tensor_parallel;
+  session.layout.tp = plan.tensor_parallel;
   session.world_size_source = "--tensor-parallel";
-  session.tensor_parallel = plan.tensor_parallel;
   session.device = plan.accelerator ? runtime::DeviceKind::kAccelerator : runtime::DeviceKind::kCpu;
   return session;
 }

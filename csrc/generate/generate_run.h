@@ -91,7 +91,7 @@ GenerateOutput run_generation(const GeneratePlan& plan, const GenerateRequest& r
 /// The rank start of a model served by `plan`: plan.tensor_parallel ranks (named
 /// "--tensor-parallel" in the error for another world size), tensor-parallel over all of them,
 /// on the plan's device kind. Commands that need more ranks (eval's p and d, serve's p) change
-/// world_size, world_size_source and pipeline_parallel.
+/// layout and world_size_source.
 runtime::RankSessionRequest rank_session_request(const GeneratePlan& plan);
 
 /// One rank of `loom generate` (collective over the job's ranks, every one with the same plan

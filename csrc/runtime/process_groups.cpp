@@ -194,7 +194,7 @@ std::shared_ptr<ProcessGroups> ProcessGroups::single_process(c10::Device device)
 
 std::shared_ptr<ProcessGroups> ProcessGroups::create(const launch::RendezvousInfo& info,
                                                      const ProcessGroupOptions& options) {
-  ParallelLayout layout(info.world_size, options.tensor_parallel, options.pipeline_parallel);
+  ParallelLayout layout(info.world_size, options.layout.tp, options.layout.pp);
   const c10::Device device = options.device.device;
   const char* real_solo_env = std::getenv("LOOM_SINGLE_RANK_GROUPS");
   const bool real_solo =

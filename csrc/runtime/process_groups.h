@@ -15,8 +15,9 @@
 namespace loom::runtime {
 
 struct ProcessGroupOptions {
-  int tensor_parallel = 1;
-  int pipeline_parallel = 1;
+  /// The groups' t and p (rules/layout.h); d is the world's size / (t·p), so layout.dp and
+  /// the layout's other fields are not read.
+  Layout layout;
   /// Where the groups' tensors live and which backend moves them (select_run_device()).
   RunDevice device;
   /// Bounds every collective and the rendezvous; a dead or stuck peer makes the call throw.

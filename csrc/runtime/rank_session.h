@@ -16,13 +16,12 @@ namespace loom::runtime {
 
 /// What a command asks of its ranks.
 struct RankSessionRequest {
-  /// Ranks the job needs, and the words that say where that number comes from, for the error
-  /// when another number was started (e.g. "trainer.num_nodes × trainer.devices",
-  /// "--tensor-parallel").
-  int world_size = 1;
+  /// The job's t, p and d (rules/layout.h; its other fields are not read): the world must be
+  /// layout.world_size() = t·p·d ranks.
+  Layout layout;
+  /// The words that say where that number of ranks comes from, for the error when another
+  /// number was started (e.g. "trainer.num_nodes × trainer.devices", "--tensor-parallel").
   std::string world_size_source = "the job";
-  int tensor_parallel = 1;
-  int pipeline_parallel = 1;
   DeviceKind device = DeviceKind::kCpu;
   /// Bounds the rendezvous and every collective (ProcessGroupOptions::timeout).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
@@ -35,7 +34,7 @@ struct RankSession {
   std::shared_ptr<ProcessGroups> groups;
 };
 
-/// The world's size must equal request.world_size (std::invalid_argument naming both numbers
+/// The world's size must equal request.layout.world_size() (std::invalid_argument naming both numbers
 /// and request.world_size_source otherwise: bad input). Then: ATen's threads set to this
 /// rank's fair share of the node's cores (cpu_threads.h); the device chosen and made current
 /// (select_run_device: std::invalid_argument when the host lacks it); the process groups built

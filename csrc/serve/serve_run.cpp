@@ -125,11 +125,10 @@ generate::GeneratePlan plan_serving(const ServeRequest& request) {
 void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, const std::atomic<bool>& stop,
                    const ServeEvents& events) {
   const auto plan = plan_serving(request);
-  const int t = plan.tensor_parallel, pp = request.pipeline_parallel;
+  const int pp = request.pipeline_parallel;
   runtime::RankSessionRequest ranks = generate::rank_session_request(plan);
-  ranks.world_size = t * pp;
   ranks.world_size_source = "--tensor-parallel × --pipeline-parallel";
-  ranks.pipeline_parallel = pp;
+  ranks.layout.pp = pp;
   ranks.timeout = kServeCollectiveTimeout;
   const runtime::RankSession session = runtime::start_rank_session(info, ranks);
   auto& groups = *session.groups;
@@ -141,7 +140,7 @@ void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, con
   std::optional<ptune::PromptTables> tables;
   {
     const auto checkpoint = generate::read_full_checkpoint(plan.location.checkpoints, plan.info);
-    generate::fill_stage_parameters(checkpoint, stage, coords.tp, t);
+    generate::fill_stage_parameters(checkpoint, stage, coords.tp, ranks.layout.tp);
     if (!request.prompt_checkpoint.empty()) {
       tables = read_tables(request);
       request.engine.prompt_tables = device_tables(*tables, checkpoint, config.hidden_size, groups.device());
@@ -160,7 +159,7 @@ void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, con
     const BenchmarkResult result = run_engine_benchmark(engine, *request.benchmark, config.vocab_size);
     if (events.benchmarked) events.benchmarked(result);
   } else if (info.rank == 0) {
-    const ServingStarted started{plan.info.iteration, t, pp, engine.options().max_batch,
+    const ServingStarted started{plan.info.iteration, ranks.layout, engine.options().max_batch,
                                  engine.options().max_kv_tokens, 0};
     serve_http(request, engine, tables, tokenizer, config, started, chat_template_path(request, plan), stop, events);
   } else {

@@ -14,6 +14,7 @@
 
 #include "generate/generate_run.h"
 #include "launch/env_rendezvous.h"
+#include "rules/layout.h"
 #include "serve/engine.h"
 #include "serve/engine_benchmark.h"
 #include "serve/http_server.h"
@@ -40,7 +41,7 @@ struct ServeRequest {
 /// Rank 0's serving has started: the server listens on `port`.
 struct ServingStarted {
   int64_t iteration = 0;  ///< of the served checkpoint
-  int tensor_parallel = 1, pipeline_parallel = 1;
+  Layout layout;          ///< its t and p (rules/layout.h; d = 1, other fields unread)
   int64_t max_batch = 0, max_kv_tokens = 0;  ///< the engine's (max_kv_tokens resolved)
   int port = 0;
   std::string chat_template;  ///< the chat template file ("" : none, chat requests are refused)

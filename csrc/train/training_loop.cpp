@@ -29,10 +29,8 @@ namespace loom::train {
 
 runtime::RankSessionRequest rank_session_request(const config::Recipe& recipe) {
   runtime::RankSessionRequest request;
-  request.world_size = static_cast<int>(config::world_size(recipe));
+  request.layout = config::recipe_layout(recipe);
   request.world_size_source = "the recipe's trainer.num_nodes × trainer.devices";
-  request.tensor_parallel = static_cast<int>(recipe.model.tensor_model_parallel_size);
-  request.pipeline_parallel = static_cast<int>(recipe.model.pipeline_model_parallel_size);
   request.timeout = std::chrono::milliseconds(int64_t(recipe.model.collective_timeout_s * 1000));
   request.device = recipe.trainer.accelerator == config::Accelerator::kGpu ? runtime::DeviceKind::kAccelerator
                                                                            : runtime::DeviceKind::kCpu;

@@ -96,7 +96,7 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
     const auto start = std::chrono::steady_clock::now();
     const EvalRequest& request = job.request;
     const auto plan = loom::eval::plan_eval(request);
-    ProgressLine progress(request.data_parallel);
+    ProgressLine progress(request.layout.dp);
     loom::eval::ScoringProgress report;
     if (info.rank == 0) report = [&progress](int64_t done, int64_t total) { progress(done, total); };
     auto cost_line = [&](const loom::eval::ScoringCost& c) {
@@ -110,8 +110,8 @@ int run_rank(const EvalJob& job, const loom::launch::RendezvousInfo& info) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       write_outputs(job, plan, results, seconds);
       std::cerr << fmt::format("loom eval: {} tasks, iteration {}, t = {}, p = {}, d = {}, {:.2f} s{}\n",
-                               plan.tasks.size(), plan.model.info.iteration, request.tensor_parallel,
-                               request.pipeline_parallel, request.data_parallel, seconds,
+                               plan.tasks.size(), plan.model.info.iteration, request.layout.tp,
+                               request.layout.pp, request.layout.dp, seconds,
                                job.output.empty() ? "" : "; results in " + job.output);
     }
     return 0;
@@ -133,9 +133,9 @@ void add_flags(CLI::App& app, EvalArgs& a) {
                  "comma-separated KIND:PATH or NAME=KIND:PATH; kinds: lambada, mc, hellaswag, piqa, arc, wikitext, "
                  "rolling (JSONL files, docs/design/evaluation.md)");
   app.add_option("--task-file", a.task_file, "a file of task specs, one per line (paths relative to the file)");
-  app.add_option("--tensor-parallel", request.tensor_parallel, "tensor-parallel ranks")->capture_default_str();
-  app.add_option("--pipeline-parallel", request.pipeline_parallel, "pipeline stages")->capture_default_str();
-  app.add_option("--data-parallel", request.data_parallel, "data-parallel replicas (split the requests)")
+  app.add_option("--tensor-parallel", request.layout.tp, "tensor-parallel ranks")->capture_default_str();
+  app.add_option("--pipeline-parallel", request.layout.pp, "pipeline stages")->capture_default_str();
+  app.add_option("--data-parallel", request.layout.dp, "data-parallel replicas (split the requests)")
       ->capture_default_str();
   app.add_option("--batch-size", request.batch_size, "requests per forward pass")->capture_default_str();
   app.add_option("--limit", request.limit, "only the first N documents of each task (0: all)")->capture_default_str();
@@ -204,7 +204,7 @@ int eval_command(int argc, char** argv) {
     std::cerr << "loom eval: error: " << loom::cli::error_text(e) << "\n";
     return 2;
   }
-  const int world = request.tensor_parallel * request.pipeline_parallel * request.data_parallel;
+  const int world = request.layout.tp * request.layout.pp * request.layout.dp;
   // stdout is the table (rank 0 only)
   return world == 1 ? run_rank(a.job, info) : loom::cli::run_local_ranks_for_output("eval", argc, argv, world);
 }

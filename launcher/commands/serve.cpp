@@ -68,7 +68,7 @@ int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
     loom::serve::ServeEvents events;
     events.listening = [&](const loom::serve::ServingStarted& s) {
       std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
-                               request.model_name, s.iteration, s.tensor_parallel, s.pipeline_parallel, s.max_batch,
+                               request.model_name, s.iteration, s.layout.tp, s.layout.pp, s.max_batch,
                                s.max_kv_tokens)
                 << fmt::format("{}chat template: {}\n", who,
                                s.chat_template.empty() ? "none (/v1/chat/completions answers 400)" : s.chat_template)

@@ -18,8 +18,8 @@ inline std::shared_ptr<runtime::ProcessGroups> worker_groups(
     runtime::RunDevice device = {}) {
   at::set_num_threads(1);
   runtime::ProcessGroupOptions opt;
-  opt.tensor_parallel = tensor_parallel;
-  opt.pipeline_parallel = pipeline_parallel;
+  opt.layout.tp = tensor_parallel;
+  opt.layout.pp = pipeline_parallel;
   opt.timeout = timeout;
   opt.device = device;
   return runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);

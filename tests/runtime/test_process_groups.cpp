@@ -21,8 +21,8 @@ namespace {
 std::shared_ptr<ProcessGroups> make_groups(int timeout_ms = 30000) {
   at::set_num_threads(1);
   ProcessGroupOptions opt;
-  opt.tensor_parallel = test::env_int("T");
-  opt.pipeline_parallel = test::env_int("P");
+  opt.layout.tp = test::env_int("T");
+  opt.layout.pp = test::env_int("P");
   opt.timeout = std::chrono::milliseconds(timeout_ms);
   return ProcessGroups::create(launch::rendezvous_from_env(), opt);
 }

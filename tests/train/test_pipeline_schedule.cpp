@@ -94,7 +94,7 @@ LOOM_WORKER("toy_pipeline") {
   at::set_num_threads(1);
   const int v = test::env_int("V"), m = test::env_int("M");
   runtime::ProcessGroupOptions opt;
-  opt.pipeline_parallel = test::env_int("P");
+  opt.layout.pp = test::env_int("P");
   auto groups = runtime::ProcessGroups::create(launch::rendezvous_from_env(), opt);
   auto& pipe = groups->pipeline_links();
   const int p = pipe.size(), r = pipe.rank();
