@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <set>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -87,7 +88,11 @@ int measured_ranks(const std::string& profile_json) {
   return m.contains("ranks") && m["ranks"].is_number_integer() ? m["ranks"].get<int>() : 0;
 }
 
-// What `loom plan` was asked: the flags as given, before any file is read. `*_given` records
+constexpr const char* kPlanHelp =
+    "Plan a training layout: search every TP/PP/VP/DP/micro-batch/SP/recompute/optimizer layout "
+    "with an analytic memory and speed model and rank those that fit by predicted step time.";
+
+// What `loom plan` was asked: the flags as given, before any file is read. `given` records
 // which flags the user set, because a --recipe supplies the others.
 struct PlanArgs {
   ModelFlags model;
@@ -107,10 +112,8 @@ struct PlanArgs {
   MeasureOptions mopt;
   std::string measure_pick = "top", measure_csv;
   int measure_repeats = 1;
-  bool gpu_given = false, seq_length_given = false, vocab_size_given = false, global_batch_given = false,
-       precision_given = false, nodes_given = false, gpus_per_node_given = false, reserve_given = false,
-       fragmentation_given = false, measure_steps_given = false, measure_skip_given = false,
-       measure_dir_given = false;
+  std::set<std::string> given;  // the long names of the flags the user set ("--gpu")
+  bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };
 
 // The base recipe (--recipe), loaded with its overrides, and what the planner reads from it.
@@ -203,18 +206,9 @@ void add_output_and_measure_flags(CLI::App& app, PlanArgs& a) {
 }
 
 void record_given_flags(const CLI::App& app, PlanArgs& a) {
-  a.gpu_given = app.count("--gpu") > 0;
-  a.seq_length_given = app.count("--seq-length") > 0;
-  a.vocab_size_given = app.count("--vocab-size") > 0;
-  a.global_batch_given = app.count("--global-batch-size") > 0;
-  a.precision_given = app.count("--precision") > 0;
-  a.nodes_given = app.count("--nodes") > 0;
-  a.gpus_per_node_given = app.count("--gpus-per-node") > 0;
-  a.reserve_given = app.count("--reserve-gib") > 0;
-  a.fragmentation_given = app.count("--fragmentation") > 0;
-  a.measure_steps_given = app.count("--measure-steps") > 0;
-  a.measure_skip_given = app.count("--measure-skip") > 0;
-  a.measure_dir_given = app.count("--measure-dir") > 0;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() > 0) a.given.insert(option->get_name());
+  }
 }
 
 // Loads --recipe (when given); its cluster.gpu stands in for an absent --gpu. Throws
@@ -234,7 +228,7 @@ BaseRecipe load_base_recipe(PlanArgs& a) {
     throw std::invalid_argument(fmt::format("--recipe {}: invalid recipe:\n{}", a.base_recipe, e.what()));
   }
   base.input = plan_input_from_recipe(base.recipe);
-  if (!a.gpu_given && !base.input.gpu.empty()) a.hw.gpu_name = base.input.gpu;
+  if (!a.was_given("--gpu") && !base.input.gpu.empty()) a.hw.gpu_name = base.input.gpu;
   if (base.input.cpu && a.hw.profile.empty())
     throw std::invalid_argument(fmt::format(
         "--recipe {} trains on CPU ranks, which have no built-in profile: measure them with "
@@ -265,28 +259,28 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
   if (a.model.given())
     throw std::invalid_argument("give the model either by --recipe or by --size/--num-layers..., not both");
   ModelShape shape = in.shape;
-  if (a.seq_length_given) shape.seq_length = a.model.shape.seq_length;
-  if (a.vocab_size_given) {  // --vocab-size is V as trained (padded)
+  if (a.was_given("--seq-length")) shape.seq_length = a.model.shape.seq_length;
+  if (a.was_given("--vocab-size")) {  // --vocab-size is V as trained (padded)
     shape.vocab_size = a.model.shape.vocab_size;
     shape.make_vocab_size_divisible_by = 1;
   }
-  if (!a.global_batch_given) a.setup.global_batch = in.setup.global_batch;
-  if (!a.precision_given) a.setup.precision = in.setup.precision;
+  if (!a.was_given("--global-batch-size")) a.setup.global_batch = in.setup.global_batch;
+  if (!a.was_given("--precision")) a.setup.precision = in.setup.precision;
   a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
   // --overlap-dp-comm, or what the recipe trains with (model.optim.overlap_grad_sync).
   a.setup.overlap_dp_comm = a.setup.overlap_dp_comm || in.setup.overlap_dp_comm;
   a.setup.overlap_param_gather = a.setup.overlap_param_gather || in.setup.overlap_param_gather;
   if (a.setup.dp_bucket_params == 0) a.setup.dp_bucket_params = in.setup.dp_bucket_params;
-  if (!a.nodes_given) a.hw.nodes = in.num_nodes;
-  if (!a.gpus_per_node_given) a.hw.gpus_per_node = in.devices;
+  if (!a.was_given("--nodes")) a.hw.nodes = in.num_nodes;
+  if (!a.was_given("--gpus-per-node")) a.hw.gpus_per_node = in.devices;
   if (a.measure > 0 && (a.hw.nodes != 1 || a.hw.gpus_per_node != in.devices))
     throw std::invalid_argument(fmt::format(
         "--measure runs the layouts on this machine with the recipe's ranks: plan for 1 node of "
         "trainer.devices = {} (found --nodes {} --gpus-per-node {}); change trainer.devices instead",
         in.devices, a.hw.nodes, a.hw.gpus_per_node));
   // CPU ranks have no CUDA context, NCCL or cuBLAS workspaces to reserve memory for.
-  if (in.cpu && !a.reserve_given) a.setup.reserve_gib = 0.5;
-  if (in.cpu && !a.fragmentation_given) a.setup.fragmentation_fraction = 0;
+  if (in.cpu && !a.was_given("--reserve-gib")) a.setup.reserve_gib = 0.5;
+  if (in.cpu && !a.was_given("--fragmentation")) a.setup.fragmentation_fraction = 0;
   shape.validate();
   return shape;
 }
@@ -319,7 +313,7 @@ PlanRequest resolve_request(PlanArgs& a, const RecipePlanInput& in, const GpuSpe
   PlanRequest req;
   req.gpu = gpu;
   const ModelShape shape = a.base_recipe.empty() ? a.model.resolve() : shape_from_recipe(a, in);
-  if (a.base_recipe.empty() || a.precision_given) a.setup.precision = parse_precision(a.precision);
+  if (a.base_recipe.empty() || a.was_given("--precision")) a.setup.precision = parse_precision(a.precision);
   if (a.setup.global_batch <= 0)
     throw std::invalid_argument("--global-batch-size is required (or --recipe with model.global_batch_size)");
   if (a.price > 0 && a.tokens <= 0) throw std::invalid_argument("--price needs --tokens (the token budget)");
@@ -455,9 +449,9 @@ int validate_memory(PlanArgs& a) {
   }
   MemorySweepOptions opt;
   opt.measure = a.mopt;
-  if (!a.measure_steps_given) opt.measure.steps = 2;  // the second step: every buffer exists by then
-  if (!a.measure_skip_given) opt.measure.skip_steps = 0;
-  if (!a.measure_dir_given) opt.measure.work_dir = "runs/plan-memory";
+  if (!a.was_given("--measure-steps")) opt.measure.steps = 2;  // the second step: every buffer exists by then
+  if (!a.was_given("--measure-skip")) opt.measure.skip_steps = 0;
+  if (!a.was_given("--measure-dir")) opt.measure.work_dir = "runs/plan-memory";
   if (opt.measure.steps < 1 || opt.measure.skip_steps < 0 || opt.measure.skip_steps >= opt.measure.steps)
     throw std::invalid_argument("--measure-steps must be >= 1 and --measure-skip below it");
   opt.measure.loom_exe = launch::self_executable();
@@ -504,21 +498,15 @@ int plan(PlanArgs& a) {
 }  // namespace
 
 int run_plan_command(int argc, char** argv) {
-  CLI::App app{
-      "Plan a training layout: search every TP/PP/VP/DP/micro-batch/SP/recompute/optimizer layout "
-      "with an analytic memory and speed model and rank those that fit by predicted step time."};
-  app.name(argc > 0 ? argv[0] : "loom plan");
+  CLI::App app{kPlanHelp};
   PlanArgs args;
   args.mopt.work_dir = "runs/plan-measure";
   add_model_and_search_flags(app, args);
   add_output_and_measure_flags(app, args);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  record_given_flags(app, args);
-  return run_command_body("loom plan", [&] { return plan(args); });
+  return parse_and_run(app, argc, argv, "loom plan", [&] {
+    record_given_flags(app, args);
+    return plan(args);
+  });
 }
 
 }  // namespace loom::planner

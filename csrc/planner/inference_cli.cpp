@@ -21,6 +21,10 @@ namespace {
 
 constexpr double kGiB = double(1ull << 30);
 
+constexpr const char* kPlanInferenceHelp =
+    "Plan an inference (serving) layout: search tensor size, pipeline size and batch with an analytic "
+    "memory and latency model and rank the layouts that fit and meet the latency / throughput limits.";
+
 const char* objective_name(InferenceObjective o) {
   return o == InferenceObjective::request_latency ? "request latency (ascending)"
                                                   : "tokens/s per GPU (descending)";
@@ -209,18 +213,10 @@ int plan_inference(InferArgs& a) {
 }  // namespace
 
 int run_plan_inference_command(int argc, char** argv) {
-  CLI::App app{
-      "Plan an inference (serving) layout: search tensor size, pipeline size and batch with an analytic "
-      "memory and latency model and rank the layouts that fit and meet the latency / throughput limits."};
-  app.name(argc > 0 ? argv[0] : "loom plan infer");
+  CLI::App app{kPlanInferenceHelp};
   InferArgs args;
   add_infer_flags(app, args);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  return run_command_body("loom plan infer", [&] { return plan_inference(args); });
+  return parse_and_run(app, argc, argv, "loom plan infer", [&] { return plan_inference(args); });
 }
 
 }  // namespace loom::planner

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 namespace loom::planner {
@@ -26,6 +27,16 @@ int run_command_body(const char* command, const std::function<int()>& body) {
     std::fprintf(stderr, "%s: %s\n", command, e.what());
     return 1;
   }
+}
+
+int parse_and_run(CLI::App& app, int argc, char** argv, const char* command, const std::function<int()>& body) {
+  app.name(argc > 0 ? argv[0] : command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return run_command_body(command, body);
 }
 
 std::string read_text(const std::string& path, const std::string& flag) {

@@ -1,5 +1,6 @@
 // Small helpers shared by the planner's commands: case folding, whole-file I/O with errors
-// that name the flag the path came from, CSV columns, and the exit status of a failure.
+// that name the flag the path came from, CSV columns, and the exit status of a failure or a
+// bad flag.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -8,6 +9,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+namespace CLI {
+class App;
+}
 
 namespace loom::planner {
 
@@ -18,6 +23,10 @@ std::string lower(std::string s);
 /// (docs/architecture.md, "Commands"): std::invalid_argument (bad input) 2, any other exception
 /// 1, each printed to stderr as "<command>: <what>".
 int run_command_body(const char* command, const std::function<int()>& body);
+
+/// Names `app` argv[0] (else `command`), parses argv into its flags, then runs `body` as run_command_body does. A --help exits 0
+/// and a bad flag 2, each with CLI11's message, without running `body`.
+int parse_and_run(CLI::App& app, int argc, char** argv, const char* command, const std::function<int()>& body);
 
 /// Whole file as text. Throws std::invalid_argument "<flag> <path>: cannot open file" (flag may
 /// be empty).
