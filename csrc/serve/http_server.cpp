@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -342,6 +343,18 @@ struct HttpServer::State {
     }
   }
 
+  // Waits for `job` and answers with make_response(), or 500 when the engine stopped or a
+  // request failed. The job is released once the answer is set (also when formatting throws):
+  // a draining server stops only after answering it.
+  void answer_when_done(httplib::Response& res, const std::shared_ptr<Job>& job,
+                        const std::function<json()>& make_response) {
+    Releaser done{this, job};
+    done.cancel = !wait(job);
+    if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
+    if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
+    send_json(res, 200, make_response());
+  }
+
   void completions(const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       const json body = parse_body(req);
@@ -350,14 +363,7 @@ struct HttpServer::State {
       const std::string id = fmt::format("cmpl-{}", next_completion++);
       const int64_t created = now_seconds();
       if (!job_spec->stream) {
-        // Released once the answer is set (also when formatting throws): a draining server
-        // stops only after answering it.
-        Releaser done{this, job};
-        done.cancel = !wait(job);
-        if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
-        if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
-        send_json(res, 200, completion_response(*job_spec, job->results, api, id, created));
-        return;
+        return answer_when_done(res, job, [&] { return completion_response(*job_spec, job->results, api, id, created); });
       }
       // Each chunk: the text (echo + generated) that can be sent now and, when asked, the
       // log-probabilities of the tokens that text completes (all of them at the end), as
@@ -460,12 +466,7 @@ struct HttpServer::State {
       const std::string id = fmt::format("chatcmpl-{}", next_completion++);
       const int64_t created = now_seconds();
       if (!chat_job->stream) {
-        Releaser done{this, job};
-        done.cancel = !wait(job);
-        if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
-        if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
-        send_json(res, 200, chat_response(*chat_job, job->results[0], api, id, created));
-        return;
+        return answer_when_done(res, job, [&] { return chat_response(*chat_job, job->results[0], api, id, created); });
       }
       // The first chunk names the role (its content empty until text is ready), then each
       // chunk's delta holds the text that can be sent now, the last one the finish reason.
@@ -498,11 +499,7 @@ struct HttpServer::State {
     guarded(res, [&] {
       const NemoJob spec = parse_nemo(parse_body(req), api);
       auto job = submit(spec.specs);
-      Releaser done{this, job};
-      done.cancel = !wait(job);
-      if (done.cancel) return send_error(res, 500, "the engine stopped (a rank failed)");
-      if (const std::string error = failure(job->results); !error.empty()) return send_error(res, 500, error);
-      send_json(res, 200, nemo_response(spec, job->results, api));
+      answer_when_done(res, job, [&] { return nemo_response(spec, job->results, api); });
     });
   }
 
