@@ -274,113 +274,120 @@ void HttpIntake::refuse(Connection& c, int status, const std::string& field, con
   c.deadline = Clock::now() + std::chrono::milliseconds(options_.linger_ms);
 }
 
+void HttpIntake::adopt_incoming(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& in : incoming_) {
+    auto c = std::make_unique<Connection>();
+    c->fd = in.fd;
+    c->in = std::move(in.bytes);
+    c->served = in.served;
+    c->deadline = now + std::chrono::milliseconds(c->served == 0 ? options_.header_timeout_ms
+                                                                 : options_.keep_alive_timeout_ms);
+    // Past --max-connections: answered 503 at once and closed once the client read it
+    // (lingering, bounded too: past that a connection is closed unanswered).
+    if (in.over_limit) {
+      c->counted = false;
+      if (refused_lingering_ >= options_.max_connections) {
+        close_connection(in.fd);
+        continue;
+      }
+      ++refused_lingering_;
+      refuse(*c, 503, "", fmt::format("the server holds its maximum of {} connections (--max-connections); "
+                                      "retry later", options_.max_connections));
+    }
+    connections_[in.fd] = std::move(c);
+  }
+  incoming_.clear();
+}
+
+void HttpIntake::wait_for_input(std::vector<pollfd>& polled, Clock::time_point now) {
+  polled.clear();
+  polled.push_back({wake_fd_, POLLIN, 0});
+  auto next = now + std::chrono::seconds(1);
+  for (auto& [fd, c] : connections_) {
+    polled.push_back({fd, POLLIN, 0});
+    next = std::min(next, c->deadline);
+  }
+  const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
+  // Bytes read before the connection came here (pipelined) are handled without waiting.
+  bool buffered = false;
+  for (auto& [fd, c] : connections_) buffered = buffered || (!c->in.empty() && !c->request);
+  const int n = poll(polled.data(), polled.size(), buffered ? 0 : static_cast<int>(std::max<int64_t>(wait_ms, 0) + 1));
+  if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("serve: poll: ") + std::strerror(errno));
+  if (polled[0].revents) {
+    uint64_t count = 0;
+    (void)!read(wake_fd_, &count, sizeof(count));
+  }
+}
+
+bool HttpIntake::service(Connection& c, bool readable, Clock::time_point now, std::vector<char>& buffer) {
+  bool eof = false;
+  // A refused request's remaining bytes are dropped faster: up to 16 reads at a time.
+  for (int reads = 0; readable && reads < (c.lingering ? 16 : 1); ++reads) {
+    const ssize_t got = recv(c.fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (got > 0 && !c.lingering) c.in.append(buffer.data(), static_cast<size_t>(got));
+    eof = got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (got <= 0) break;
+  }
+  if (c.lingering) return eof || now >= c.deadline;
+  if (!c.in.empty() && !c.request) {  // a request starts (a new connection's deadline stays)
+    c.request.emplace(options_.max_head_bytes, options_.max_body_bytes);
+    if (c.served > 0) c.deadline = now + std::chrono::milliseconds(options_.header_timeout_ms);
+    c.request_deadline = now + std::chrono::milliseconds(options_.request_timeout_ms);
+  }
+  if (c.request) {
+    const bool head_before = c.request->head_done();
+    c.request->feed(c.in);
+    if (!head_before && c.request->head_done()) c.deadline = c.request_deadline;
+    if (c.request->wants_continue()) {
+      static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      (void)!send(c.fd, kContinue, sizeof(kContinue) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    if (c.request->failed()) {
+      refuse(c, c.request->status(), c.request->field(), c.request->message());
+      return false;
+    }
+    if (c.request->done()) {
+      hand_over(c);
+      return false;
+    }
+  }
+  if (eof) return true;  // the client closed before its request was complete: nothing to answer
+  if (now >= c.deadline) {
+    if (!c.request || !c.request->started()) return true;
+    refuse(c, 408, c.request->head_done() ? "body" : "headers",
+           c.request->head_done() ? "the request body did not arrive in time"
+                                  : "the request line and headers did not arrive in time");
+  }
+  return false;
+}
+
+void HttpIntake::hand_over(Connection& c) {
+  if (queued_ >= static_cast<int64_t>(options_.max_queued)) {
+    refuse(c, 503, "", "the server is busy: too many requests are waiting; retry later");
+    return;
+  }
+  ReadyRequest r;
+  r.fd = c.fd;
+  r.request = c.request->take_request();
+  r.body_bytes = r.request.size();
+  r.leftover = std::string(c.in);  // a copy: the buffer's capacity (up to the body's) is freed
+  r.served = c.served;
+  ++queued_;
+  connections_.erase(r.fd);  // the handler owns the socket now (`c` is gone)
+  ready_(std::move(r));
+}
+
 void HttpIntake::loop() {
   std::vector<pollfd> polled;
   std::vector<char> buffer(64 << 10);
   while (!stopping_) {
-    const auto now = Clock::now();
-    {  // new connections and ones back from a handler
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto& in : incoming_) {
-        auto c = std::make_unique<Connection>();
-        c->fd = in.fd;
-        c->in = std::move(in.bytes);
-        c->served = in.served;
-        c->deadline = now + std::chrono::milliseconds(c->served == 0 ? options_.header_timeout_ms
-                                                                     : options_.keep_alive_timeout_ms);
-        // Past --max-connections: answered 503 at once and closed once the client read it
-        // (lingering, bounded too: past that a connection is closed unanswered).
-        if (in.over_limit) {
-          c->counted = false;
-          if (refused_lingering_ >= options_.max_connections) {
-            close_connection(in.fd);
-            continue;
-          }
-          ++refused_lingering_;
-          refuse(*c, 503, "", fmt::format("the server holds its maximum of {} connections (--max-connections); "
-                                          "retry later", options_.max_connections));
-        }
-        connections_[in.fd] = std::move(c);
-      }
-      incoming_.clear();
-    }
-    polled.clear();
-    polled.push_back({wake_fd_, POLLIN, 0});
-    auto next = now + std::chrono::seconds(1);
-    for (auto& [fd, c] : connections_) {
-      polled.push_back({fd, POLLIN, 0});
-      next = std::min(next, c->deadline);
-    }
-    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
-    // Bytes read before the connection came here (pipelined) are handled without waiting.
-    bool buffered = false;
-    for (auto& [fd, c] : connections_) buffered = buffered || (!c->in.empty() && !c->request);
-    const int n = poll(polled.data(), polled.size(), buffered ? 0 : static_cast<int>(std::max<int64_t>(wait_ms, 0) + 1));
-    if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("serve: poll: ") + std::strerror(errno));
-    if (polled[0].revents) {
-      uint64_t count = 0;
-      (void)!read(wake_fd_, &count, sizeof(count));
-    }
+    adopt_incoming(Clock::now());
+    wait_for_input(polled, Clock::now());
     const auto after = Clock::now();
     std::vector<int> closed;
     for (size_t i = 1; i < polled.size(); ++i) {
-      Connection& c = *connections_.at(polled[i].fd);
-      bool eof = false;
-      // A refused request's remaining bytes are dropped faster: up to 16 reads at a time.
-      for (int reads = 0; polled[i].revents && reads < (c.lingering ? 16 : 1); ++reads) {
-        const ssize_t got = recv(c.fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
-        if (got > 0 && !c.lingering) c.in.append(buffer.data(), static_cast<size_t>(got));
-        eof = got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-        if (got <= 0) break;
-      }
-      if (c.lingering) {
-        if (eof || after >= c.deadline) closed.push_back(c.fd);
-        continue;
-      }
-      if (!c.in.empty() && !c.request) {  // a request starts (a new connection's deadline stays)
-        c.request.emplace(options_.max_head_bytes, options_.max_body_bytes);
-        if (c.served > 0) c.deadline = after + std::chrono::milliseconds(options_.header_timeout_ms);
-        c.request_deadline = after + std::chrono::milliseconds(options_.request_timeout_ms);
-      }
-      if (c.request) {
-        const bool head_before = c.request->head_done();
-        c.request->feed(c.in);
-        if (!head_before && c.request->head_done()) c.deadline = c.request_deadline;
-        if (c.request->wants_continue()) {
-          static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-          (void)!send(c.fd, kContinue, sizeof(kContinue) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-        }
-        if (c.request->failed()) {
-          refuse(c, c.request->status(), c.request->field(), c.request->message());
-          continue;
-        }
-        if (c.request->done()) {
-          if (queued_ >= static_cast<int64_t>(options_.max_queued)) {
-            refuse(c, 503, "", "the server is busy: too many requests are waiting; retry later");
-            continue;
-          }
-          ReadyRequest r;
-          r.fd = c.fd;
-          r.request = c.request->take_request();
-          r.body_bytes = r.request.size();
-          r.leftover = std::string(c.in);  // a copy: the buffer's capacity (up to the body's) is freed
-          r.served = c.served;
-          ++queued_;
-          connections_.erase(polled[i].fd);  // the handler owns the socket now
-          ready_(std::move(r));
-          continue;
-        }
-      }
-      if (eof) {  // the client closed before its request was complete: nothing to answer
-        closed.push_back(c.fd);
-      } else if (after >= c.deadline) {
-        if (c.request && c.request->started())
-          refuse(c, 408, c.request->head_done() ? "body" : "headers",
-                 c.request->head_done() ? "the request body did not arrive in time"
-                                        : "the request line and headers did not arrive in time");
-        else
-          closed.push_back(c.fd);
-      }
+      if (service(*connections_.at(polled[i].fd), polled[i].revents != 0, after, buffer)) closed.push_back(polled[i].fd);
     }
     for (int fd : closed) {
       if (connections_.at(fd)->counted) --open_;

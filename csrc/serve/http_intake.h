@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+struct pollfd;  // <poll.h>
+
 namespace loom::serve {
 
 /// One request being assembled from a connection's bytes (no socket here: tested alone).
@@ -114,7 +116,15 @@ class HttpIntake {
 
  private:
   struct Connection;
+  using Clock = std::chrono::steady_clock;
   void loop();
+  // The steps of one turn of loop(): take new and returned connections; poll them (until input,
+  // the nearest deadline or a wake-up); read and advance one connection (true: close it);
+  // give a complete request to a handler (or refuse it when too many wait).
+  void adopt_incoming(Clock::time_point now);
+  void wait_for_input(std::vector<pollfd>& polled, Clock::time_point now);
+  bool service(Connection& c, bool readable, Clock::time_point now, std::vector<char>& buffer);
+  void hand_over(Connection& c);
   void refuse(Connection& c, int status, const std::string& field, const std::string& message);
   void close_connection(int fd);
 
