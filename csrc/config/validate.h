@@ -7,20 +7,12 @@
 // init_method_std, layernorm_epsilon, collective_timeout_s > 0, min_lr in [0, lr],
 // weight_decay and gradient_clip_val >= 0, splits_string "a,b,c" (1-3 weights >= 0, sum > 0),
 // max_time "DD:HH:MM:SS", data_prefix weights > 0 and non-empty paths.
-// Across fields (Megatron-LM's argument checks, docs/design/parallel_layout.md):
-//   world = num_nodes*devices divisible by t*p;      heads % t == 0;  hidden % heads == 0;
-//   ffn_hidden % t == 0;  layers: split evenly, layers % (p*v) == 0, or with
-//   num_layers_in_first/last_pipeline_stage set (Megatron-Core's uneven stages) the rules of
-//   rules/layout_rules.h (each set size >= 1 and % v == 0, the other stages sharing the rest
-//   evenly);  v > 1 needs p > 1;  interleaving (v > 1) needs
-//   num_microbatches % p == 0;  global_batch % (micro_batch*d) == 0;  under sequence_parallel
-//   encoder_seq_length % t == 0;  data.seq_length == encoder_seq_length;
-//   max_position_embeddings >= encoder_seq_length;  cluster.gpus_per_node == devices on GPU.
-// Fused attention (use_flash_attention) needs attention_dropout == 0 and no selective recompute.
-// Recomputation (Megatron-LM): full needs method uniform|block and num_layers, uniform in
-//   [1, layers per chunk], block in [0, layers per chunk] (the largest chunk's, with uneven stages); selective takes no method/num_layers
-//   (NeMo's own recipes write method block with num_layers 0, which is accepted as "none");
-//   a method without granularity is ignored with a warning.
+// Across fields: the layout rules of rules/layout_rules.h, the one place that decides what is
+//   legal (Megatron-LM's argument checks and Megatron-Core's uneven stages, interleaving, the
+//   batch split, recomputation and fused attention; docs/design/parallel_layout.md), then
+//   data.seq_length == encoder_seq_length and cluster.gpus_per_node == devices on GPU.
+//   (NeMo's own recipes write recompute method block with num_layers 0, which is accepted as
+//   "none"; a method without granularity is ignored with a warning.)
 // Warnings (not errors): sequence_parallel with t == 1 is turned off, as Megatron does (SP over
 //   one rank is the identity); warmup_steps + constant_steps > sched.max_steps.
 #pragma once

@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -57,6 +59,15 @@ ModelShape ModelFlags::resolve() const {
   if (size_b == 0 && !explicit_shape)
     throw std::invalid_argument(
         "the model is missing: give --size or --num-layers, --hidden-size and --num-attention-heads");
+  if (size_b == 0) {  // an explicit shape needs all three sizes
+    std::string missing;
+    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--num-layers", shape.num_layers},
+                                      {"--hidden-size", shape.hidden_size},
+                                      {"--num-attention-heads", shape.num_attention_heads}})
+      if (value == 0) missing += std::string(missing.empty() ? "" : ", ") + flag;
+    if (!missing.empty())
+      throw std::invalid_argument(fmt::format("the model's shape is incomplete: give {} too (or --size)", missing));
+  }
   ModelShape out = shape;
   if (size_b > 0) {
     out = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);

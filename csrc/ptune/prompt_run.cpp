@@ -39,10 +39,6 @@ std::shared_ptr<prompt_data::PromptDataset> read_dataset(const char* field, cons
   return dataset;
 }
 
-}  // namespace
-
-namespace {
-
 // The run's sequence length cap: model.data.max_seq_length, at most the base's positions.
 int64_t max_sequence_length(const config::Recipe& r, const FrozenBase& base) {
   const int64_t base_positions = base.plan.info.layout.model_shape.max_position_embeddings;

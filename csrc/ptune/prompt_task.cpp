@@ -59,7 +59,6 @@ class PromptTask : public train::TrainingTask {
                                                     int64_t consumed_samples) override;
   bool has_validation() const override { return plan_.valid != nullptr; }
   std::optional<double> validate(train::TaskContext& ctx, train::TaskModel& model, int64_t step) override;
-  bool save_at_end(int64_t) const override { return true; }
   void at_end(train::TaskContext& ctx, train::TaskModel& model, int64_t max_steps,
               std::optional<double> val_loss) override;
   void before_finish(train::TaskContext& ctx, const train::TaskModel& model) override;

@@ -14,6 +14,10 @@
 
 namespace loom::runtime {
 
+/// How long the rendezvous and a collective may take when the caller names no bound (a
+/// recipe's model.collective_timeout_s does; tests and tools rely on this one).
+inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout = std::chrono::seconds(300);
+
 struct ProcessGroupOptions {
   /// The groups' t and p (rules/layout.h); d is the world's size / (t·p), so layout.dp and
   /// the layout's other fields are not read.
@@ -21,7 +25,7 @@ struct ProcessGroupOptions {
   /// Where the groups' tensors live and which backend moves them (select_run_device()).
   RunDevice device;
   /// Bounds every collective and the rendezvous; a dead or stuck peer makes the call throw.
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
   /// Real backends even for a world of one and for one-member groups (also set by the
   /// environment variable LOOM_SINGLE_RANK_GROUPS=1): a single-GPU run then goes through NCCL
   /// exactly as a multi-GPU run does (the GPU bring-up's NCCL check). Off: one rank needs no

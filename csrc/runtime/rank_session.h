@@ -24,7 +24,7 @@ struct RankSessionRequest {
   std::string world_size_source = "the job";
   DeviceKind device = DeviceKind::kCpu;
   /// Bounds the rendezvous and every collective (ProcessGroupOptions::timeout).
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 /// A started rank: who it is and its groups (which own the device choice).

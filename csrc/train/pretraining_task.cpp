@@ -34,14 +34,8 @@ class PretrainingTask : public TrainingTask {
   TaskModel build_model(TaskContext& ctx) override;
   void attach_optimizer(TaskContext& ctx, TaskModel& model, optim::Optimizer& optimizer) override;
   std::vector<MicroBatch> step_micro_batches(TaskContext& ctx, int64_t step, int64_t consumed_samples) override;
-  bool has_validation() const override { return datasets_.valid && r_.trainer.limit_val_batches > 0; }
+  bool has_validation() const override { return datasets_.valid != nullptr; }
   std::optional<double> validate(TaskContext& ctx, TaskModel& model, int64_t step) override;
-  // NeMo's save_last: the last step is saved even off the every_n_steps grid; without it, only
-  // the grid's steps are (Lightning's ModelCheckpoint).
-  bool save_at_end(int64_t max_steps) const override {
-    const auto& saving = r_.exp_manager.checkpoint_callback_params;
-    return saving.save_last || (saving.every_n_steps > 0 && max_steps % saving.every_n_steps == 0);
-  }
 
  private:
   StepSampleIds next_sample_ids(const Layout& layout, data::PretrainingSampler& sampler) const;

@@ -1,6 +1,6 @@
 // `loom train`: pretraining a GPT on the recipe's indexed datasets (docs/design/conventions.md),
 // a task on the one training loop (training_loop.h). Every chunk parameter trains; each step
-// reads shape.m micro-batches of the pretraining sample stream (data/pretraining_sampler.h);
+// reads m = global_batch / (micro_batch·d) micro-batches of the pretraining sample stream (data/pretraining_sampler.h);
 // validation scores the mean token loss over trainer.limit_val_batches global batches.
 #pragma once
 #include "config/recipe.h"

@@ -101,7 +101,10 @@ int TrainingLoop::run() {
     return finish();
   const int64_t max_steps = r_.trainer.max_steps;
   const auto val_loss = validate(max_steps);
-  if (task_.save_at_end(max_steps)) save(max_steps);
+  // NeMo's save_last: the last step is saved even off the every_n_steps grid; without it, only
+  // the grid's steps are (Lightning's ModelCheckpoint).
+  const auto& saving = r_.exp_manager.checkpoint_callback_params;
+  if (saving.save_last || (saving.every_n_steps > 0 && max_steps % saving.every_n_steps == 0)) save(max_steps);
   task_.at_end(ctx_, model_, max_steps, val_loss);
   return finish();
 }
@@ -168,6 +171,10 @@ void TrainingLoop::train_step(int64_t step) {
   const auto start = Clock::now();
   step_log_->begin_step();
   const Layout& s = ctx_.layout;
+  // Before the micro-batches: arms model.optim.overlap_grad_sync and waits for the parameters'
+  // all-gathers (overlap_param_sync), which a task may read while it builds its batches (prompt
+  // learning runs its prompt encoder there).
+  optimizer_->start_iteration(s.micro_batches());
   const std::vector<MicroBatch> batches = task_.step_micro_batches(ctx_, step, position_.consumed_samples);
 
   model::DropoutContext dropout;
@@ -175,7 +182,6 @@ void TrainingLoop::train_step(int64_t step) {
   dropout.step = static_cast<uint64_t>(step);
   dropout.global_batch = s.global_batch;
   dropout.training = true;
-  optimizer_->start_iteration(s.micro_batches());  // arms model.optim.overlap_grad_sync
   at::Tensor loss = step_->train(batches, dropout, scaler_ ? scaler_->scale_tensor() : at::Tensor(),
                                  [&] { optimizer_->accumulate_grads(); });
   const optim::StepResult result = optimizer_->step(scheduler_->lr(), scaler_.get());
@@ -187,7 +193,7 @@ void TrainingLoop::train_step(int64_t step) {
 }
 
 std::optional<double> TrainingLoop::validate(int64_t step) {
-  if (!task_.has_validation()) return std::nullopt;
+  if (!task_.has_validation() || r_.trainer.limit_val_batches == 0) return std::nullopt;
   optimizer_->wait_for_params();  // model.optim.overlap_param_sync leaves the last gather open
   step_log_->flush();
   return task_.validate(ctx_, model_, step);

@@ -83,13 +83,12 @@ class TrainingTask {
   /// This rank's layout.micro_batches() of 0-based step `step`, which starts after
   /// `consumed_samples` samples of the run.
   virtual std::vector<MicroBatch> step_micro_batches(TaskContext& ctx, int64_t step, int64_t consumed_samples) = 0;
-  /// Whether the run has validation data to score (else validate() is never called).
+  /// Whether the run has validation data to score (else validate() is never called; the loop
+  /// also skips it when trainer.limit_val_batches is 0).
   virtual bool has_validation() const = 0;
   /// Scores the validation data after `step` steps and writes the record; the loss, or nullopt
   /// when nothing was scored. Collective.
   virtual std::optional<double> validate(TaskContext& ctx, TaskModel& model, int64_t step) = 0;
-  /// Whether the run saves a checkpoint of its last step (trainer.max_steps) when it ends there.
-  virtual bool save_at_end(int64_t max_steps) const = 0;
   /// After the last step's validation (its loss, if any) and checkpoint. Collective.
   virtual void at_end(TaskContext& ctx, TaskModel& model, int64_t max_steps, std::optional<double> val_loss) {}
   /// Last checks before the groups close (after the summary). Collective.

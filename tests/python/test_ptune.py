@@ -288,6 +288,29 @@ def test_overlap_grad_sync_is_armed_and_changes_nothing(setup, tmp_path):
     assert [r["loss"] for r in metrics(tmp_path / "overlap")] == [r["loss"] for r in metrics(tmp_path / "plain")]
 
 
+def test_overlap_param_sync_of_the_distributed_optimizer_runs_and_changes_nothing(setup, tmp_path):
+    # The prompt encoder runs while the step's micro-batches are built, so the parameters'
+    # all-gathers must be done by then (they were still in flight: step 2 failed in autograd).
+    method = METHODS["mlp"] + ["trainer.max_steps=3", "trainer.val_check_interval=100",
+                               "model.optim.name=distributed_fused_adam"]
+    plain = method + layout_overrides(tmp_path / "plain", 1, 1, 2)
+    run_ptune(setup["recipe"], plain)
+    run_ptune(setup["recipe"], method + layout_overrides(tmp_path / "overlap", 1, 1, 2) +
+              ["model.optim.overlap_param_sync=true"])
+    losses = [r["loss"] for r in metrics(tmp_path / "plain")]
+    assert len(losses) == 3 and [r["loss"] for r in metrics(tmp_path / "overlap")] == losses
+
+
+def test_save_last_and_limit_val_batches_mean_what_they_mean_in_train(setup, tmp_path):
+    run_ptune(setup["recipe"], METHODS["embedding"] + layout_overrides(tmp_path) + [
+        "trainer.max_steps=3", "trainer.val_check_interval=1", "trainer.limit_val_batches=0",
+        "exp_manager.checkpoint_callback_params.every_n_steps=2",
+        "exp_manager.checkpoint_callback_params.save_last=false"])
+    saved = sorted(d.name for d in (tmp_path / "checkpoints").glob("iter_*"))
+    assert saved == ["iter_0000002"], saved  # step 3 is off the every_n_steps grid
+    assert metrics(tmp_path, "validation") == []
+
+
 def test_model_flops_are_reported_as_two_thirds_of_training(setup, tmp_path):
     done = run_ptune(setup["recipe"], METHODS["embedding"] + layout_overrides(tmp_path / "run"))
     records = metrics(tmp_path / "run")
