@@ -26,15 +26,11 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Te
   at::Tensor q = mixed.narrow(3, 0, d).permute({1, 2, 0, 3});  // [b, a/t, n, d]
   at::Tensor k = mixed.narrow(3, d, d).permute({1, 2, 0, 3});
   at::Tensor v = mixed.narrow(3, 2 * d, d).permute({1, 2, 0, 3});
-  auto [keys, values] = cache.append(layer_, k, v);  // [b, a/t, L + n, d]
-
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  at::Tensor scores = at::matmul(q, keys.transpose(-2, -1));  // [b, a/t, n, L + n]
-  // Rows of one length L: causal with sq = n < sk = L + n (query i, at position L + i, sees
-  // keys j <= L + i). Rows of different lengths: the cache's per-row mask says the same.
-  const std::optional<at::Tensor> mask = cache.attention_mask(n, scores.device());
-  at::Tensor probs = ops::scaled_masked_softmax(scores, mask, scale, /*causal=*/!mask.has_value());
-  at::Tensor context = at::matmul(probs, values);
+  // Stores this call's keys and values, then the causal attention over every cached position
+  // (contiguous: QKᵀ, the offset causal or per-row mask, softmax, ×V; paged: loom::ops::
+  // paged_attention through the rows' block tables).
+  at::Tensor context = cache.attend(layer_, q, k, v, scale);  // [b, a/t, n, d]
   context = context.permute({2, 0, 1, 3}).reshape({n, b, heads_local * d});
   return proj_.forward(context);
 }

@@ -1,10 +1,14 @@
 #include "model/kv_cache.h"
 
 #include <ATen/ATen.h>
+#include <ATen/TensorIndexing.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+
+#include "loom_ops/ops.h"
+#include "loom_ops/paged_attention.h"
 
 namespace loom::model {
 
@@ -27,6 +31,55 @@ KvCache::KvCache(int first_layer, int num_layers, int64_t batch, int64_t heads_l
     keys_.push_back(at::zeros({batch, heads_local, capacity, head_dim}, options));
     values_.push_back(at::zeros({batch, heads_local, capacity, head_dim}, options));
   }
+}
+
+KvCache KvCache::paged(int first_layer, int num_layers, int64_t rows, int64_t num_blocks,
+                       int64_t block_size, int64_t kv_heads_local, int64_t head_dim,
+                       const at::TensorOptions& options) {
+  if (num_layers < 0 || rows < 1 || num_blocks < 1 || block_size < 1 || kv_heads_local < 1 || head_dim < 1)
+    throw std::invalid_argument(
+        "KvCache::paged: expected num_layers >= 0 and positive rows, num_blocks, block_size, kv heads and "
+        "head_dim, found " + std::to_string(num_layers) + " layers, " + std::to_string(rows) + " rows, " +
+        std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + ", kv heads " +
+        std::to_string(kv_heads_local) + ", head_dim " + std::to_string(head_dim));
+  KvCache c;
+  c.first_layer_ = first_layer;
+  c.batch_ = rows;
+  c.heads_local_ = kv_heads_local;
+  c.head_dim_ = head_dim;
+  c.block_size_ = block_size;
+  c.num_blocks_ = num_blocks;
+  c.capacity_ = num_blocks * block_size;
+  c.lengths_.assign(static_cast<size_t>(rows), 0);
+  c.tables_.assign(static_cast<size_t>(rows), {});
+  for (int64_t r = 0; r < rows; ++r) c.selected_.push_back(r);
+  for (int i = 0; i < num_layers; ++i) {
+    c.keys_.push_back(at::zeros({num_blocks, kv_heads_local, block_size, head_dim}, options));
+    c.values_.push_back(at::zeros({num_blocks, kv_heads_local, block_size, head_dim}, options));
+  }
+  return c;
+}
+
+void KvCache::set_row(int64_t row, std::vector<int64_t> blocks, int64_t length) {
+  if (!is_paged()) throw std::logic_error("KvCache::set_row: the cache is not paged");
+  if (row < 0 || row >= batch_)
+    throw std::out_of_range("KvCache::set_row: row " + std::to_string(row) + " is outside [0, " +
+                            std::to_string(batch_) + ")");
+  for (int64_t b : blocks)
+    if (b < 0 || b >= num_blocks_)
+      throw std::out_of_range("KvCache::set_row: block " + std::to_string(b) + " is outside [0, " +
+                              std::to_string(num_blocks_) + ")");
+  if (length < 0 || length > static_cast<int64_t>(blocks.size()) * block_size_)
+    throw std::out_of_range("KvCache::set_row: " + std::to_string(length) + " positions do not fit in " +
+                            std::to_string(blocks.size()) + " blocks of " + std::to_string(block_size_));
+  tables_[static_cast<size_t>(row)] = std::move(blocks);
+  lengths_[static_cast<size_t>(row)] = length;
+  paged_index_.n = -1;
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::layer_storage(int layer) const {
+  const int index = index_of(layer);
+  return {keys_[static_cast<size_t>(index)], values_[static_cast<size_t>(index)]};
 }
 
 int64_t KvCache::length() const {
@@ -57,6 +110,7 @@ void KvCache::select_rows(const std::vector<int64_t>& rows) {
     seen[static_cast<size_t>(r)] = true;
   }
   selected_ = rows;
+  paged_index_.n = -1;
   if (selected_.empty())
     for (int64_t r = 0; r < batch_; ++r) selected_.push_back(r);
 }
@@ -81,19 +135,29 @@ std::optional<at::Tensor> KvCache::attention_mask(int64_t n, const at::Device& d
   return keys > last_visible;  // [b, 1, n, L + n] bool
 }
 
-std::pair<at::Tensor, at::Tensor> KvCache::append(int layer, const at::Tensor& k,
-                                                  const at::Tensor& v) {
+int KvCache::index_of(int layer) const {
   const int index = layer - first_layer_;
   if (index < 0 || index >= static_cast<int>(keys_.size()))
     throw std::out_of_range("KvCache: layer " + std::to_string(layer) +
                             " is not cached here (layers " + std::to_string(first_layer_) + ".." +
                             std::to_string(first_layer_ + static_cast<int>(keys_.size()) - 1) + ")");
+  return index;
+}
+
+void KvCache::check_new(const at::Tensor& k, const at::Tensor& v) const {
   if (k.dim() != 4 || k.size(0) != batch() || k.size(1) != heads_local_ || k.size(3) != head_dim_ ||
       v.sizes() != k.sizes())
     throw std::invalid_argument("KvCache: expected keys and values [" + std::to_string(batch()) +
                                 ", " + std::to_string(heads_local_) + ", n, " +
                                 std::to_string(head_dim_) + "], found " + c10::str(k.sizes()) +
                                 " and " + c10::str(v.sizes()));
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::append(int layer, const at::Tensor& k,
+                                                  const at::Tensor& v) {
+  if (is_paged()) throw std::logic_error("KvCache::append: a paged cache is read through attend()");
+  const int index = index_of(layer);
+  check_new(k, v);
   const int64_t n = k.size(2), longest = length();
   if (longest + n > capacity_)
     throw std::out_of_range("KvCache: " + std::to_string(longest) + " cached + " +
@@ -117,7 +181,75 @@ std::pair<at::Tensor, at::Tensor> KvCache::append(int layer, const at::Tensor& k
   return {keys.index_select(0, rows), values.index_select(0, rows)};
 }
 
+const KvCache::PagedIndex& KvCache::paged_index(int64_t n, const at::Device& device) {
+  if (paged_index_.n == n && paged_index_.blocks.device() == device) return paged_index_;
+  std::vector<int64_t> blocks, offsets, lengths;
+  size_t widest = 1;
+  for (int64_t r : selected_) widest = std::max(widest, tables_[static_cast<size_t>(r)].size());
+  std::vector<int64_t> tables(selected_.size() * widest, 0);  // padding is never read
+  for (size_t i = 0; i < selected_.size(); ++i) {
+    const auto& table = tables_[static_cast<size_t>(selected_[i])];
+    const int64_t length = lengths_[static_cast<size_t>(selected_[i])];
+    if (length + n > static_cast<int64_t>(table.size()) * block_size_)
+      throw std::out_of_range("KvCache: row " + std::to_string(selected_[i]) + " holds " + std::to_string(length) +
+                              " positions and has room for " +
+                              std::to_string(static_cast<int64_t>(table.size()) * block_size_) + ", not " +
+                              std::to_string(n) + " more");
+    for (int64_t t = length; t < length + n; ++t) {
+      blocks.push_back(table[static_cast<size_t>(t / block_size_)]);
+      offsets.push_back(t % block_size_);
+    }
+    std::copy(table.begin(), table.end(), tables.begin() + static_cast<int64_t>(i * widest));
+    lengths.push_back(length + n);
+  }
+  const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
+  const int64_t b = static_cast<int64_t>(selected_.size());
+  paged_index_.blocks = at::tensor(blocks, long_options);
+  paged_index_.offsets = at::tensor(offsets, long_options);
+  paged_index_.tables = at::tensor(tables, long_options).view({b, static_cast<int64_t>(widest)});
+  paged_index_.lengths = at::tensor(lengths, long_options);
+  paged_index_.n = n;
+  return paged_index_;
+}
+
+at::Tensor KvCache::attend(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           double scale) {
+  const int64_t n = k.size(2);
+  if (!is_paged()) {
+    auto [keys, values] = append(layer, k, v);                  // [b, heads, L + n, d]
+    at::Tensor scores = at::matmul(q, keys.transpose(-2, -1));  // [b, heads, n, L + n]
+    // Rows of one length L: causal with sq = n < sk = L + n (query i, at position L + i, sees
+    // keys j <= L + i). Rows of different lengths: the per-row mask says the same.
+    const std::optional<at::Tensor> mask = attention_mask(n, scores.device());
+    at::Tensor probs = ops::scaled_masked_softmax(scores, mask, scale, /*causal=*/!mask.has_value());
+    return at::matmul(probs, values);
+  }
+  const int index = index_of(layer);
+  check_new(k, v);
+  const PagedIndex& at_slots = paged_index(n, k.device());
+  using at::indexing::Slice;
+  // [b, kv, n, d] -> [b·n, kv, d], one row per slot, in the order of the slot lists.
+  const int64_t rows = k.size(0) * n;
+  keys_[index].index_put_({at_slots.blocks, Slice(), at_slots.offsets},
+                          k.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
+  values_[index].index_put_({at_slots.blocks, Slice(), at_slots.offsets},
+                            v.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
+  return ops::paged_attention(q, keys_[index], values_[index], at_slots.tables, at_slots.lengths, scale);
+}
+
 void KvCache::advance(int64_t n) {
+  paged_index_.n = -1;
+  if (is_paged()) {
+    for (int64_t r : selected_) {
+      const int64_t room = static_cast<int64_t>(tables_[static_cast<size_t>(r)].size()) * block_size_;
+      if (n < 0 || lengths_[static_cast<size_t>(r)] + n > room)
+        throw std::out_of_range("KvCache: cannot advance row " + std::to_string(r) + " by " + std::to_string(n) +
+                                " positions from " + std::to_string(lengths_[static_cast<size_t>(r)]) +
+                                " (its blocks hold " + std::to_string(room) + ")");
+    }
+    for (int64_t r : selected_) lengths_[static_cast<size_t>(r)] += n;
+    return;
+  }
   const int64_t longest = length();
   if (n < 0 || longest + n > capacity_)
     throw std::out_of_range("KvCache: cannot advance " + std::to_string(n) + " positions from " +

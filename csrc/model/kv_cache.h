@@ -11,6 +11,13 @@
 // the new positions of row r go to [row_length(r), row_length(r) + n), positions() gives their
 // position ids and attention_mask() hides each row's keys past its own query (and the unused
 // tail of shorter rows), so every row sees exactly what a batch of one would.
+//
+// Paged layout (KvCache::paged, used by `loom serve`, docs/serving.md "Paged KV cache"): each
+// layer's keys and values are a pool [num_blocks, kv_heads_local, block_size, head_dim]; the
+// owner (serve/kv_block_pool.h decides which blocks) gives each row its block table and length
+// with set_row(); new positions are written to the slots of the row's blocks, and attend()
+// reads them through the block tables with loom::ops::paged_attention (no mask is built: each
+// row's causal limit comes from its own length).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -30,6 +37,25 @@ class KvCache {
   KvCache(int first_layer, int num_layers, int64_t batch, int64_t heads_local, int64_t head_dim,
           int64_t capacity, const at::TensorOptions& options);
 
+  /// The paged layout: `rows` rows, each layer's keys and values
+  /// [num_blocks, kv_heads_local, block_size, head_dim] of `options`, zero-filled. kv_heads_local
+  /// is the cache's heads on this rank (the query heads, or fewer query groups with
+  /// grouped-query attention). Rows hold nothing until set_row() gives them blocks. Throws
+  /// std::invalid_argument for a non-positive size.
+  static KvCache paged(int first_layer, int num_layers, int64_t rows, int64_t num_blocks,
+                       int64_t block_size, int64_t kv_heads_local, int64_t head_dim,
+                       const at::TensorOptions& options);
+  bool is_paged() const { return block_size_ > 0; }
+  int64_t block_size() const { return block_size_; }  ///< 0 for the contiguous layout
+  /// Paged layout: row `row` holds `length` positions in `blocks` (its i-th block holds its
+  /// positions [i · block_size, (i + 1) · block_size)); the table must have room for the
+  /// positions a forward call adds. Throws std::out_of_range for a bad row or block id, or a
+  /// length past the table, std::logic_error on the contiguous layout.
+  void set_row(int64_t row, std::vector<int64_t> blocks, int64_t length);
+  /// Global layer `layer`'s keys and values (the pool [num_blocks, kv_heads, block_size, d] in
+  /// the paged layout, [rows, heads, capacity, d] otherwise): tests read them.
+  std::pair<at::Tensor, at::Tensor> layer_storage(int layer) const;
+
   /// Positions committed so far: the longest selected row (all rows equal unless rows of
   /// different lengths were used).
   int64_t length() const;
@@ -44,7 +70,10 @@ class KvCache {
   void select_rows(const std::vector<int64_t>& rows);
   int64_t row_length(int64_t row) const { return lengths_.at(static_cast<size_t>(row)); }
   /// Forgets row `row`'s positions (a new sequence takes the row).
-  void clear_row(int64_t row) { lengths_.at(static_cast<size_t>(row)) = 0; }
+  void clear_row(int64_t row) {
+    lengths_.at(static_cast<size_t>(row)) = 0;
+    paged_index_.n = -1;
+  }
 
   /// Position ids [batch(), n] int64 (on `options`' device) of n new positions of each
   /// selected row: row_length(r) + [0, n).
@@ -59,19 +88,42 @@ class KvCache {
   /// selected rows at [0, length() + n) (views when every row is selected in order).
   /// Throws std::out_of_range when the layer is not cached here or length + n > capacity,
   /// std::invalid_argument on a shape mismatch.
+  /// Contiguous layout only (std::logic_error when paged).
   std::pair<at::Tensor, at::Tensor> append(int layer, const at::Tensor& k, const at::Tensor& v);
 
+  /// Both layouts: stores k, v [batch(), kv_heads_local, n, head_dim] of the n new positions of
+  /// each selected row of global layer `layer` (as append) and returns the causal attention of
+  /// q [batch(), heads, n, head_dim] over each row's positions [0, row_length + n), scores
+  /// scaled by `scale`: [batch(), heads, n, head_dim]. Errors as append; paged: a row without
+  /// room for n more positions in its blocks throws std::out_of_range.
+  at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    double scale);
+
   /// Commits n positions of every selected row once every layer has appended them. Throws
-  /// std::out_of_range past the capacity.
+  /// std::out_of_range past the capacity (paged: past a row's blocks).
   void advance(int64_t n);
   /// Forgets every position of every row (the buffers are reused) and selects every row.
   void reset();
 
  private:
+  KvCache() = default;  // paged()
   bool all_selected() const;  // every row, in order
   bool one_length() const;    // the selected rows have one length
+  int index_of(int layer) const;
+  void check_new(const at::Tensor& k, const at::Tensor& v) const;
+  // Paged: the slots of the selected rows' next n positions and their tables, made once per
+  // forward call (every layer writes the same slots).
+  struct PagedIndex {
+    int64_t n = -1;
+    at::Tensor blocks, offsets;         // [b · n] the slot of each new position
+    at::Tensor tables, lengths;         // [b, max_blocks], [b] (the n new ones included)
+  };
+  const PagedIndex& paged_index(int64_t n, const at::Device& device);
   int first_layer_;
   int64_t batch_, heads_local_, head_dim_, capacity_;
+  int64_t block_size_ = 0, num_blocks_ = 0;      // paged layout
+  std::vector<std::vector<int64_t>> tables_;     // paged: per row
+  PagedIndex paged_index_;
   std::vector<int64_t> lengths_;   // per row
   std::vector<int64_t> selected_;  // rows of the next forward
   std::vector<at::Tensor> keys_, values_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -58,9 +59,32 @@ TokenLogprob logprob_from_json(const nlohmann::json& j) {
   return t;
 }
 
+EngineOptions resolved(EngineOptions o, int64_t context) {
+  if (o.max_batch < 1)
+    throw std::invalid_argument("--max-batch: expected an integer >= 1, found " + std::to_string(o.max_batch));
+  if (o.max_kv_tokens < 0)
+    throw std::invalid_argument("--max-kv-tokens: expected an integer >= 0, found " + std::to_string(o.max_kv_tokens));
+  if (o.block_size < 1)
+    throw std::invalid_argument("block_size: expected an integer >= 1, found " + std::to_string(o.block_size));
+  if (o.max_kv_tokens == 0) o.max_kv_tokens = o.max_batch * context;
+  return o;
+}
+
+// The paged cache of this rank's layers and heads, in the parameters' dtype and device.
+model::KvCache paged_cache(const model::GptStage& stage, int tp, const EngineOptions& o, const KvBlockPool& pool) {
+  const model::ParamList params = stage.parameters();
+  if (params.empty()) throw std::invalid_argument("GenerationEngine: the stage is empty");
+  const at::Tensor& any = params.front().tensor;
+  const auto& c = stage.config();
+  return model::KvCache::paged(stage.layout().first_layer, stage.num_local_layers(), o.max_batch, pool.num_blocks(),
+                               pool.block_size(), c.num_attention_heads / tp, c.head_dim(),
+                               at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
+}
+
 }  // namespace
 
-// A request holding a cache row, identical on every rank.
+// A request, identical on every rank: waiting (row -1, no blocks) or running (a cache row,
+// the blocks holding its first `computed` positions).
 struct GenerationEngine::Running {
   uint64_t id = 0;
   RequestSpec spec;
@@ -68,9 +92,12 @@ struct GenerationEngine::Running {
   generate::TokenSampler sampler;
   std::vector<int64_t> context;  // prompt, then every generated token
   int64_t generated = 0;
-  bool prefilled = false;
-  Running(uint64_t id_, RequestSpec spec_, int64_t row_)
-      : id(id_), spec(std::move(spec_)), row(row_), sampler(spec.sampling), context(spec.prompt) {}
+  bool prefilled = false;        // in this admission
+  bool prompt_reported = false;  // its prompt's log-probabilities went out (echo)
+  RequestBlocks blocks;
+  int64_t computed = 0;          // positions whose keys and values the cache holds
+  Running(uint64_t id_, RequestSpec spec_)
+      : id(id_), spec(std::move(spec_)), sampler(spec.sampling), context(spec.prompt) {}
 };
 
 // A token chosen on the last stage for one request (and its prompt's log-probabilities), or
@@ -85,15 +112,10 @@ GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups gr
                                    EngineOptions options)
     : stage_(stage),
       groups_(std::move(groups)),
-      options_(std::move(options)),
-      cache_(stage.make_kv_cache(std::max<int64_t>(options_.max_batch, 1),
-                                 stage.config().max_position_embeddings)) {
-  if (options_.max_batch < 1)
-    throw std::invalid_argument("--max-batch: expected an integer >= 1, found " + std::to_string(options_.max_batch));
-  if (options_.max_kv_tokens < 0)
-    throw std::invalid_argument("--max-kv-tokens: expected an integer >= 0, found " +
-                                std::to_string(options_.max_kv_tokens));
-  if (options_.max_kv_tokens == 0) options_.max_kv_tokens = options_.max_batch * context();
+      options_(resolved(std::move(options), stage.config().max_position_embeddings)),
+      pool_((options_.max_kv_tokens + options_.block_size - 1) / options_.block_size, options_.block_size,
+            options_.prefix_caching),
+      cache_(paged_cache(stage, groups_.tp->size(), options_, pool_)) {
   for (int64_t r = options_.max_batch - 1; r >= 0; --r) free_rows_.push_back(r);
 }
 
@@ -150,47 +172,57 @@ void GenerationEngine::wait_for_work(int ms) {
 
 bool GenerationEngine::busy() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return !queue_.empty() || !running_.empty();
+  return !queue_.empty() || active_ > 0;
+}
+
+int64_t GenerationEngine::extra_key(const RequestSpec& spec) {
+  if (spec.prompt_task < 0) return -1;
+  // The task's table and where its rows go both shape the keys and values.
+  const uint64_t h = block_hash(static_cast<uint64_t>(spec.prompt_task), spec.virtual_positions.data(),
+                                static_cast<int64_t>(spec.virtual_positions.size()), spec.prompt_task);
+  return static_cast<int64_t>(h >> 1);  // >= 0: never the -1 of a plain request
 }
 
 nlohmann::json GenerationEngine::plan_step(bool stop) {
-  nlohmann::json plan = {{"stop", stop}, {"cancel", nlohmann::json::array()}, {"join", nlohmann::json::array()}};
+  nlohmann::json plan = {{"stop", stop}, {"cancel", nlohmann::json::array()}, {"arrive", nlohmann::json::array()}};
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<uint64_t> kept;
   for (uint64_t id : cancelled_) {
-    if (running_.count(id)) {
+    const bool waiting = std::any_of(waiting_.begin(), waiting_.end(), [id](const auto& w) { return w->id == id; });
+    if (running_.count(id) || waiting) {
       plan["cancel"].push_back(id);
     } else {
       auto it = std::find_if(queue_.begin(), queue_.end(), [id](const auto& q) { return q.first == id; });
-      if (it != queue_.end()) queue_.erase(it);  // still waiting: dropped here
+      if (it != queue_.end()) queue_.erase(it);  // not sent to the ranks yet: dropped here
       else if (id >= next_id_) kept.push_back(id);
     }
   }
   cancelled_.clear();
   cancelled_.insert(kept.begin(), kept.end());
-  int64_t reserved = 0;
-  for (const auto& [id, r] : running_) reserved += kv_tokens(r->spec);
-  for (const auto& id : plan["cancel"]) reserved -= kv_tokens(running_.at(id.get<uint64_t>())->spec);
-  int64_t rows = static_cast<int64_t>(free_rows_.size()) + static_cast<int64_t>(plan["cancel"].size());
-  // In order: a request that does not fit waits, and so do the ones behind it.
-  while (!queue_.empty() && rows > 0 && reserved + kv_tokens(queue_.front().second) <= options_.max_kv_tokens) {
-    auto& [id, spec] = queue_.front();
-    plan["join"].push_back({{"id", id}, {"spec", to_json(spec)}});
-    reserved += kv_tokens(spec);
-    --rows;
-    queue_.pop_front();
+  // Every new request goes to every rank now; the ranks' one scheduler decides when it joins.
+  for (; !queue_.empty(); queue_.pop_front()) {
+    plan["arrive"].push_back({{"id", queue_.front().first}, {"spec", to_json(queue_.front().second)}});
+    ++active_;
   }
-  reserved_ = reserved;
   return plan;
 }
 
-model::PromptSplice GenerationEngine::prompt_splice(const RequestSpec& spec) const {
+model::PromptSplice GenerationEngine::prompt_splice(const RequestSpec& spec, int64_t from) const {
   model::PromptSplice splice;
   if (spec.prompt_task < 0 || !first_stage()) return splice;
+  // Virtual positions before `from` are in cached blocks already (keyed by the task).
+  std::vector<int64_t> at, rows;
+  for (size_t i = 0; i < spec.virtual_positions.size(); ++i)
+    if (spec.virtual_positions[i] >= from) {
+      at.push_back(spec.virtual_positions[i] - from);
+      rows.push_back(static_cast<int64_t>(i));
+    }
+  if (at.empty()) return splice;
   const auto on_device = at::TensorOptions().dtype(at::kLong).device(groups_.tp->device());
-  splice.seq_index = at::tensor(spec.virtual_positions, on_device);
-  splice.batch_index = at::zeros({static_cast<int64_t>(spec.virtual_positions.size())}, on_device);
-  splice.vectors = options_.prompt_tables[static_cast<size_t>(spec.prompt_task)];
+  splice.seq_index = at::tensor(at, on_device);
+  splice.batch_index = at::zeros({static_cast<int64_t>(at.size())}, on_device);
+  const at::Tensor& table = options_.prompt_tables[static_cast<size_t>(spec.prompt_task)];
+  splice.vectors = rows.size() == spec.virtual_positions.size() ? table : table.index_select(0, at::tensor(rows, on_device));
   return splice;
 }
 
@@ -238,34 +270,93 @@ GenerationEngine::Choice GenerationEngine::choose(Running& r, const float* z) {
 
 void GenerationEngine::finish(Running& r, FinishReason reason, RequestProgress& progress) {
   progress.finished = reason;
-  cache_.clear_row(r.row);
-  free_rows_.push_back(r.row);
+  pool_.release(r.blocks);  // the moment it ends
+  if (r.row >= 0) {
+    cache_.clear_row(r.row);
+    free_rows_.push_back(r.row);
+    r.row = -1;
+  }
 }
+
+void GenerationEngine::bind_row(const Running& r) { cache_.set_row(r.row, r.blocks.blocks, r.computed); }
 
 // Ends the running requests the plan cancels (reported with kCancelled).
 void GenerationEngine::apply_cancellations(const nlohmann::json& plan, std::map<uint64_t, RequestProgress>& progress) {
   for (const auto& cancelled : plan.at("cancel")) {
     const uint64_t id = cancelled.get<uint64_t>();
     auto it = running_.find(id);
-    if (it == running_.end()) continue;
-    progress[id].id = id;
-    finish(*it->second, FinishReason::kCancelled, progress[id]);
-    running_.erase(it);
+    if (it != running_.end()) {
+      progress[id].id = id;
+      finish(*it->second, FinishReason::kCancelled, progress[id]);
+      running_.erase(it);
+      continue;
+    }
+    auto w = std::find_if(waiting_.begin(), waiting_.end(), [id](const auto& q) { return q->id == id; });
+    if (w == waiting_.end()) continue;
+    if ((*w)->generated > 0 || (*w)->prompt_reported) {  // preempted after it began reporting
+      progress[id].id = id;
+      progress[id].finished = FinishReason::kCancelled;
+    }
+    waiting_.erase(w);
   }
 }
 
-// Gives each joining request of the plan a free cache row; returns them in plan order.
-std::vector<GenerationEngine::Running*> GenerationEngine::admit(const nlohmann::json& plan) {
+void GenerationEngine::preempt(std::map<uint64_t, std::unique_ptr<Running>>::iterator it) {
+  Running& r = *it->second;
+  pool_.release(r.blocks);  // its full blocks stay cached (free, hashed) until reused
+  r.computed = 0;
+  r.prefilled = false;
+  cache_.clear_row(r.row);
+  free_rows_.push_back(r.row);
+  r.row = -1;
+  ++preemptions_;
+  waiting_.push_front(std::move(it->second));
+  running_.erase(it);
+}
+
+std::vector<GenerationEngine::Running*> GenerationEngine::make_room(bool& preempted) {
+  preempted = false;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, r] : running_) ids.push_back(id);
+  std::vector<Running*> decoding;
+  for (uint64_t id : ids) {
+    auto it = running_.find(id);
+    if (it == running_.end()) continue;
+    Running& r = *it->second;
+    // Its last token goes to position `computed`. Only requests after this one can be the
+    // newest, so the ones already in `decoding` stay.
+    bool here = true;
+    while (here && !pool_.grow(r.blocks, r.computed + 1)) {
+      preempt(std::prev(running_.end()));
+      preempted = true;
+      here = running_.count(id) > 0;
+    }
+    if (here) decoding.push_back(&r);
+  }
+  return decoding;
+}
+
+// Waiting requests join in order while a row and the blocks for their whole context (less its
+// cached prefix) are free; each gets its cached prefix and blocks. Returns them in order.
+std::vector<GenerationEngine::Running*> GenerationEngine::admit() {
   std::vector<Running*> joined;
-  for (const auto& j : plan.at("join")) {
-    const uint64_t id = j.at("id").get<uint64_t>();
-    if (free_rows_.empty()) throw std::logic_error("serve: a request joined with no free cache row");
-    const int64_t row = free_rows_.back();
+  const int64_t bs = pool_.block_size();
+  while (!waiting_.empty() && !free_rows_.empty()) {
+    Running& r = *waiting_.front();
+    const int64_t n = static_cast<int64_t>(r.context.size());
+    const int64_t extra = extra_key(r.spec);
+    // The last position is always computed (its logits choose the next token); echo needs
+    // every prompt position's logits once.
+    const int64_t max_hits = r.spec.prompt_logprobs && !r.prompt_reported ? 0 : (n - 1) / bs;
+    if (pool_.blocks_needed(r.context, extra, max_hits, n) > pool_.num_free()) break;
+    r.computed = pool_.attach_prefix(r.blocks, r.context, extra, max_hits);
+    if (!pool_.grow(r.blocks, n)) throw std::logic_error("serve: a joining request's blocks were counted free");
+    r.row = free_rows_.back();
     free_rows_.pop_back();
-    auto r = std::make_unique<Running>(id, request_from_json(j.at("spec")), row);
-    cache_.clear_row(row);
-    joined.push_back(r.get());
-    running_.emplace(id, std::move(r));
+    r.prefilled = false;
+    joined.push_back(&r);
+    running_.emplace(r.id, std::move(waiting_.front()));
+    waiting_.pop_front();
   }
   return joined;
 }
@@ -277,11 +368,16 @@ void GenerationEngine::decode(const std::vector<Running*>& decoding, Choices& ch
   std::vector<int64_t> rows;
   std::vector<std::vector<int64_t>> tokens;
   for (Running* r : decoding) {
+    bind_row(*r);
     rows.push_back(r->row);
     tokens.push_back({r->context.back()});
   }
   cache_.select_rows(rows);
   const at::Tensor logits = forward(tokens, 1);
+  for (Running* r : decoding) {
+    r->computed += 1;
+    pool_.commit(r->blocks, r->context, r->computed, extra_key(r->spec));
+  }
   if (!last_stage()) return;
   const int64_t b = static_cast<int64_t>(decoding.size());
   const at::Tensor full = generate::gather_vocab_logits(logits.select(0, 0), groups_.tp, stage_.config().vocab_size);
@@ -307,20 +403,28 @@ std::vector<TokenLogprob> GenerationEngine::prompt_logprobs(const Running& r, co
   return out;
 }
 
-// One forward per joining request over its whole prompt; the last stage chooses its first
-// token (none when max_new_tokens is 0) and, when asked, the prompt's log-probabilities.
+// One forward per joining request over its context past its cached prefix (the prompt, or for
+// a preempted request the prompt and the tokens it generated); the last stage chooses its next
+// token (none when max_new_tokens is reached) and, the first time when asked, the prompt's
+// log-probabilities (then nothing was cached: every position is computed).
 void GenerationEngine::prefill(const std::vector<Running*>& joined, Choices& choices) {
   for (Running* r : joined) {
-    const int64_t n = static_cast<int64_t>(r->spec.prompt.size());
+    const int64_t n = static_cast<int64_t>(r->context.size()), from = r->computed;
+    const bool echo = r->spec.prompt_logprobs && !r->prompt_reported;
     r->prefilled = true;
-    if (r->spec.max_new_tokens == 0 && !r->spec.prompt_logprobs) continue;
+    r->prompt_reported = r->prompt_reported || r->spec.prompt_logprobs;
+    if (r->spec.max_new_tokens == 0 && !echo) continue;
+    bind_row(*r);
     cache_.select_rows({r->row});
-    const at::Tensor logits = forward({r->spec.prompt}, n, prompt_splice(r->spec));
+    const std::vector<int64_t> rest(r->context.begin() + from, r->context.end());
+    const at::Tensor logits = forward({rest}, n - from, prompt_splice(r->spec, from));
+    r->computed = n;
+    pool_.commit(r->blocks, r->context, r->computed, extra_key(r->spec));
     if (!last_stage()) continue;
     Choice c;
-    if (r->spec.prompt_logprobs) c.prompt = prompt_logprobs(*r, logits);
-    if (r->spec.max_new_tokens > 0) {
-      const at::Tensor last = full_logits(logits, 0, n - 1, 1);
+    if (echo) c.prompt = prompt_logprobs(*r, logits);
+    if (r->spec.max_new_tokens > r->generated) {
+      const at::Tensor last = full_logits(logits, 0, n - from - 1, 1);
       Choice chosen = choose(*r, last[0].data_ptr<float>());
       c.token = chosen.token;
       c.error = std::move(chosen.error);
@@ -403,16 +507,23 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
 
   std::map<uint64_t, RequestProgress> progress;
   apply_cancellations(plan, progress);
-  // Decode first (the requests already running), then prefill the ones joining.
-  std::vector<Running*> decoding;
-  for (auto& [id, r] : running_) decoding.push_back(r.get());
-  const std::vector<Running*> joined = admit(plan);
+  for (const auto& a : plan.at("arrive"))
+    waiting_.push_back(std::make_unique<Running>(a.at("id").get<uint64_t>(), request_from_json(a.at("spec"))));
+  // Decode first (the requests already running, each with a slot for its next token), then
+  // prefill the ones joining; none join in a step that had to preempt.
+  bool preempted = false;
+  const std::vector<Running*> decoding = make_room(preempted);
+  const std::vector<Running*> joined = preempted ? std::vector<Running*>{} : admit();
   Choices choices;
   decode(decoding, choices);
   prefill(joined, choices);
   cache_.select_rows({});
   share_choices(choices);
   apply_choices(choices, progress);
+  if (serving) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    active_ = running_.size() + waiting_.size();
+  }
   if (serving && report)
     for (const auto& [id, p] : progress) report(p);
   return true;

@@ -1,14 +1,22 @@
 // The batched generation engine behind `loom serve` (docs/serving.md): many requests of
-// different lengths decode together with one KV cache (model/kv_cache.h, a row per request),
-// under tensor parallelism (each stage's TP group) and pipeline parallelism (stages kept apart,
-// hidden states over runtime/pipeline_links.h). Continuous batching: between decode steps
-// finished requests leave and waiting ones join (their prompt is prefilled, then they decode
-// with the rest); at most max_batch requests run and their prompts plus token budgets reserve
-// at most max_kv_tokens cache positions; a request that does not fit waits in order.
+// different lengths decode together with one paged KV cache (model/kv_cache.h, KvCache::paged)
+// whose blocks a pool hands out (serve/kv_block_pool.h), under tensor parallelism (each
+// stage's TP group) and pipeline parallelism (stages kept apart, hidden states over
+// runtime/pipeline_links.h). Continuous batching: between decode steps finished requests
+// leave and waiting ones join (their prompt is prefilled, then they decode with the rest); at
+// most max_batch requests run. A request takes blocks as it grows and frees them the moment it
+// ends. With prefix caching (on by default) a joining request reuses the cached full blocks of
+// a prefix it shares with earlier requests and prefills only the rest. When the pool has no
+// block for a running request's next token, the newest running request is preempted: its
+// blocks are freed and it waits at the head of the queue, to be recomputed (prompt and the
+// tokens it generated) when it fits again. Joining is in order: a request that does not fit
+// waits, and so do the ones behind it; one that could never fit (prompt + max_tokens past
+// max_kv_tokens) is refused at submit().
 //
 // Every rank runs step() in lockstep. World rank 0 (first stage, TP rank 0: the serving rank)
-// owns the queue and decides each step's plan (who joins, who is cancelled, stop), broadcast
-// to every rank over the control group; every rank then holds the same request table. The
+// owns the intake and sends each step's plan (new requests, cancellations, stop) to every rank
+// over the control group; every rank then runs the same deterministic scheduler on the same
+// request table and block pool. The
 // last stage's TP ranks gather the logits and choose tokens with per-request samplers (same
 // request and seed: same tokens whatever else is in the batch); with p > 1 its TP rank 0
 // broadcasts the choices. Greedy results equal generate::generate_tokens one at a time.
@@ -34,6 +42,7 @@
 #include "model/kv_cache.h"
 #include "runtime/communicator.h"
 #include "runtime/pipeline_links.h"
+#include "serve/kv_block_pool.h"
 #include "serve/request.h"
 
 namespace loom::serve {
@@ -73,7 +82,11 @@ struct EngineGroups {
 
 struct EngineOptions {
   int64_t max_batch = 16;      ///< requests decoding together (cache rows)
-  int64_t max_kv_tokens = 0;   ///< positions reserved at most (0: max_batch · context)
+  /// KV-cache positions of the block pool, rounded up to whole blocks (0: max_batch · context);
+  /// a request's prompt + max_tokens must fit in it.
+  int64_t max_kv_tokens = 0;
+  int64_t block_size = 16;     ///< positions per KV block
+  bool prefix_caching = true;  ///< reuse cached full blocks of shared prefixes (--no-prefix-caching)
   int64_t eod_id = -1;         ///< <|endoftext|> (-1: none)
   /// The text of token ids (stop strings are looked for in it); null: no stop strings.
   std::function<std::string(const std::vector<int64_t>&)> decode;
@@ -86,8 +99,9 @@ struct EngineOptions {
 class GenerationEngine {
  public:
   /// `stage` is this rank's pipeline stage of the model (built without sequence parallelism),
-  /// kept by reference. Allocates the KV cache [max_batch rows × context]. Throws
-  /// std::invalid_argument for max_batch < 1 or max_kv_tokens < 0.
+  /// kept by reference. Allocates the paged KV cache: ceil(max_kv_tokens / block_size) blocks
+  /// per layer. Throws std::invalid_argument for max_batch < 1, max_kv_tokens < 0 or
+  /// block_size < 1.
   GenerationEngine(const model::GptStage& stage, EngineGroups groups, EngineOptions options);
   ~GenerationEngine();
 
@@ -111,6 +125,12 @@ class GenerationEngine {
 
   int64_t context() const { return stage_.config().max_position_embeddings; }
   const EngineOptions& options() const { return options_; }
+  /// Step thread: prefix-cache lookups and hits (tokens) so far, blocks held by running
+  /// requests, and preemptions so far.
+  const PrefixCacheStats& prefix_cache_stats() const { return pool_.stats(); }
+  int64_t kv_blocks_used() const { return pool_.num_blocks() - pool_.num_free(); }
+  int64_t kv_blocks() const { return pool_.num_blocks(); }
+  int64_t preemptions() const { return preemptions_; }
 
  private:
   struct Running;
@@ -120,8 +140,11 @@ class GenerationEngine {
   // Runs n new positions of the cache's selected rows through this stage and the pipeline;
   // returns the logits [n, b, V/t] on the last stage, undefined elsewhere.
   at::Tensor forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n, const model::PromptSplice& splice = {});
-  // The splice of a learned-prompt request's prefill (inactive for a plain one or off the first stage).
-  model::PromptSplice prompt_splice(const RequestSpec& spec) const;
+  // The splice of a learned-prompt request's prefill from position `from` on (inactive for a
+  // plain one or off the first stage).
+  model::PromptSplice prompt_splice(const RequestSpec& spec, int64_t from) const;
+  // The prefix-cache key besides the tokens: -1, or the learned-prompt task and its positions.
+  static int64_t extra_key(const RequestSpec& spec);
   // Last stage: the full-vocabulary logits [count, V] of positions [first, first + count) of
   // batch row `row` of `logits`.
   at::Tensor full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count);
@@ -130,7 +153,13 @@ class GenerationEngine {
   // The parts of step(), in order.
   using Choices = std::map<uint64_t, Choice>;
   void apply_cancellations(const nlohmann::json& plan, std::map<uint64_t, RequestProgress>& progress);
-  std::vector<Running*> admit(const nlohmann::json& plan);
+  // Gives every running request a slot for its next token, preempting the newest when the
+  // pool is full; returns the requests that decode this step.
+  std::vector<Running*> make_room(bool& preempted);
+  void preempt(std::map<uint64_t, std::unique_ptr<Running>>::iterator it);
+  std::vector<Running*> admit();
+  // Points the cache row of `r` at its blocks and computed length.
+  void bind_row(const Running& r);
   void decode(const std::vector<Running*>& decoding, Choices& choices);
   void prefill(const std::vector<Running*>& joined, Choices& choices);
   std::vector<TokenLogprob> prompt_logprobs(const Running& r, const at::Tensor& logits);
@@ -143,9 +172,12 @@ class GenerationEngine {
   const model::GptStage& stage_;
   EngineGroups groups_;
   EngineOptions options_;
+  KvBlockPool pool_;
   model::KvCache cache_;
   std::map<uint64_t, std::unique_ptr<Running>> running_;  // by id: same order on every rank
+  std::deque<std::unique_ptr<Running>> waiting_;         // in order to join (preempted ones first)
   std::vector<int64_t> free_rows_;
+  int64_t preemptions_ = 0;
 
   // Serving rank only.
   mutable std::mutex mutex_;
@@ -153,7 +185,7 @@ class GenerationEngine {
   std::deque<std::pair<uint64_t, RequestSpec>> queue_;
   std::set<uint64_t> cancelled_;
   uint64_t next_id_ = 1;
-  int64_t reserved_ = 0;  // kv_tokens of the running requests
+  size_t active_ = 0;  // requests sent to the step thread and not finished
 };
 
 }  // namespace loom::serve

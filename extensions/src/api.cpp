@@ -1,6 +1,7 @@
 // loom_ops/ops.h: the C++ functions, each a call of the registered op through the
 // dispatcher (so autograd and the device kernel apply exactly as from Python).
 #include "loom_ops/ops.h"
+#include "loom_ops/paged_attention.h"
 
 #include <stdexcept>
 #include <string>
@@ -74,6 +75,13 @@ at::Tensor core_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   return handles::core_attention().call(q, k, v, mask, scale, causal, s.p, as_int(s.key.seed),
                                         as_int(s.key.stream), s.block.global_shape,
                                         s.block.offset);
+}
+
+at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache, const at::Tensor& block_tables,
+                           const at::Tensor& context_lens, double scale) {
+  return handles::paged_attention().call(q, key_cache, value_cache, block_tables, context_lens,
+                                         scale);
 }
 
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {

@@ -5,6 +5,7 @@
 
 #include "internal.h"
 #include "kernels.h"
+#include "paged_attention.h"
 
 namespace loom::ops {
 
@@ -62,6 +63,13 @@ at::Tensor scaled_masked_softmax_backward_meta(const at::Tensor& dy, const at::T
   return at::empty_like(y, at::MemoryFormat::Contiguous);
 }
 
+at::Tensor paged_attention_meta(const at::Tensor& q, const at::Tensor& key_cache,
+                                const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                const at::Tensor& context_lens, double) {
+  internal::check_paged_attention(q, key_cache, value_cache, block_tables, context_lens);
+  return at::empty_like(q, at::MemoryFormat::Contiguous);
+}
+
 at::Tensor bias_gelu_meta(const at::Tensor& x, const at::Tensor& bias) {
   internal::check_bias_gelu(x, bias);
   return at::empty_like(x, at::MemoryFormat::Contiguous);
@@ -83,6 +91,7 @@ TORCH_LIBRARY_IMPL(loom, Meta, m) {
   m.impl("bias_dropout_add", &loom::ops::bias_dropout_add_meta);
   m.impl("scaled_masked_softmax", &loom::ops::scaled_masked_softmax_meta);
   m.impl("scaled_masked_softmax_backward", &loom::ops::scaled_masked_softmax_backward_meta);
+  m.impl("paged_attention", &loom::ops::paged_attention_meta);
   m.impl("bias_gelu", &loom::ops::bias_gelu_meta);
   m.impl("bias_gelu_backward", &loom::ops::bias_gelu_backward_meta);
 }

@@ -2,6 +2,8 @@
 // dispatch key elsewhere: cpu/register_cpu.cpp (CPU), cuda/ops_cuda.cpp (CUDA),
 // meta.cpp (Meta: shapes only), autograd.cpp (Autograd), attention.cpp
 // (CompositeExplicitAutograd: core_attention is a composition of the ops below).
+// paged_attention (inference only, no autograd) reads keys and values through block tables;
+// its checks are in paged_attention.cpp.
 //
 // Dropout arguments (p, seed, stream, global_shape, offset) follow philox.h and
 // dropout_layout.h: the input is the block `offset` of a row-major tensor of shape
@@ -30,6 +32,8 @@ TORCH_LIBRARY(loom, m) {
   m.def("core_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v,"
         " Tensor? mask, float scale, bool causal, float p, int seed, int stream,"
         " int[] global_shape, int[] offset) -> (Tensor, Tensor, Tensor)");
+  m.def("paged_attention(Tensor q, Tensor key_cache, Tensor value_cache, Tensor block_tables,"
+        " Tensor context_lens, float scale) -> Tensor");
   m.def("bias_gelu(Tensor input, Tensor bias) -> Tensor");
   m.def("bias_gelu_backward(Tensor grad_out, Tensor input, Tensor bias) -> Tensor");
 }

@@ -1,5 +1,5 @@
 // `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
-// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--max-connections N]
+// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--no-prefix-caching] [--max-connections N]
 // [--chat-template FILE]`: serves a training checkpoint (any layout, resharded for t and split
 // into p stages) over HTTP with NeMo's `PUT /generate`, OpenAI's `POST /v1/completions` and
 // `POST /v1/chat/completions`, and Prometheus' `GET /metrics` (docs/serving.md), continuous batching
@@ -98,8 +98,11 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
                  "the key itself: visible to every user in the process list (ps); prefer $LOOM_API_KEY or --api-key-file");
   app.add_option("--max-batch", job.serve.engine.max_batch, "requests decoding together")->capture_default_str();
   app.add_option("--max-kv-tokens", job.serve.engine.max_kv_tokens,
-                 "KV-cache positions the running requests may reserve (prompt + max tokens; 0: max-batch x context)")
+                 "KV-cache positions of the paged block pool, in blocks of 16 (a request's prompt + max tokens must "
+                 "fit; 0: max-batch x context)")
       ->capture_default_str();
+  app.add_flag_callback("--no-prefix-caching", [&job] { job.serve.engine.prefix_caching = false; },
+                        "do not reuse the KV blocks of prompt prefixes shared with earlier requests");
   app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB, chunked ones included (413 beyond)")
       ->capture_default_str();
   app.add_option("--header-timeout-s", job.serve.http.header_timeout_s,

@@ -98,3 +98,8 @@ loom_cuda_mutant(vector_path_misaligned layer_norm.cu "[layer_norm]" "misaligned
 [==[  const bool vector = cols % kPack == 0 && aligned16(x) && aligned16(y) && aligned16(gamma) &&
                       aligned16(beta);]==]
 [==[  const bool vector = cols % kPack == 0;]==])
+
+# paged_attention: each query misses its own key (an off-by-one in the causal limit).
+loom_cuda_mutant(paged_causal_off_by_one paged_attention.cu "[paged_attention]" "${_failed}"
+[==[const int64_t visible = lens[r] - n + i + 1;]==]
+[==[const int64_t visible = lens[r] - n + i;]==])

@@ -2,8 +2,9 @@
 completions (text, lists, token ids, echo + logprobs + max_tokens 0 as lm-eval's
 local-completions model sends them, seeds, stop strings, server-sent events), NeMo's
 PUT /generate, the same answers as `loom generate` and under t = 2 × p = 2, concurrent requests
-equal to sequential ones, every bad input of the issue answered with a 4xx naming the field
-while the server keeps serving, hostile input (deep nesting, numbers past a double, sampling
+equal to sequential ones (also with a KV pool small enough to preempt, and with prefix caching
+off), every bad input of the issue answered with a 4xx naming the field while the server keeps
+serving, hostile input (deep nesting, numbers past a double, sampling
 values that would make logits non-finite, huge prompts, slow headers, chunked bodies past the
 limit, a half-close) refused or answered and memory returning to its baseline after it, the API
 key (flag, file, environment), SIGTERM finishing the requests in flight, a dead
@@ -92,6 +93,23 @@ def test_concurrent_requests_equal_sequential_ones(server):
             assert a["logprobs"]["tokens"] == b["logprobs"]["tokens"]
             for x, y in zip(a["logprobs"]["token_logprobs"], b["logprobs"]["token_logprobs"]):
                 assert abs(x - y) < 1e-4
+
+
+def test_a_tiny_kv_pool_and_no_prefix_caching_answer_as_the_default(server, run_dir):
+    """Requests sharing a system prompt, sent together: a pool of 4 blocks of 16 positions
+    (--max-kv-tokens 64, so running requests preempt each other) and --no-prefix-caching give
+    the default server's greedy answers."""
+    system = "First Citizen:\nBefore we proceed any further, hear me speak. "
+    bodies = [{"prompt": system + p, "max_tokens": 8, "temperature": 0, "logprobs": 1} for p in PROMPTS]
+    expected = [complete(server.url, **b)["choices"][0] for b in bodies]
+    for flags in (["--max-kv-tokens", 64], ["--no-prefix-caching"]):
+        with Server(run_dir, "--max-batch", 8, *flags) as s:
+            with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+                got = list(pool.map(lambda b: complete(s.url, **b)["choices"][0], bodies))
+            assert s.terminate() == 0
+        for a, b in zip(got, expected):
+            assert a["text"] == b["text"], flags
+            assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-4)
 
 
 def test_lm_eval_loglikelihood_shape(server):

@@ -3,7 +3,9 @@
 // rounding), greedy tokens equal generate::generate_tokens, a seeded sampled request gives the
 // same tokens whatever shares its batch, stop token / min tokens / stop strings / budgets, a
 // request whose logits become non-finite failing alone while its batch goes on, and t = 2,
-// p = 2 and t = 2 × p = 2 equal t = p = 1 (the failing request included).
+// p = 2 and t = 2 × p = 2 equal t = p = 1 (the failing request included). The paged cache:
+// prefix caching on = off = one at a time with cache hits on a shared prefix, and a tiny
+// block pool that preempts gives the same results, at t = p = 1 and under the layouts.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -102,6 +104,27 @@ std::vector<RequestSpec> greedy_specs(const model::GptConfig& c) {
     s.logprobs = true;
     s.top_logprobs = 3;
     s.prompt_logprobs = i % 2 == 0;
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+// Requests that share a 10-token "system prompt", then 2 to 4 tokens of their own; greedy,
+// with log-probabilities (request 3 also asks for its prompt's: it computes every position).
+std::vector<RequestSpec> shared_prefix_specs(const model::GptConfig& c) {
+  std::vector<RequestSpec> specs;
+  const std::vector<int64_t> tails{2, 3, 4, 2, 3, 4};
+  const std::vector<int64_t> news{8, 6, 7, 9, 5, 8};
+  for (size_t i = 0; i < tails.size(); ++i) {
+    RequestSpec s;
+    for (int64_t k = 0; k < 10; ++k) s.prompt.push_back((5 * k + 11) % c.vocab_size);
+    for (int64_t k = 0; k < tails[i]; ++k) s.prompt.push_back((17 * static_cast<int64_t>(i) + 3 * k + 1) % c.vocab_size);
+    s.max_new_tokens = news[i];
+    s.sampling.greedy = true;
+    s.stop_at_eod = false;
+    s.logprobs = true;
+    s.top_logprobs = 2;
+    s.prompt_logprobs = i == 3;
     specs.push_back(s);
   }
   return specs;
@@ -372,6 +395,145 @@ TEST_CASE("Engine: t=2, p=2 and t=2 x p=2 give the t=1, p=1 results") {
     for (size_t i = 0; i < specs.size(); ++i) {
       INFO("request " << i);
       require_same(outcome_from_json(j[i]), reference[i]);
+    }
+  }
+  launch::remove_tree(dir);
+}
+
+TEST_CASE("Engine: prefix caching on, off and one at a time give the same outputs, with hits") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = shared_prefix_specs(c);
+  const auto alone = one_at_a_time(stage, specs);
+  const std::vector<int> after{0, 1, 2, 3, 3, 5};
+  std::vector<std::vector<Outcome>> runs;
+  for (bool caching : {true, false}) {
+    serve::EngineOptions options;
+    options.max_batch = 3;
+    options.block_size = 4;  // the 10-token prefix spans two full blocks
+    options.prefix_caching = caching;
+    serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+    runs.push_back(drive(engine, specs, after));
+    const auto& stats = engine.prefix_cache_stats();
+    INFO("caching " << caching);
+    REQUIRE(stats.lookups >= static_cast<int64_t>(specs.size()));
+    // Requests 1, 2, 4, 5 join after request 0 prefilled: each reuses its 8 cached positions.
+    if (caching) REQUIRE(stats.hit_tokens >= 4 * 8);
+    else REQUIRE(stats.hit_tokens == 0);
+    REQUIRE(engine.kv_blocks_used() == 0);  // every block freed once the requests ended
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("request " << i);
+    require_same(runs[0][i], runs[1][i]);
+    require_same(runs[0][i], alone[i]);
+    REQUIRE(static_cast<int64_t>(runs[0][i].tokens.size()) == specs[i].max_new_tokens);
+  }
+  REQUIRE(runs[0][3].prompt_logprobs.size() == specs[3].prompt.size());
+  // A later request with the same prompt as request 0 hits every full block but the last
+  // token's: the tokens are the same.
+  serve::EngineOptions options;
+  options.block_size = 4;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  const auto twice = drive(engine, {specs[0], specs[0]}, {0, 1});
+  REQUIRE(twice[1].tokens == alone[0].tokens);
+  REQUIRE(engine.prefix_cache_stats().hit_tokens == 8);
+}
+
+TEST_CASE("Engine: a tiny block pool preempts the newest request and gives the same outputs") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  auto specs = greedy_specs(c);  // kv tokens 13, 11, 15, 15, 16, 16
+  const auto alone = one_at_a_time(stage, specs);
+  for (bool caching : {true, false}) {
+    INFO("caching " << caching);
+    serve::EngineOptions options;
+    options.max_batch = 4;
+    options.block_size = 4;
+    options.max_kv_tokens = 24;  // 6 blocks: requests outgrow the pool together
+    options.prefix_caching = caching;
+    serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+    REQUIRE(engine.kv_blocks() == 6);
+    const auto batched = drive(engine, specs, {0, 0, 0, 0, 1, 1});
+    REQUIRE(engine.preemptions() > 0);
+    REQUIRE(engine.kv_blocks_used() == 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(batched[i], alone[i]);
+    }
+  }
+  // Past the pool (prompt + max_tokens > --max-kv-tokens): refused at once, never queued.
+  serve::EngineOptions options;
+  options.block_size = 4;
+  options.max_kv_tokens = 10;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  REQUIRE_THROWS_WITH(engine.submit(specs[0]), Catch::Contains("--max-kv-tokens 10"));
+  REQUIRE_FALSE(engine.busy());
+  options.block_size = 0;
+  REQUIRE_THROWS_WITH(serve::GenerationEngine(stage, solo_groups(runtime::Communicator::solo()), options),
+                      Catch::Contains("block_size"));
+}
+
+namespace {
+
+// Worker: the shared-prefix, greedy and sampled requests with a 6-block pool of 4-token blocks
+// under (LOOM_T, LOOM_P), prefix caching on: rank 0 writes the outcomes, the cache hits and
+// the preemptions.
+void tiny_pool_worker() {
+  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
+  auto groups = test::worker_groups(t, p);
+  const auto c = tiny_config();
+  const auto coords = groups->coords();
+  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
+  model::GptStage stage(c, groups->tensor_ptr(), layout);
+  set_truth(stage, coords.tp, t);
+  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                         groups->layout().rank_of({0, 0, p - 1})};
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  options.block_size = 4;
+  options.max_kv_tokens = 24;
+  serve::GenerationEngine engine(stage, eg, options);
+  auto specs = shared_prefix_specs(c);
+  for (const auto& more : {greedy_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 4));
+  const bool serving = groups->rank() == 0;
+  const auto out = drive(engine, specs, after, serving);
+  if (serving) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& o : out) j.push_back(outcome_json(o));
+    std::ofstream(test::env_str("LOOM_OUT"))
+        << nlohmann::json{{"outcomes", j}, {"hits", engine.prefix_cache_stats().hit_tokens},
+                          {"preemptions", engine.preemptions()}}.dump();
+  }
+  groups->shutdown();
+}
+
+}  // namespace
+
+LOOM_WORKER("serve_engine_tiny_pool") { tiny_pool_worker(); }
+
+TEST_CASE("Engine: prefix hits and preemption under t=2, p=2 and t=2 x p=2 give the t=1, p=1 results") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  auto specs = shared_prefix_specs(c);
+  for (const auto& more : {greedy_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
+  const auto reference = one_at_a_time(stage, specs);
+  const std::string dir = temp_dir("serve_tiny_pool");
+  for (auto [t, p] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+    INFO("t = " << t << ", p = " << p);
+    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+    auto result = test::run_ranks("serve_engine_tiny_pool", t * p,
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+    REQUIRE(result.exit_code() == 0);
+    nlohmann::json j;
+    std::ifstream(out) >> j;
+    REQUIRE(j["outcomes"].size() == specs.size());
+    REQUIRE(j["hits"].get<int64_t>() > 0);
+    REQUIRE(j["preemptions"].get<int64_t>() > 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(outcome_from_json(j["outcomes"][i]), reference[i]);
     }
   }
   launch::remove_tree(dir);

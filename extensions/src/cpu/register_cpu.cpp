@@ -2,6 +2,7 @@
 #include <torch/library.h>
 
 #include "kernels.h"
+#include "paged_attention.h"
 
 TORCH_LIBRARY_IMPL(loom, CPU, m) {
   m.impl("layer_norm", &loom::ops::layer_norm_cpu);
@@ -11,6 +12,7 @@ TORCH_LIBRARY_IMPL(loom, CPU, m) {
   m.impl("bias_dropout_add", &loom::ops::bias_dropout_add_cpu);
   m.impl("scaled_masked_softmax", &loom::ops::scaled_masked_softmax_cpu);
   m.impl("scaled_masked_softmax_backward", &loom::ops::scaled_masked_softmax_backward_cpu);
+  m.impl("paged_attention", &loom::ops::paged_attention_cpu);
   m.impl("bias_gelu", &loom::ops::bias_gelu_cpu);
   m.impl("bias_gelu_backward", &loom::ops::bias_gelu_backward_cpu);
 }

@@ -7,8 +7,10 @@
 #include <torch/library.h>
 
 #include "cuda/launchers.h"
+#include "cuda/paged_attention_launcher.h"
 #include "internal.h"
 #include "kernels.h"
+#include "paged_attention.h"
 #include "loom_ops/philox.h"
 
 namespace loom::ops {
@@ -189,6 +191,32 @@ at::Tensor bias_gelu_backward_cuda(const at::Tensor& dy_in, const at::Tensor& x_
 
 }  // namespace loom::ops
 
+namespace loom::ops {
+
+at::Tensor paged_attention_cuda(const at::Tensor& q_in, const at::Tensor& key_cache,
+                                const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                const at::Tensor& context_lens, double scale) {
+  internal::check_paged_attention(q_in, key_cache, value_cache, block_tables, context_lens);
+  const int64_t max_blocks = block_tables.size(1), block_size = key_cache.size(2), d = q_in.size(3);
+  // The kernel keeps a row's scores in shared memory: past the 48 KiB every device gives
+  // without opting in (about 12k positions), and for float64, the gather composition runs.
+  const int64_t smem = (d + max_blocks * block_size) * static_cast<int64_t>(sizeof(float));
+  if (smem > 48 * 1024 || q_in.scalar_type() == at::kDouble)
+    return paged_attention_gather(q_in, key_cache, value_cache, block_tables, context_lens, scale);
+  const auto dt = kernel_dtype("paged_attention", q_in);
+  c10::cuda::CUDAGuard guard(q_in.device());
+  const at::Tensor q = q_in.contiguous(), tables = block_tables.contiguous(), lens = context_lens.contiguous();
+  at::Tensor out = at::empty_like(q);
+  if (out.numel() == 0) return out;
+  cuda::paged_attention_forward(dt, q.const_data_ptr(), key_cache.const_data_ptr(), value_cache.const_data_ptr(),
+                                tables.const_data_ptr<int64_t>(), lens.const_data_ptr<int64_t>(),
+                                out.mutable_data_ptr(), q.size(0), q.size(1), q.size(2), d, key_cache.size(1),
+                                block_size, max_blocks, static_cast<float>(scale), current_stream());
+  return out;
+}
+
+}  // namespace loom::ops
+
 TORCH_LIBRARY_IMPL(loom, CUDA, m) {
   m.impl("layer_norm", &loom::ops::layer_norm_cuda);
   m.impl("layer_norm_backward", &loom::ops::layer_norm_backward_cuda);
@@ -197,6 +225,7 @@ TORCH_LIBRARY_IMPL(loom, CUDA, m) {
   m.impl("bias_dropout_add", &loom::ops::bias_dropout_add_cuda);
   m.impl("scaled_masked_softmax", &loom::ops::scaled_masked_softmax_cuda);
   m.impl("scaled_masked_softmax_backward", &loom::ops::scaled_masked_softmax_backward_cuda);
+  m.impl("paged_attention", &loom::ops::paged_attention_cuda);
   m.impl("bias_gelu", &loom::ops::bias_gelu_cuda);
   m.impl("bias_gelu_backward", &loom::ops::bias_gelu_backward_cuda);
 }

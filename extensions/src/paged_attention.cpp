@@ -1,0 +1,80 @@
+// loom::paged_attention's argument checks, shared by its CPU, CUDA and Meta kernels (one
+// message for every backend), and its gather-based implementation for any device (CUDA's
+// fallback for long rows). Shapes: loom_ops/ops.h.
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "paged_attention.h"
+
+#include "internal.h"
+
+namespace loom::ops::internal {
+
+void check_paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache, const at::Tensor& block_tables,
+                           const at::Tensor& context_lens) {
+  check_floating("paged_attention", "q", q);
+  TORCH_CHECK(q.dim() == 4, "loom::paged_attention: q must be [b, heads, n, head_dim], got ", q.sizes());
+  TORCH_CHECK(key_cache.dim() == 4 && key_cache.size(3) == q.size(3),
+              "loom::paged_attention: key_cache must be [num_blocks, kv_heads, block_size, ",
+              q.size(3), "], got ", key_cache.sizes());
+  TORCH_CHECK(value_cache.sizes() == key_cache.sizes(),
+              "loom::paged_attention: value_cache must have key_cache's shape ", key_cache.sizes(),
+              ", got ", value_cache.sizes());
+  TORCH_CHECK(key_cache.scalar_type() == q.scalar_type() && value_cache.scalar_type() == q.scalar_type(),
+              "loom::paged_attention: key_cache and value_cache must have q's dtype ", q.scalar_type(),
+              ", got ", key_cache.scalar_type(), " and ", value_cache.scalar_type());
+  TORCH_CHECK(key_cache.is_contiguous() && value_cache.is_contiguous(),
+              "loom::paged_attention: key_cache and value_cache must be contiguous");
+  const int64_t kv_heads = key_cache.size(1);
+  TORCH_CHECK(kv_heads >= 1 && q.size(1) % kv_heads == 0,
+              "loom::paged_attention: q's ", q.size(1), " heads must be a multiple of the cache's ",
+              kv_heads, " kv heads");
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2 &&
+                  block_tables.size(0) == q.size(0),
+              "loom::paged_attention: block_tables must be int64 [", q.size(0), ", max_blocks], got ",
+              block_tables.scalar_type(), " ", block_tables.sizes());
+  TORCH_CHECK(context_lens.scalar_type() == at::kLong && context_lens.dim() == 1 &&
+                  context_lens.size(0) == q.size(0),
+              "loom::paged_attention: context_lens must be int64 [", q.size(0), "], got ",
+              context_lens.scalar_type(), " ", context_lens.sizes());
+  check_same_device("paged_attention", q, "key_cache", key_cache);
+  check_same_device("paged_attention", q, "value_cache", value_cache);
+  check_same_device("paged_attention", q, "block_tables", block_tables);
+  check_same_device("paged_attention", q, "context_lens", context_lens);
+}
+
+}  // namespace loom::ops::internal
+
+namespace loom::ops {
+
+// Any device: gather each row's blocks into [b, kv_heads, max_blocks · block_size, d], then
+// masked scores, softmax and ×V in the accumulation type. Memory O(b · heads · n · L): CUDA's
+// fallback for rows longer than its kernel's shared memory holds (no host sync: the lengths
+// stay on the device). Table entries past a row's blocks may hold anything: they are clamped, and the
+// mask hides their keys.
+at::Tensor paged_attention_gather(const at::Tensor& q, const at::Tensor& key_cache,
+                                  const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                  const at::Tensor& context_lens, double scale) {
+  internal::check_paged_attention(q, key_cache, value_cache, block_tables, context_lens);
+  const int64_t b = q.size(0), heads = q.size(1), n = q.size(2), d = q.size(3);
+  const int64_t kv = key_cache.size(1), bs = key_cache.size(2), blocks = block_tables.size(1);
+  const int64_t longest = blocks * bs;
+  const auto acc = internal::acc_dtype(q.scalar_type());
+  const at::Tensor ids = block_tables.clamp(0, key_cache.size(0) - 1).reshape({-1});
+  auto gather = [&](const at::Tensor& cache) {
+    at::Tensor rows = cache.index_select(0, ids).view({b, blocks, kv, bs, d}).permute({0, 2, 1, 3, 4});
+    rows = rows.reshape({b, kv, longest, d}).to(acc);
+    return kv == heads ? rows : rows.repeat_interleave(heads / kv, 1);  // [b, heads, L, d]
+  };
+  const at::Tensor keys = gather(key_cache), values = gather(value_cache);
+  at::Tensor scores = at::matmul(q.to(acc), keys.transpose(-2, -1)) * scale;  // [b, heads, n, L]
+  const auto long_options = block_tables.options();
+  const at::Tensor last = context_lens.view({b, 1, 1, 1}) - n + at::arange(n, long_options).view({1, 1, n, 1});
+  scores.masked_fill_(at::arange(longest, long_options).view({1, 1, 1, longest}) > last,
+                      -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1), values).to(q.scalar_type()).contiguous();
+}
+
+}  // namespace loom::ops

@@ -1,0 +1,32 @@
+// Internal declarations of loom::paged_attention (schemas.cpp; public face
+// loom_ops/paged_attention.h): the argument checks every backend shares, the CPU, CUDA and
+// Meta kernels, and the gather-based composition of ATen ops that CUDA falls back to for rows
+// too long for its kernel's shared memory. Kept apart from internal.h and kernels.h so the
+// other ops do not depend on it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace loom::ops {
+
+namespace internal {
+/// Shapes, dtypes and devices of paged_attention's arguments (not the values of the tables).
+void check_paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache, const at::Tensor& block_tables,
+                           const at::Tensor& context_lens);
+}  // namespace internal
+
+#define LOOM_DECLARE_PAGED_ATTENTION(suffix)                                                    \
+  at::Tensor paged_attention_##suffix(const at::Tensor& q, const at::Tensor& key_cache,         \
+                                      const at::Tensor& value_cache,                            \
+                                      const at::Tensor& block_tables,                           \
+                                      const at::Tensor& context_lens, double scale);
+
+LOOM_DECLARE_PAGED_ATTENTION(cpu)
+LOOM_DECLARE_PAGED_ATTENTION(cuda)
+LOOM_DECLARE_PAGED_ATTENTION(meta)
+LOOM_DECLARE_PAGED_ATTENTION(gather)
+
+#undef LOOM_DECLARE_PAGED_ATTENTION
+
+}  // namespace loom::ops

@@ -1,0 +1,127 @@
+// paged_attention (keys and values read through block tables) against an ATen reference built
+// from each row's contiguous keys and values: rows of different lengths, several new queries
+// per row (prefill) and one (decode), grouped-query heads, blocks scattered in the pool in a
+// random order, every float dtype; the gather-based version CUDA runs gives the same; the
+// Meta kernel's shapes; bad tables refused.
+#include <ATen/ATen.h>
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <vector>
+
+#include "../../extensions/src/paged_attention.h"  // paged_attention_gather: CUDA's fallback
+#include "loom_ops/ops.h"
+#include "loom_ops/paged_attention.h"
+#include "ops_test_util.h"
+
+namespace {
+
+// Row r's attention over its own contiguous keys k [kv_heads, len, d]: query i at position
+// len - n + i sees keys j <= that position; query head h reads kv head h / (heads / kv_heads).
+at::Tensor reference_row(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+  const int64_t heads = q.size(0), n = q.size(1), len = k.size(1);
+  const at::Tensor kk = k.repeat_interleave(heads / k.size(0), 0).to(at::kDouble);
+  const at::Tensor vv = v.repeat_interleave(heads / v.size(0), 0).to(at::kDouble);
+  at::Tensor s = at::matmul(q.to(at::kDouble), kk.transpose(-2, -1)) * scale;  // [heads, n, len]
+  s = s.masked_fill(at::ones({n, len}, at::kBool).triu(len - n + 1), -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(s, -1), vv);
+}
+
+struct Paged {
+  at::Tensor keys, values, tables, lens;
+  std::vector<at::Tensor> row_keys, row_values;  // contiguous [kv_heads, len, d]
+};
+
+// Rows of `lens` positions scattered over a pool of `num_blocks` blocks in a shuffled order.
+Paged make_paged(const std::vector<int64_t>& lens, int64_t kv_heads, int64_t block_size, int64_t d,
+                 int64_t num_blocks, at::ScalarType dtype) {
+  Paged p;
+  p.keys = at::randn({num_blocks, kv_heads, block_size, d}).to(dtype);
+  p.values = at::randn({num_blocks, kv_heads, block_size, d}).to(dtype);
+  int64_t max_blocks = 0;
+  for (int64_t len : lens) max_blocks = std::max(max_blocks, (len + block_size - 1) / block_size);
+  const at::Tensor order = at::randperm(num_blocks, at::kLong);
+  p.tables = at::full({static_cast<int64_t>(lens.size()), max_blocks}, -1, at::kLong);  // unused entries: invalid
+  int64_t next = 0;
+  for (size_t r = 0; r < lens.size(); ++r) {
+    const int64_t blocks = (lens[r] + block_size - 1) / block_size;
+    std::vector<at::Tensor> ks, vs;
+    for (int64_t i = 0; i < blocks; ++i) {
+      const int64_t b = order[next++].item<int64_t>();
+      p.tables[static_cast<int64_t>(r)][i] = b;
+      ks.push_back(p.keys[b]);
+      vs.push_back(p.values[b]);
+    }
+    p.row_keys.push_back(at::cat(ks, 1).narrow(1, 0, lens[r]));
+    p.row_values.push_back(at::cat(vs, 1).narrow(1, 0, lens[r]));
+  }
+  p.lens = at::tensor(lens, at::kLong);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("paged_attention matches attention over each row's contiguous cache", "[ops][paged]") {
+  at::manual_seed(7);
+  const int64_t d = 8, block_size = 4;
+  const double scale = 0.35;
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    for (int64_t kv_heads : {4, 2}) {
+      for (int64_t n : {1, 3}) {
+        CAPTURE(dtype, kv_heads, n);
+        const int64_t heads = 4;
+        const std::vector<int64_t> lens{3, 9, 16, 5};
+        Paged p = make_paged(lens, kv_heads, block_size, d, 24, dtype);
+        const at::Tensor q = at::randn({4, heads, n, d}).to(dtype);
+        const at::Tensor got = loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, scale);
+        REQUIRE(got.sizes() == q.sizes());
+        REQUIRE(got.scalar_type() == dtype);
+        const at::Tensor gathered = loom::ops::paged_attention_gather(q, p.keys, p.values, p.tables, p.lens, scale);
+        for (int64_t r = 0; r < 4; ++r) {
+          CAPTURE(r);
+          const at::Tensor want = reference_row(q[r], p.row_keys[r], p.row_values[r], scale);
+          const double tol = dtype == at::kBFloat16 ? 2e-2 : dtype == at::kFloat ? 1e-5 : 1e-12;
+          LOOM_CHECK_CLOSE(got[r], want, tol, tol);
+          LOOM_CHECK_CLOSE(gathered[r], want, tol, tol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("paged_attention equals core_attention on one full-length row", "[ops][paged]") {
+  // With n = len the paged op is the causal attention of the training forward.
+  at::manual_seed(3);
+  const int64_t len = 10, d = 8, heads = 2;
+  Paged p = make_paged({len}, heads, 4, d, 5, at::kFloat);
+  const at::Tensor q = at::randn({1, heads, len, d});
+  const at::Tensor got = loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, 0.3);
+  const at::Tensor want = loom::ops::core_attention(q, p.row_keys[0].unsqueeze(0), p.row_values[0].unsqueeze(0),
+                                                    std::nullopt, 0.3, /*causal=*/true, {});
+  LOOM_CHECK_CLOSE(got, want, 1e-5, 1e-5);
+}
+
+TEST_CASE("paged_attention's Meta kernel gives the shape, and bad tables are refused", "[ops][paged]") {
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  const at::Tensor out = loom::ops::paged_attention(
+      at::empty({3, 4, 2, 8}, meta), at::empty({10, 2, 16, 8}, meta), at::empty({10, 2, 16, 8}, meta),
+      at::empty({3, 5}, meta.dtype(at::kLong)), at::empty({3}, meta.dtype(at::kLong)), 1.0);
+  REQUIRE(out.sizes() == at::IntArrayRef({3, 4, 2, 8}));
+  REQUIRE(out.device().is_meta());
+  REQUIRE_THROWS_WITH(loom::ops::paged_attention(at::empty({3, 3, 2, 8}, meta), at::empty({10, 2, 16, 8}, meta),
+                                                 at::empty({10, 2, 16, 8}, meta),
+                                                 at::empty({3, 5}, meta.dtype(at::kLong)),
+                                                 at::empty({3}, meta.dtype(at::kLong)), 1.0),
+                      Catch::Contains("multiple"));
+
+  Paged p = make_paged({5}, 2, 4, 8, 4, at::kFloat);
+  const at::Tensor q = at::randn({1, 2, 1, 8});
+  at::Tensor bad = p.tables.clone();
+  bad[0][1] = 4;
+  REQUIRE_THROWS_WITH(loom::ops::paged_attention(q, p.keys, p.values, bad, p.lens, 1.0),
+                      Catch::Contains("block 4"));
+  REQUIRE_THROWS_WITH(loom::ops::paged_attention(q, p.keys, p.values, p.tables, at::tensor({9}, at::kLong), 1.0),
+                      Catch::Contains("row 0"));
+  REQUIRE_THROWS_WITH(loom::ops::paged_attention(q, p.keys, p.values, p.tables.to(at::kInt), p.lens, 1.0),
+                      Catch::Contains("block_tables"));
+}
