@@ -16,6 +16,9 @@
 //   num_microbatches % p == 0;  global_batch % (micro_batch*d) == 0;  under sequence_parallel
 //   encoder_seq_length % t == 0;  data.seq_length == encoder_seq_length;
 //   max_position_embeddings >= encoder_seq_length;  cluster.gpus_per_node == devices on GPU.
+// Llama-family fields (rules::architecture_violations): num_query_groups null or >= 1, dividing
+//   num_attention_heads and a multiple of t (each rank holds whole K/V heads); rotary_percentage
+//   1.0; with rope, rotary_base > 0 and an even head dimension.
 // Fused attention (use_flash_attention) needs attention_dropout == 0 and no selective recompute.
 // Recomputation (Megatron-LM): full needs method uniform|block and num_layers, uniform in
 //   [1, layers per chunk], block in [0, layers per chunk] (the largest chunk's, with uneven stages); selective takes no method/num_layers
