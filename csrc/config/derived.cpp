@@ -34,10 +34,19 @@ int64_t layers_per_chunk(const Recipe& r) {
 
 ModelShape recipe_model_shape(const Recipe& r, int64_t vocab_size) {
   const auto& m = r.model;
-  return ModelShape{m.num_layers,       m.hidden_size,
-                    m.num_attention_heads, m.ffn_hidden_size,
-                    m.encoder_seq_length,  m.max_position_embeddings,
-                    vocab_size,            m.make_vocab_size_divisible_by};
+  ModelShape shape{m.num_layers,       m.hidden_size,
+                   m.num_attention_heads, m.ffn_hidden_size,
+                   m.encoder_seq_length,  m.max_position_embeddings,
+                   vocab_size,            m.make_vocab_size_divisible_by};
+  shape.normalization = m.normalization;
+  shape.position_embedding_type = m.position_embedding_type;
+  shape.rotary_base = m.rotary_base;
+  shape.rotary_percentage = m.rotary_percentage;
+  shape.activation = m.activation;
+  shape.num_query_groups = m.num_query_groups.value_or(0);
+  shape.bias = m.bias;
+  shape.share_embeddings_and_output_weights = m.share_embeddings_and_output_weights;
+  return shape;
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rules/layout_terms.h"
+#include "rules/model_shape.h"
 
 namespace loom::config {
 
@@ -30,6 +31,9 @@ enum class Accelerator { kCpu, kGpu };
 /// trainer.precision (accepted spellings: 32, "32-true"; bf16, "bf16-mixed"; 16, "16-mixed"),
 /// model.activations_checkpoint_granularity and _method: the one vocabulary the recipe, the
 /// model and the planner share (rules/layout_terms.h).
+using loom::Activation;
+using loom::Normalization;
+using loom::PositionEmbedding;
 using loom::Precision;
 using loom::RecomputeGranularity;
 using loom::RecomputeMethod;
@@ -243,8 +247,21 @@ struct ModelConfig {
   /// (rules::fused_attention_violations; docs/design/sp_sar.md, "Fused attention").
   bool use_flash_attention = false;
   double ffn_dropout = 0.0;                   ///< [default]
-  double layernorm_epsilon = 1e-5;            ///< [default]
+  double layernorm_epsilon = 1e-5;            ///< [default] LayerNorm's or RMSNorm's epsilon
   int64_t make_vocab_size_divisible_by = 128;  ///< [default]
+  // The decoder's architecture (NeMo's names; docs/design/llama.md). The defaults are GPT-3's.
+  Normalization normalization = Normalization::kLayerNorm;  ///< [default] layernorm | rmsnorm
+  /// [default] learned_absolute | rope
+  PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
+  double rotary_base = 10000.0;               ///< [default] RoPE's base θ (rope only)
+  double rotary_percentage = 1.0;             ///< [default] only 1.0 (every head dimension)
+  Activation activation = Activation::kGelu;  ///< [default] gelu | fast-swiglu (gated MLP)
+  /// [default null: num_attention_heads] K/V heads of grouped-query attention (1: multi-query);
+  /// must divide num_attention_heads and be a multiple of tensor_model_parallel_size.
+  std::optional<int64_t> num_query_groups;
+  bool bias = true;                           ///< [default] biases of the linear layers and norms
+  /// [default] the output layer is the word embedding (false: its own weight)
+  bool share_embeddings_and_output_weights = true;
   RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;  ///< [default]
   RecomputeMethod activations_checkpoint_method = RecomputeMethod::kNone;  ///< [default]
   std::optional<int64_t> activations_checkpoint_num_layers;  ///< [default null]

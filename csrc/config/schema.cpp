@@ -73,6 +73,29 @@ const std::vector<EnumSpelling<VirtualPromptStyle>>& enum_spellings<VirtualPromp
 }
 
 template <>
+const std::vector<EnumSpelling<Normalization>>& enum_spellings<Normalization>() {
+  static const std::vector<EnumSpelling<Normalization>> s = {{Normalization::kLayerNorm, {"layernorm"}},
+                                                              {Normalization::kRmsNorm, {"rmsnorm"}}};
+  return s;
+}
+
+template <>
+const std::vector<EnumSpelling<PositionEmbedding>>& enum_spellings<PositionEmbedding>() {
+  static const std::vector<EnumSpelling<PositionEmbedding>> s = {
+      {PositionEmbedding::kLearnedAbsolute, {"learned_absolute"}}, {PositionEmbedding::kRope, {"rope"}}};
+  return s;
+}
+
+template <>
+const std::vector<EnumSpelling<Activation>>& enum_spellings<Activation>() {
+  // NeMo 1.x spells the gated SiLU MLP "fast-swiglu" (one fused fc1 for gate and up) or
+  // "swiglu"; both are the same function here.
+  static const std::vector<EnumSpelling<Activation>> s = {{Activation::kGelu, {"gelu"}},
+                                                           {Activation::kSwiglu, {"fast-swiglu", "swiglu"}}};
+  return s;
+}
+
+template <>
 const std::vector<EnumSpelling<PromptEncoderType>>& enum_spellings<PromptEncoderType>() {
   // NeMo spells them in capitals in code (PromptEncoderType.TPMLP) and lower case in configs.
   static const std::vector<EnumSpelling<PromptEncoderType>> s = {

@@ -122,6 +122,18 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   if (pretraining) v("model.label_smoothing", m.label_smoothing, Need::kDefault);
   v("model.use_distributed_optimizer", m.use_distributed_optimizer, Need::kDerived);
   v("model.collective_timeout_s", m.collective_timeout_s, Need::kDefault);
+  if (pretraining) {
+    // The decoder's architecture (docs/design/llama.md), after the GPT fields: "did you mean"
+    // suggestions that tie keep preferring the older keys, which come first.
+    v("model.normalization", m.normalization, Need::kDefault);
+    v("model.position_embedding_type", m.position_embedding_type, Need::kDefault);
+    v("model.rotary_base", m.rotary_base, Need::kDefault);
+    v("model.rotary_percentage", m.rotary_percentage, Need::kDefault);
+    v("model.activation", m.activation, Need::kDefault);
+    v("model.num_query_groups", m.num_query_groups, Need::kDefault);
+    v("model.bias", m.bias, Need::kDefault);
+    v("model.share_embeddings_and_output_weights", m.share_embeddings_and_output_weights, Need::kDefault);
+  }
 
   visit_model_data(m, v, pretraining);
   visit_model_tokenizer_and_optim(m, v, pretraining);
@@ -211,6 +223,12 @@ template <>
 const std::vector<EnumSpelling<TokenizerLibrary>>& enum_spellings<TokenizerLibrary>();
 template <>
 const std::vector<EnumSpelling<VirtualPromptStyle>>& enum_spellings<VirtualPromptStyle>();
+template <>
+const std::vector<EnumSpelling<Normalization>>& enum_spellings<Normalization>();
+template <>
+const std::vector<EnumSpelling<PositionEmbedding>>& enum_spellings<PositionEmbedding>();
+template <>
+const std::vector<EnumSpelling<Activation>>& enum_spellings<Activation>();
 template <>
 const std::vector<EnumSpelling<PromptEncoderType>>& enum_spellings<PromptEncoderType>();
 template <>

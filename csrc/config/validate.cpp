@@ -156,6 +156,8 @@ void Checker::field_ranges() {
                                            "hidden_dropout applies after the MLP), found {}", m.ffn_dropout));
   probability("model.label_smoothing", m.label_smoothing);
   positive_real("model.layernorm_epsilon", m.layernorm_epsilon);
+  // null: one K/V head per query head (the layout rules check how groups divide heads and t).
+  if (m.num_query_groups) size_in_range("model.num_query_groups", *m.num_query_groups, 1);
   at_least("model.seed", m.seed, 0);
   positive_real("model.collective_timeout_s", m.collective_timeout_s);
 

@@ -9,7 +9,9 @@
 // max_time "DD:HH:MM:SS", data_prefix weights > 0 and non-empty paths.
 // Across fields: the layout rules of rules/layout_rules.h, the one place that decides what is
 //   legal (Megatron-LM's argument checks and Megatron-Core's uneven stages, interleaving, the
-//   batch split, recomputation and fused attention; docs/design/parallel_layout.md), then
+//   batch split, recomputation and fused attention; docs/design/parallel_layout.md), and the
+//   Llama-family fields' rules (rules::architecture_violations: num_query_groups dividing the
+//   heads and a multiple of t, rotary_percentage 1.0, an even head dimension under rope), then
 //   data.seq_length == encoder_seq_length and cluster.gpus_per_node == devices on GPU.
 //   (NeMo's own recipes write recompute method block with num_layers 0, which is accepted as
 //   "none"; a method without granularity is ignored with a warning.)

@@ -62,7 +62,9 @@ std::vector<ParamSpec> stage_param_specs(const model::GptConfig& config, int t, 
       spec.partition_dim = param.partition_dim;
       spec.tied_copy = param.shared_duplicate;
       spec.word_embedding = param.word_embedding;
-      if (param.word_embedding) spec.global_shape[0] = config.padded_vocab_size(t);
+      // Vocabulary rows (the word embedding, an untied output layer) padded for t, not for the
+      // meta stage's t = 1.
+      if (param.word_embedding || param.name == "output_layer.weight") spec.global_shape[0] = config.padded_vocab_size(t);
       out.push_back(std::move(spec));
     }
   }

@@ -5,13 +5,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "config/recipe.h"
 #include "convert/checkpoint_writer.h"
 #include "convert/convert_error.h"
 #include "convert/hf_files.h"
 #include "convert/hf_gpt2.h"
+#include "convert/hf_llama.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "model/init.h"
 #include "train/checkpoint_files.h"
 #include "train/model_setup.h"
@@ -50,9 +53,7 @@ model:
   data:
     data_prefix: [1.0, SET_model.data.data_prefix]
   tokenizer:
-    library: megatron
-    vocab_file: {vocab}
-    merge_file: {merges}
+{tokenizer}
   optim:
     name: adamw
     lr: 1.0e-5
@@ -68,8 +69,58 @@ double json_number(const nlohmann::json& c, const char* key, double fallback) {
   return c.contains(key) && c[key].is_number() ? c[key].get<double>() : fallback;
 }
 
+// The tokenizer an imported run uses: the GPT-2 BPE files (library megatron), or a
+// tokenizer.json (library huggingface; Llama-family folders), copied into RUN/tokenizer/.
+struct ImportTokenizer {
+  bool hf_json = false;
+  std::vector<std::string> files;  // names in the HF folder, copied as they are
+  std::string vocab, merges, json;  // absolute paths in RUN/tokenizer/
+};
+
+ImportTokenizer find_tokenizer(const fs::path& hf, const fs::path& run, bool llama) {
+  ImportTokenizer t;
+  const fs::path dir = fs::absolute(run / "tokenizer").lexically_normal();
+  // A Llama folder carries tokenizer.json; a GPT-2 folder is read as it always was.
+  if (llama && fs::is_regular_file(hf / "tokenizer.json")) {
+    t.hf_json = true;
+    t.json = (dir / "tokenizer.json").string();
+    for (const char* f : {"tokenizer.json", kHfTokenizerConfigFile, "special_tokens_map.json"})
+      if (fs::is_regular_file(hf / f)) t.files.push_back(f);
+    return t;
+  }
+  for (const char* file : {"vocab.json", "merges.txt"})
+    if (!fs::is_regular_file(hf / file))
+      throw ConvertInputError((hf / file).string() +
+                              (llama ? " does not exist: the import needs the tokenizer beside config.json (tokenizer.json, "
+                                       "or the GPT-2 files vocab.json and merges.txt)"
+                                     : " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
+                                       "merges.txt) beside config.json"));
+  t.vocab = (dir / "vocab.json").string();
+  t.merges = (dir / "merges.txt").string();
+  t.files = {"vocab.json", "merges.txt"};
+  return t;
+}
+
+std::vector<std::string> tokenizer_fields(const ImportTokenizer& t) {
+  if (t.hf_json) return {"model.tokenizer.library=huggingface", "model.tokenizer.model=" + t.json};
+  return {"model.tokenizer.library=megatron", "model.tokenizer.vocab_file=" + t.vocab, "model.tokenizer.merge_file=" + t.merges};
+}
+
+// The architecture fields of a non-GPT model (the recipe defaults are GPT's).
+std::vector<std::string> architecture_fields(const ModelShape& s) {
+  if (s.is_gpt()) return {};
+  return {fmt::format("model.normalization={}", recipe_name(s.normalization)),
+          fmt::format("model.position_embedding_type={}", recipe_name(s.position_embedding_type)),
+          fmt::format("model.rotary_base={}", s.rotary_base),
+          fmt::format("model.activation={}", recipe_name(s.activation)),
+          fmt::format("model.num_query_groups={}", s.query_groups()),
+          fmt::format("model.bias={}", s.bias ? "true" : "false"),
+          fmt::format("model.share_embeddings_and_output_weights={}",
+                      s.share_embeddings_and_output_weights ? "true" : "false")};
+}
+
 config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::json& hf_config, const Gpt2Shape& shape,
-                             const Layout& layout, const std::string& vocab, const std::string& merges) {
+                             const Layout& layout, const ImportTokenizer& tokenizer) {
   const std::string run = fs::absolute(request.output_run).lexically_normal().string();
   std::vector<std::string> fields = {
       fmt::format("model.num_layers={}", shape.num_layers),
@@ -78,10 +129,9 @@ config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::jso
       fmt::format("model.num_attention_heads={}", shape.num_attention_heads),
       fmt::format("model.max_position_embeddings={}", shape.max_position_embeddings),
       fmt::format("model.layernorm_epsilon={}", shape.layernorm_epsilon),
-      "model.tokenizer.library=megatron",
-      "model.tokenizer.vocab_file=" + vocab,
-      "model.tokenizer.merge_file=" + merges,
   };
+  for (const auto& f : tokenizer_fields(tokenizer)) fields.push_back(f);
+  for (const auto& f : architecture_fields(shape)) fields.push_back(f);
   config::Recipe base;
   try {
     if (request.recipe.empty()) {
@@ -90,11 +140,14 @@ config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::jso
         text.replace(text.find("{" + key + "}"), key.size() + 2, value);
       };
       put("global_batch", std::to_string(layout.dp));
-      put("vocab", vocab);
-      put("merges", merges);
+      put("tokenizer", tokenizer.hf_json ? fmt::format("    library: huggingface\n    model: {}", tokenizer.json)
+                                         : fmt::format("    library: megatron\n    vocab_file: {}\n    merge_file: {}",
+                                                       tokenizer.vocab, tokenizer.merges));
       put("seq", std::to_string(shape.max_position_embeddings));
-      put("hidden_dropout", fmt::format("{}", json_number(hf_config, "resid_pdrop", 0.1)));
-      put("attention_dropout", fmt::format("{}", json_number(hf_config, "attn_pdrop", 0.1)));
+      // GPT-2's dropouts; a Llama config has attention_dropout (0) and no hidden dropout.
+      put("hidden_dropout", fmt::format("{}", json_number(hf_config, "resid_pdrop", shape.is_gpt() ? 0.1 : 0.0)));
+      put("attention_dropout",
+          fmt::format("{}", json_number(hf_config, shape.is_gpt() ? "attn_pdrop" : "attention_dropout", shape.is_gpt() ? 0.1 : 0.0)));
       put("init_std", fmt::format("{}", json_number(hf_config, "initializer_range", 0.02)));
       base = config::load_recipe_from_string(text, "<loom convert's fine-tuning recipe>", request.overrides);
     } else {
@@ -121,22 +174,27 @@ HfImportResult import_hf(const HfImportRequest& request) {
   const fs::path hf(request.hf_dir);
   const std::string config_file = (hf / kHfConfigFile).string();
   const nlohmann::json hf_config = read_hf_config(request.hf_dir);
-  const Gpt2Shape shape = gpt2_shape_from_config(hf_config, config_file);
+  const bool llama = is_llama_config(hf_config);
+  const Gpt2Shape shape = llama ? llama_shape_from_config(hf_config, config_file) : gpt2_shape_from_config(hf_config, config_file);
   const Layout layout = resolve_layout(request.layout, Layout{});
-  for (const char* file : {"vocab.json", "merges.txt"})
-    if (!fs::is_regular_file(hf / file))
-      throw ConvertInputError((hf / file).string() + " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
-                              "merges.txt) beside config.json");
+  const fs::path run(request.output_run);
+  const ImportTokenizer import_tokenizer = find_tokenizer(hf, run, llama);
   // The tokenizer's chat template (`loom serve`'s /v1/chat/completions), read before anything
   // is written.
   const std::string chat_template = read_hf_chat_template(request.hf_dir);
-  // GPT-2-format specific: a GPT2LMHeadModel folder's tokenizer is vocab.json + merges.txt.
-  const data::Gpt2Tokenizer tokenizer((hf / "vocab.json").string(), (hf / "merges.txt").string());
-  if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
-    throw ConvertInputError(fmt::format("{}: vocab_size {} differs from the {} entries of {}", config_file, shape.vocab_size,
-                                        tokenizer.vocab_size(), (hf / "vocab.json").string()));
+  {
+    const std::string file = (hf / import_tokenizer.files.front()).string();
+    std::unique_ptr<data::Tokenizer> tokenizer;
+    if (import_tokenizer.hf_json) {
+      tokenizer = std::make_unique<data::HfTokenizer>(file);
+    } else {
+      tokenizer = std::make_unique<data::Gpt2Tokenizer>(file, (hf / "merges.txt").string());
+    }
+    if (static_cast<int64_t>(tokenizer->vocab_size()) != shape.vocab_size)
+      throw ConvertInputError(fmt::format("{}: vocab_size {} differs from the {} entries of {}", config_file, shape.vocab_size,
+                                          tokenizer->vocab_size(), file));
+  }
 
-  const fs::path run(request.output_run);
   const std::string checkpoints = (run / "checkpoints").string();
   if (!train::list_iterations(checkpoints).empty() || fs::exists(fs::path(checkpoints) / train::kTrackerFile))
     throw ConvertInputError(checkpoints + " holds checkpoints already: import into a new run directory");
@@ -144,16 +202,18 @@ HfImportResult import_hf(const HfImportRequest& request) {
   // them before a model of those sizes is described or built.
   HfImportResult result;
   auto hf_tensors = read_hf_weights(request.hf_dir, result.weights_file);
-  check_config_against_tensors(shape, hf_tensors, config_file, result.weights_file);
+  if (llama)
+    check_llama_config_against_tensors(shape, hf_tensors, config_file, result.weights_file);
+  else
+    check_config_against_tensors(shape, hf_tensors, config_file, result.weights_file);
   fs::create_directories(run / "tokenizer");
-  const std::string vocab = fs::absolute(run / "tokenizer" / "vocab.json").lexically_normal().string();
-  const std::string merges = fs::absolute(run / "tokenizer" / "merges.txt").lexically_normal().string();
-  const config::Recipe recipe = output_recipe(request, hf_config, shape, layout, vocab, merges);
+  const config::Recipe recipe = output_recipe(request, hf_config, shape, layout, import_tokenizer);
   model::GptConfig config = train::gpt_config_from_recipe(recipe, shape.vocab_size);
 
   result.layout = layout;
   const std::map<std::string, at::Tensor> params =
-      hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.tp), result.weights_file);
+      llama ? llama_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.tp), result.weights_file)
+            : hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.tp), result.weights_file);
   hf_tensors.clear();  // one copy of the weights in memory from here on
   const at::ScalarType dtype = model::scalar_type(config.params_dtype);
 
@@ -180,8 +240,8 @@ HfImportResult import_hf(const HfImportRequest& request) {
       writer.write_rank(tp, pp, state);
     }
   }
-  fs::copy_file(hf / "vocab.json", vocab, fs::copy_options::overwrite_existing);
-  fs::copy_file(hf / "merges.txt", merges, fs::copy_options::overwrite_existing);
+  for (const auto& file : import_tokenizer.files)
+    fs::copy_file(hf / file, run / "tokenizer" / file, fs::copy_options::overwrite_existing);
   if (!chat_template.empty())
     train::write_text_atomically((run / "tokenizer" / kHfChatTemplateFile).string(), chat_template);
   writer.commit();

@@ -179,7 +179,8 @@ FullCheckpoint read_full_checkpoint(const std::string& checkpoints, const Checkp
       Shard shard = read_shard(checkpoints, info.iteration, rel, info.metadata);
       const std::string file = (iter_dir / rel).string();
       for (const auto& [name, value] : shard.model) {
-        if (name == kOutputWordCopy) continue;
+        // The tied copy only: an untied output layer (Llama) is a parameter of its own.
+        if (name == kOutputWordCopy && info.layout.model_shape.share_embeddings_and_output_weights) continue;
         if (!shard.shards.contains(name))
           throw CheckpointError(file + ": no shard record (global_shape/offset) for " + name);
         place(assembled, name, value, shard.shards[name], file);

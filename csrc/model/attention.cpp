@@ -6,12 +6,18 @@
 
 #include "loom_ops/ops.h"
 #include "model/init.h"
+#include "model/kv_cache.h"
 
 namespace loom::model {
 
 namespace {
 std::string prefix(int layer) { return "layers." + std::to_string(layer) + ".self_attention."; }
 double output_std(const GptConfig& c) { return c.init_method_std / std::sqrt(2.0 * c.num_layers); }
+int64_t qkv_rows(const GptConfig& c) { return (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim(); }
+std::optional<at::Tensor> full_bias(const GptConfig& c, int64_t size) {
+  if (!c.bias) return std::nullopt;
+  return at::zeros({size});  // host: full initial values, sharded then moved (init.h)
+}
 }  // namespace
 
 ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
@@ -21,26 +27,42 @@ ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
       tp_(tp),
       qkv_(prefix(layer) + "linear_qkv",
            full_normal(config.seed, prefix(layer) + "linear_qkv.weight",
-                       {3 * config.hidden_size, config.hidden_size}, config.init_method_std),
-           at::zeros({3 * config.hidden_size}),  // host: full initial values, sharded then moved
-           tp, config.layout.sequence_parallel, options),
+                       {qkv_rows(config), config.hidden_size}, config.init_method_std),
+           full_bias(config, qkv_rows(config)), tp, config.layout.sequence_parallel, options),
       proj_(prefix(layer) + "linear_proj",
             full_normal(config.seed, prefix(layer) + "linear_proj.weight",
                         {config.hidden_size, config.hidden_size}, output_std(config)),
-            at::zeros({config.hidden_size}),  // host: as above
-            tp, config.layout.sequence_parallel, options) {}
+            full_bias(config, config.hidden_size).value_or(at::Tensor()), tp, config.layout.sequence_parallel,
+            options) {}
 
-std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x,
-                                                             const DropoutContext& dropout) const {
-  at::Tensor mixed = qkv_.forward(x);  // [s, b, 3h/t], per head [q|k|v]
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ParallelAttention::project_qkv(const at::Tensor& x,
+                                                                              const RotaryTables& rotary) const {
+  at::Tensor mixed = qkv_.forward(x);  // [s, b, (a + 2g)d/t], per group [q heads|k|v]
   const int64_t s = mixed.size(0), b = mixed.size(1);
   const int64_t d = config_.head_dim();
-  const int64_t heads_local = config_.num_attention_heads / tp_->size();
-  mixed = mixed.view({s, b, heads_local, 3 * d});
-  // [b, a/t, s, d] views of the one QKV tensor.
-  at::Tensor q = mixed.narrow(3, 0, d).permute({1, 2, 0, 3});
-  at::Tensor k = mixed.narrow(3, d, d).permute({1, 2, 0, 3});
-  at::Tensor v = mixed.narrow(3, 2 * d, d).permute({1, 2, 0, 3});
+  const int64_t groups_local = config_.query_groups() / tp_->size();
+  const int64_t per_group = config_.num_attention_heads / config_.query_groups();  // query heads
+  mixed = mixed.view({s, b, groups_local, (per_group + 2) * d});
+  // [b, heads, s, d] views of the one QKV tensor.
+  at::Tensor q = mixed.narrow(3, 0, per_group * d).reshape({s, b, groups_local * per_group, d}).permute({1, 2, 0, 3});
+  at::Tensor k = mixed.narrow(3, per_group * d, d).permute({1, 2, 0, 3});
+  at::Tensor v = mixed.narrow(3, (per_group + 1) * d, d).permute({1, 2, 0, 3});
+  if (rotary.active()) {
+    q = apply_rotary(q, rotary);
+    k = apply_rotary(k, rotary);
+  }
+  return {q, k, v};
+}
+
+at::Tensor ParallelAttention::expand_groups(const at::Tensor& kv) const {
+  return expand_kv_heads(kv, kv.size(1) * (config_.num_attention_heads / config_.query_groups()));
+}
+
+std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x, const DropoutContext& dropout,
+                                                             const RotaryTables& rotary) const {
+  auto [q, k_groups, v_groups] = project_qkv(x, rotary);
+  const at::Tensor k = expand_groups(k_groups), v = expand_groups(v_groups);
+  const int64_t b = q.size(0), heads_local = q.size(1), s = q.size(2), d = q.size(3);
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto spec = dropout.attention(config_.attention_dropout, layer_, b, config_.num_attention_heads,

@@ -1,6 +1,14 @@
-// Self-attention of a GPT layer under tensor parallelism: fused QKV column-parallel linear
-// whose rows are grouped per head [q|k|v] (so a contiguous 1/t split gives each rank whole
-// heads), causal core attention on this rank's heads, row-parallel output projection.
+// Self-attention of a GPT or Llama layer under tensor parallelism: fused QKV column-parallel
+// linear, causal core attention on this rank's heads, row-parallel output projection.
+//
+// QKV rows are grouped per query group, Megatron-Core's layout: [q heads of group 0 (a/g · d
+// rows), k₀ (d), v₀ (d), q heads of group 1, k₁, v₁, ...] with g = num_query_groups K/V heads
+// (g = a, plain multi-head attention, is per head [q|k|v]). A contiguous 1/t split therefore
+// gives each rank g/t whole groups (rules::architecture_violations requires g % t == 0), and the
+// full tensor is the same for every t. Each K/V head serves the a/g query heads of its group
+// (grouped-query attention; expanded to the query heads for the core, stored once in the cache).
+// With RoPE (rotary.h) Q and K are rotated by their positions before the core.
+//
 // With selective recomputation the core (QKᵀ·scale, causal mask, softmax, dropout, ×V) is
 // loom::ops::core_attention, which saves only Q, K, V (docs/design/sp_sar.md). With
 // use_flash_attention the core is at::scaled_dot_product_attention (causal, the same 1/sqrt(d)
@@ -8,11 +16,13 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <tuple>
 #include <utility>
 
 #include "model/dropout_context.h"
 #include "model/gpt_config.h"
 #include "model/parallel_linear.h"
+#include "model/rotary.h"
 
 namespace loom::model {
 
@@ -23,16 +33,26 @@ class ParallelAttention {
   /// `layer` is the global layer number (initialisation names and dropout keys).
   ParallelAttention(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                     const at::TensorOptions& options);
-  /// x [s(/t), b, h] (the LayerNorm output) -> (projection [s(/t), b, h] before its bias,
-  /// the projection bias [h]).
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext& dropout) const;
+  /// x [s(/t), b, h] (the norm's output), `rotary` the tables of the whole sequence [b, 1, s, d]
+  /// (inactive: learned positions) -> (projection [s(/t), b, h] before its bias, the projection
+  /// bias [h], undefined without bias).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext& dropout,
+                                            const RotaryTables& rotary = {}) const;
   /// Inference (cached_forward.cpp): x [n, b, h] of n new positions (no sequence parallelism,
-  /// no dropout); appends their keys and values to `cache` and attends over every cached
-  /// position with the offset causal mask (kv_cache.h). Same outputs as forward().
-  std::pair<at::Tensor, at::Tensor> forward_cached(const at::Tensor& x, KvCache& cache) const;
+  /// no dropout), `rotary` the tables of their positions [b, 1, n, d]; appends their keys and
+  /// values (this rank's g/t K/V heads) to `cache` and attends over every cached position with
+  /// the offset causal mask (kv_cache.h). Same outputs as forward().
+  std::pair<at::Tensor, at::Tensor> forward_cached(const at::Tensor& x, KvCache& cache,
+                                                   const RotaryTables& rotary = {}) const;
   void collect(ParamList& out) const;
 
  private:
+  /// The QKV projection of x, split into q [b, a/t, s, d] and k, v [b, g/t, s, d], q and k
+  /// rotated when `rotary` is active.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const at::Tensor& x, const RotaryTables& rotary) const;
+  /// k or v [b, g/t, s, d] -> [b, a/t, s, d]: each K/V head repeated for its a/g query heads.
+  at::Tensor expand_groups(const at::Tensor& kv) const;
+
   GptConfig config_;
   int layer_;
   runtime::CommunicatorPtr tp_;

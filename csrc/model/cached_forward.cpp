@@ -12,20 +12,16 @@
 #include "model/kv_cache.h"
 #include "model/layer_norm.h"
 #include "model/mappings.h"
+#include "model/rotary.h"
 #include "model/transformer_layer.h"
 
 namespace loom::model {
 
-std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Tensor& x,
-                                                                    KvCache& cache) const {
-  at::Tensor mixed = qkv_.forward(x);  // [n, b, 3h/t], per head [q|k|v]
-  const int64_t n = mixed.size(0), b = mixed.size(1);
-  const int64_t d = config_.head_dim();
-  const int64_t heads_local = config_.num_attention_heads / tp_->size();
-  mixed = mixed.view({n, b, heads_local, 3 * d});
-  at::Tensor q = mixed.narrow(3, 0, d).permute({1, 2, 0, 3});  // [b, a/t, n, d]
-  at::Tensor k = mixed.narrow(3, d, d).permute({1, 2, 0, 3});
-  at::Tensor v = mixed.narrow(3, 2 * d, d).permute({1, 2, 0, 3});
+std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Tensor& x, KvCache& cache,
+                                                                    const RotaryTables& rotary) const {
+  // q [b, a/t, n, d]; k, v [b, g/t, n, d]: the cache holds the K/V heads only.
+  auto [q, k, v] = project_qkv(x, rotary);
+  const int64_t b = q.size(0), heads_local = q.size(1), n = q.size(2), d = q.size(3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // Stores this call's keys and values, then the causal attention over every cached position
   // (contiguous: QKᵀ, the offset causal or per-row mask, softmax, ×V; paged: loom::ops::
@@ -35,17 +31,18 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Te
   return proj_.forward(context);
 }
 
-at::Tensor TransformerLayer::forward_cached(const at::Tensor& x, KvCache& cache) const {
+at::Tensor TransformerLayer::forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary) const {
   DropoutContext off;
   off.training = false;  // p = 0 everywhere
   const int64_t n = x.size(0), b = x.size(1);
   auto no_dropout = [&](uint32_t site) {
     return off.hidden(0.0, layer_, site, n, 0, b, config_.hidden_size);
   };
-  auto [attn, attn_bias] = attention_.forward_cached(ln1_.forward(x), cache);
-  at::Tensor h = ops::bias_dropout_add(attn, attn_bias, x, no_dropout(ops::kDropoutSiteAttentionOutput));
+  auto [attn, attn_bias] = attention_.forward_cached(ln1_.forward(x), cache, rotary);
+  at::Tensor h = ops::bias_dropout_add(attn, optional_bias(attn_bias), x,
+                                       no_dropout(ops::kDropoutSiteAttentionOutput));
   auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h));
-  return ops::bias_dropout_add(mlp, mlp_bias, h, no_dropout(ops::kDropoutSiteMlpOutput));
+  return ops::bias_dropout_add(mlp, optional_bias(mlp_bias), h, no_dropout(ops::kDropoutSiteMlpOutput));
 }
 
 KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
@@ -53,7 +50,7 @@ KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
   if (params.empty()) throw std::invalid_argument("GptStage::make_kv_cache: the stage is empty");
   const at::Tensor& any = params.front().tensor;
   return KvCache(layout_.first_layer, num_local_layers(), batch,
-                 config_.num_attention_heads / tp_->size(), config_.head_dim(), capacity,
+                 config_.query_groups() / tp_->size(), config_.head_dim(), capacity,
                  at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
 }
 
@@ -80,22 +77,27 @@ at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
                                 std::to_string(past + n) + " exceed max_position_embeddings " +
                                 std::to_string(config_.max_position_embeddings));
   at::NoGradGuard no_grad;
+  const at::Device device = tokens_in ? embedding_->word_weight().device() : input.device();
+  // Every stage's new positions: each selected row continues from its own length.
+  const at::Tensor positions = cache.positions(n, at::TensorOptions().dtype(at::kLong).device(device));  // [b, n]
   at::Tensor x;
   if (tokens_in) {
-    const at::Tensor ids = input.to(embedding_->word_weight().device(), at::kLong);
-    const at::Tensor positions = cache.positions(n, ids.options());  // [b, n]
+    const at::Tensor ids = input.to(device, at::kLong);
     DropoutContext off;
     off.training = false;
     x = embedding_->forward(ids, positions, off, prompt);  // [n, b, h]
   } else {
     x = input;
   }
-  for (const auto& layer : layers_) x = layer->forward_cached(x, cache);
+  const RotaryTables rotary =
+      config_.position_embedding_type == PositionEmbedding::kRope
+          ? rotary_tables(positions, config_.head_dim(), config_.rotary_base, x.scalar_type())
+          : RotaryTables{};
+  for (const auto& layer : layers_) x = layer->forward_cached(x, cache, rotary);
   cache.advance(n);
   if (!layout_.post_process) return x;
   x = final_ln_->forward(x);
-  const at::Tensor& word = layout_.pre_process ? embedding_->word_weight() : output_word_;
-  return at::linear(copy_to_tensor_model_parallel_region(x, tp_), word);
+  return at::linear(copy_to_tensor_model_parallel_region(x, tp_), output_weight());
 }
 
 }  // namespace loom::model

@@ -22,10 +22,12 @@ GptEmbedding::GptEmbedding(const GptConfig& config, runtime::CommunicatorPtr tp,
     : config_(config), tp_(std::move(tp)) {
   word_ = make_parameter(shard(initial_word_weight(config, tp_->size()), 0, tp_->rank(), tp_->size()),
                          options);
-  position_ = make_parameter(
-      full_normal(config.seed, "embedding.position_embeddings.weight",
-                  {config.max_position_embeddings, config.hidden_size}, config.init_method_std),
-      options);
+  // Rotary positions act inside attention (rotary.h): no position table then.
+  if (config.position_embedding_type == PositionEmbedding::kLearnedAbsolute)
+    position_ = make_parameter(
+        full_normal(config.seed, "embedding.position_embeddings.weight",
+                    {config.max_position_embeddings, config.hidden_size}, config.init_method_std),
+        options);
 }
 
 at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& position_ids,
@@ -82,7 +84,7 @@ at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& pos
   const int64_t s_local = sp ? s / t : s;
   const int64_t seq_offset = sp ? tp_->rank() * s_local : 0;
   at::Tensor pos_ids = position_ids.t().narrow(0, seq_offset, s_local);
-  at::Tensor emb = word + at::embedding(position_, pos_ids);
+  at::Tensor emb = position_.defined() ? word + at::embedding(position_, pos_ids) : word;
 
   auto spec = dropout.hidden(config_.hidden_dropout, 0, ops::kDropoutSiteEmbedding, s, seq_offset,
                              b, config_.hidden_size);
@@ -91,8 +93,11 @@ at::Tensor GptEmbedding::forward(const at::Tensor& tokens, const at::Tensor& pos
 
 void GptEmbedding::collect(ParamList& out) const {
   Param w{"embedding.word_embeddings.weight", word_, 0};
-  w.word_embedding = true;
+  // Tied to the output layer (its gradient summed with the last stage's copy) unless the model
+  // has its own output weight.
+  w.word_embedding = config_.share_embeddings_and_output_weights;
   out.push_back(w);
+  if (!position_.defined()) return;
   Param p{"embedding.position_embeddings.weight", position_, -1};
   p.sequence_parallel = config_.layout.sequence_parallel;
   out.push_back(p);

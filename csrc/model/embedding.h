@@ -1,5 +1,5 @@
-// GPT input embedding: vocab-parallel word embedding + learned absolute positions + embedding
-// dropout (docs/design/parallel_layout.md, "Vocab-parallel embedding"). Rank r owns word rows
+// GPT input embedding: vocab-parallel word embedding + learned absolute positions (none with
+// rotary positions, which act in attention) + embedding dropout (docs/design/parallel_layout.md, "Vocab-parallel embedding"). Rank r owns word rows
 // [r·V/t, (r+1)·V/t) of the padded vocabulary; out-of-range ids give zero rows; the partial
 // sums are all-reduced, or reduce-scattered into the sequence-parallel layout.
 #pragma once
@@ -35,7 +35,7 @@ class GptEmbedding {
  private:
   GptConfig config_;
   runtime::CommunicatorPtr tp_;
-  at::Tensor word_, position_;
+  at::Tensor word_, position_;  ///< position_ undefined with rotary positions
 };
 
 }  // namespace loom::model

@@ -15,6 +15,7 @@
 #include "model/parallel_linear.h"
 #include "model/pipeline_split.h"
 #include "model/recompute.h"
+#include "model/rotary.h"
 #include "model/transformer_layer.h"
 #include "rules/layout_rules.h"
 
@@ -80,8 +81,12 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageCh
   if (layout_.post_process) {
     final_ln_ = std::make_unique<LayerNorm>("final_layernorm", config_.hidden_size,
                                             config_.layernorm_epsilon,
-                                            config_.layout.sequence_parallel, options);
-    if (!layout_.pre_process)  // initialised exactly like the first stage's word embedding
+                                            config_.layout.sequence_parallel, options,
+                                            config_.normalization, config_.bias);
+    if (!tied_output())  // the model's own output weight, column-parallel over the vocabulary
+      output_word_ = make_parameter(shard(initial_output_weight(config_, tp_->size()), 0, tp_->rank(), tp_->size()),
+                                    options);
+    else if (!layout_.pre_process)  // initialised exactly like the first stage's word embedding
       output_word_ = make_parameter(shard(GptEmbedding::initial_word_weight(config_, tp_->size()),
                                           0, tp_->rank(), tp_->size()),
                                     options);
@@ -97,6 +102,14 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageCh
   part_end_.push_back(parameters().size());
 }
 
+at::Tensor initial_output_weight(const GptConfig& config, int tensor_parallel) {
+  const int64_t padded = config.padded_vocab_size(tensor_parallel);
+  at::Tensor real = full_normal(config.seed, "output_layer.weight", {config.vocab_size, config.hidden_size},
+                                config.init_method_std);
+  if (padded == config.vocab_size) return real;
+  return at::cat({real, at::zeros({padded - config.vocab_size, config.hidden_size}, real.options())});
+}
+
 GptStage::~GptStage() = default;
 GptStage::GptStage(GptStage&&) noexcept = default;
 
@@ -106,23 +119,23 @@ void GptStage::before_reading(size_t part) const {
   if (read_hook_) read_hook_(part == 0 ? 0 : part_end_[part - 1], part_end_[part]);
 }
 
-at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) const {
+at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary) const {
   const int n = static_cast<int>(layers_.size());
   const RecomputeSettings& recompute = config_.layout.recompute;
   if (!recompute.full()) {
     for (int i = 0; i < n; ++i) {
       before_reading(1 + i);
-      x = layers_[i]->forward(x, dropout);
+      x = layers_[i]->forward(x, dropout, rotary);
     }
     return x;
   }
   const int k = recompute.num_layers_or_one();
-  auto chunk_fn = [this, dropout](int begin, int end) -> ChunkForward {
-    return [this, dropout, begin, end](const at::Tensor& input) {
+  auto chunk_fn = [this, dropout, rotary](int begin, int end) -> ChunkForward {
+    return [this, dropout, rotary, begin, end](const at::Tensor& input) {
       at::Tensor h = input;
       for (int i = begin; i < end; ++i) {
         before_reading(1 + i);
-        h = layers_[i]->forward(h, dropout);
+        h = layers_[i]->forward(h, dropout, rotary);
       }
       return h;
     };
@@ -142,7 +155,7 @@ at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout) con
         x = checkpoint(chunk_fn(i, i + 1), x);
       } else {
         before_reading(1 + i);
-        x = layers_[i]->forward(x, dropout);
+        x = layers_[i]->forward(x, dropout, rotary);
       }
     }
   }
@@ -169,13 +182,13 @@ at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropou
                                   std::to_string(config_.hidden_size) + "] of the previous stage");
     x = in.hidden;
   }
-  x = run_layers(x, dropout);
+  x = run_layers(x, dropout, stage_rotary(in.position_ids, x));
   if (!layout_.post_process) return x;
 
-  if (layout_.pre_process) before_reading(0);  // the output layer is the word embedding
+  if (layout_.pre_process && tied_output()) before_reading(0);  // the output layer is the word embedding
   before_reading(part_end_.size() - 1);
   x = final_ln_->forward(x);
-  const at::Tensor& word = layout_.pre_process ? embedding_->word_weight() : output_word_;
+  const at::Tensor& word = output_weight();
   at::Tensor logits = sp ? linear_with_sequence_parallel_gather(x, word, std::nullopt, tp_)
                          : at::linear(copy_to_tensor_model_parallel_region(x, tp_), word);
   if (!in.labels.defined()) return logits;  // [s, b, V_padded/t]
@@ -190,6 +203,25 @@ at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropou
   return loss.t();  // [b, s]
 }
 
+bool GptStage::tied_output() const { return config_.share_embeddings_and_output_weights; }
+
+const at::Tensor& GptStage::output_weight() const {
+  return layout_.pre_process && tied_output() ? embedding_->word_weight() : output_word_;
+}
+
+RotaryTables GptStage::stage_rotary(const at::Tensor& position_ids, const at::Tensor& hidden) const {
+  if (config_.position_embedding_type != PositionEmbedding::kRope) return {};
+  at::Tensor ids = position_ids;
+  if (!ids.defined()) {
+    // A later pipeline stage that was not handed the ids: the trainer's positions 0..s-1.
+    const int64_t s = hidden.size(0) * (config_.layout.sequence_parallel ? tp_->size() : 1);
+    ids = at::arange(s, at::TensorOptions().dtype(at::kLong).device(hidden.device()))
+              .unsqueeze(0)
+              .expand({hidden.size(1), s});
+  }
+  return rotary_tables(ids, config_.head_dim(), config_.rotary_base, hidden.scalar_type());
+}
+
 ParamList GptStage::parameters() const {
   ParamList out;
   if (embedding_) embedding_->collect(out);
@@ -197,8 +229,8 @@ ParamList GptStage::parameters() const {
   if (final_ln_) final_ln_->collect(out);
   if (output_word_.defined()) {
     Param w{"output_layer.weight", output_word_, 0};
-    w.word_embedding = true;
-    w.shared_duplicate = true;
+    // The last stage's copy of the tied embedding, or the model's own output layer.
+    w.word_embedding = w.shared_duplicate = tied_output();
     out.push_back(w);
   }
   return out;

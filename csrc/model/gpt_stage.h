@@ -1,7 +1,9 @@
 // A GPT model chunk as one pipeline stage (or the whole model when p = 1) holds: the input
 // embedding (first stage), transformer layers [first_layer, last_layer) of the global stack,
-// the final LayerNorm and the output layer tied to the word embedding, plus the vocab-parallel
-// loss (last stage). Stages exchange the hidden tensor [s/t, b, h] under sequence parallelism,
+// the final norm and the output layer (tied to the word embedding, or its own column-parallel
+// "output_layer.weight" with share_embeddings_and_output_weights false), plus the
+// vocab-parallel loss (last stage). With rotary positions every stage derives the RoPE tables
+// from the position ids (rotary.h). Stages exchange the hidden tensor [s/t, b, h] under sequence parallelism,
 // [s, b, h] otherwise. A pipeline stage with virtual chunks holds one GptStage per chunk
 // (pipeline_stage_layouts). Recomputation follows the config (recompute.h, attention.h).
 #pragma once
@@ -21,6 +23,7 @@
 namespace loom::model {
 
 class GptEmbedding;
+struct RotaryTables;
 class KvCache;
 class TransformerLayer;
 class LayerNorm;
@@ -42,12 +45,18 @@ struct StageChunk {
 std::vector<StageChunk> pipeline_stage_layouts(const GptConfig& config, int p, int v,
                                                 int pp_rank);
 
+/// The full untied output weight [V_padded, h] every layout starts from: N(0, init_method_std²)
+/// drawn under the name "output_layer.weight", pad rows zero.
+at::Tensor initial_output_weight(const GptConfig& config, int tensor_parallel);
+
 /// The tensor dtype of params_dtype (float32, bfloat16, float16).
 at::ScalarType scalar_type(Precision dtype);
 
 struct StageInputs {
   at::Tensor tokens;        ///< [b, s] int64 (pre_process)
-  at::Tensor position_ids;  ///< [b, s] int64 (pre_process)
+  /// [b, s] int64: the first stage's positions; a later stage reads them for RoPE (absent:
+  /// 0..s-1 for every row)
+  at::Tensor position_ids;
   at::Tensor hidden;        ///< [s(/t), b, h] from the previous stage (otherwise)
   at::Tensor labels;        ///< [b, s] int64 (post_process; undefined: return logits)
   PromptSplice prompt;      ///< virtual tokens for the embeddings (pre_process; prompt learning)
@@ -103,7 +112,12 @@ class GptStage {
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
 
  private:
-  at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout) const;
+  at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary) const;
+  /// RoPE tables of the whole sequence for the layers (inactive with learned positions):
+  /// from `position_ids` [b, s], or 0..s-1 when undefined (s from `hidden` [s(/t), b, h]).
+  RotaryTables stage_rotary(const at::Tensor& position_ids, const at::Tensor& hidden) const;
+  bool tied_output() const;                ///< share_embeddings_and_output_weights
+  const at::Tensor& output_weight() const;  ///< this rank's output layer [V_padded/t, h]
   /// Runs the read hook for part `part`: 0 the embedding, 1 + k local layer k, then the head.
   void before_reading(size_t part) const;
 
@@ -113,7 +127,9 @@ class GptStage {
   std::unique_ptr<GptEmbedding> embedding_;
   std::vector<std::shared_ptr<TransformerLayer>> layers_;
   std::unique_ptr<LayerNorm> final_ln_;
-  at::Tensor output_word_;  ///< the last stage's own copy when it has no embedding
+  /// The untied output layer, or the last stage's own copy of the tied embedding when it has
+  /// no embedding.
+  at::Tensor output_word_;
   std::vector<size_t> part_end_;  ///< end of each part's range in parameters() (before_reading)
   ParamReadHook read_hook_;
 };

@@ -212,11 +212,22 @@ const KvCache::PagedIndex& KvCache::paged_index(int64_t n, const at::Device& dev
   return paged_index_;
 }
 
+at::Tensor expand_kv_heads(const at::Tensor& kv, int64_t heads) {
+  const int64_t b = kv.size(0), g = kv.size(1), s = kv.size(2), d = kv.size(3);
+  if (heads == g) return kv;
+  if (heads % g != 0)
+    throw std::invalid_argument("expand_kv_heads: " + std::to_string(heads) + " query heads are not a multiple of " +
+                                std::to_string(g) + " key/value heads");
+  return kv.unsqueeze(2).expand({b, g, heads / g, s, d}).reshape({b, heads, s, d});
+}
+
 at::Tensor KvCache::attend(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            double scale) {
   const int64_t n = k.size(2);
   if (!is_paged()) {
-    auto [keys, values] = append(layer, k, v);                  // [b, heads, L + n, d]
+    auto [keys, values] = append(layer, k, v);  // [b, kv heads, L + n, d]
+    keys = expand_kv_heads(keys, q.size(1));      // grouped-query attention: [b, heads, L + n, d]
+    values = expand_kv_heads(values, q.size(1));
     at::Tensor scores = at::matmul(q, keys.transpose(-2, -1));  // [b, heads, n, L + n]
     // Rows of one length L: causal with sq = n < sk = L + n (query i, at position L + i, sees
     // keys j <= L + i). Rows of different lengths: the per-row mask says the same.

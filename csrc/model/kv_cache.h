@@ -29,6 +29,11 @@
 
 namespace loom::model {
 
+/// Grouped-query attention's sharing: kv [b, g, s, d] as [b, heads, s, d], key/value head j
+/// serving query heads [j·heads/g, (j+1)·heads/g) (a view when heads == g). Throws
+/// std::invalid_argument when g does not divide heads.
+at::Tensor expand_kv_heads(const at::Tensor& kv, int64_t heads);
+
 class KvCache {
  public:
   /// Buffers for global layers [first_layer, first_layer + num_layers), each key and value
@@ -93,7 +98,8 @@ class KvCache {
 
   /// Both layouts: stores k, v [batch(), kv_heads_local, n, head_dim] of the n new positions of
   /// each selected row of global layer `layer` (as append) and returns the causal attention of
-  /// q [batch(), heads, n, head_dim] over each row's positions [0, row_length + n), scores
+  /// q [batch(), heads, n, head_dim] (heads a multiple of kv_heads_local: grouped-query
+  /// attention shares each key/value head among heads / kv_heads_local queries) over each row's positions [0, row_length + n), scores
   /// scaled by `scale`: [batch(), heads, n, head_dim]. Errors as append; paged: a row without
   /// room for n more positions in its blocks throws std::out_of_range.
   at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

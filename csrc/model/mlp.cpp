@@ -11,23 +11,32 @@ namespace loom::model {
 
 namespace {
 std::string prefix(int layer) { return "layers." + std::to_string(layer) + ".mlp."; }
+// fc1's output rows: ffn, or gate and up (2·ffn) for the gated MLP.
+int64_t fc1_rows(const GptConfig& c) { return c.activation == Activation::kSwiglu ? 2 * c.ffn() : c.ffn(); }
 }  // namespace
 
 ParallelMlp::ParallelMlp(const GptConfig& c, int layer, runtime::CommunicatorPtr tp,
                          const at::TensorOptions& options)
-    : fc1_(prefix(layer) + "linear_fc1",
-           full_normal(c.seed, prefix(layer) + "linear_fc1.weight", {c.ffn(), c.hidden_size},
+    : activation_(c.activation),
+      fc1_(prefix(layer) + "linear_fc1",
+           full_normal(c.seed, prefix(layer) + "linear_fc1.weight", {fc1_rows(c), c.hidden_size},
                        c.init_method_std),
-           at::zeros({c.ffn()}),  // host: full initial values, sharded then moved (init.h)
+           c.bias ? std::optional<at::Tensor>(at::zeros({fc1_rows(c)})) : std::nullopt,  // host (init.h)
            tp, c.layout.sequence_parallel, options),
       fc2_(prefix(layer) + "linear_fc2",
            full_normal(c.seed, prefix(layer) + "linear_fc2.weight", {c.hidden_size, c.ffn()},
                        c.init_method_std / std::sqrt(2.0 * c.num_layers)),
-           at::zeros({c.hidden_size}),  // host: as above
+           c.bias ? at::zeros({c.hidden_size}) : at::Tensor(),  // host: as above
            tp, c.layout.sequence_parallel, options) {}
 
 std::pair<at::Tensor, at::Tensor> ParallelMlp::forward(const at::Tensor& x) const {
+  if (activation_ == Activation::kSwiglu) {
+    at::Tensor h = fc1_.forward(x);  // [s, b, 2·ffn/t], rows interleaved gate, up
+    h = h.unflatten(-1, {h.size(-1) / 2, 2});
+    return fc2_.forward(at::silu(h.select(-1, 0)) * h.select(-1, 1));
+  }
   at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/true);  // [s, b, ffn/t]
+  if (!fc1_.bias().defined()) return fc2_.forward(at::gelu(h, "tanh"));
   return fc2_.forward(ops::bias_gelu(h, fc1_.bias()));
 }
 

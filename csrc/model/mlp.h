@@ -1,5 +1,14 @@
-// The 4h MLP of a GPT layer: column-parallel fc1 [h -> ffn/t], GeLU (tanh approximation) fused
-// with fc1's bias (loom::ops::bias_gelu), row-parallel fc2 [ffn/t -> h].
+// The MLP of a GPT or Llama layer, column-parallel fc1 and row-parallel fc2:
+//   gelu:        fc2(gelu(fc1(x)))      fc1 [h -> ffn/t], GeLU (tanh approximation) fused with
+//                                       fc1's bias (loom::ops::bias_gelu)
+//   fast-swiglu: fc2(silu(G x) · (U x)) fc1 holds gate G and up U [h -> 2·ffn/t], fc2 [ffn/t -> h]
+// SwiGLU's fc1 rows interleave gate and up one row at a time: [g₀, u₀, g₁, u₁, ...]. A
+// contiguous 1/t split of that tensor gives rank r exactly the gate rows G_r and the up rows
+// U_r of its ffn/t outputs, and the full tensor (checkpoints, resharding, the gathered
+// gradients of the layout tests) is the same for every t: Loom's full tensors are the
+// concatenation of contiguous shards, which Megatron-Core's per-rank stacking [G_r; U_r] is
+// not. The Hugging Face converter (convert/hf_llama) maps gate_proj / up_proj to and from it.
+// ATen compositions (silu, mul; no fused kernel yet).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -14,11 +23,13 @@ class ParallelMlp {
  public:
   ParallelMlp(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
               const at::TensorOptions& options);
-  /// x [s(/t), b, h] -> (fc2 output [s(/t), b, h] before its bias, fc2 bias [h]).
+  /// x [s(/t), b, h] -> (fc2 output [s(/t), b, h] before its bias, fc2 bias [h] or undefined
+  /// without bias).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) const;
   void collect(ParamList& out) const;
 
  private:
+  Activation activation_;
   ColumnParallelLinear fc1_;
   RowParallelLinear fc2_;
 };

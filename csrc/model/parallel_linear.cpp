@@ -79,7 +79,7 @@ RowParallelLinear::RowParallelLinear(std::string name, const at::Tensor& full_we
                                      bool sequence_parallel, const at::TensorOptions& options)
     : ParallelLinearState(std::move(name), std::move(tp), sequence_parallel) {
   weight_ = make_parameter(shard(full_weight, 1, tp_->rank(), tp_->size()), options);
-  bias_ = make_parameter(full_bias, options);
+  if (full_bias.defined()) bias_ = make_parameter(full_bias, options);
 }
 
 std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x) const {
@@ -91,6 +91,7 @@ std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x
 
 void RowParallelLinear::collect(ParamList& out) const {
   out.push_back({name_ + ".weight", weight_, 1});
+  if (!bias_.defined()) return;
   Param b{name_ + ".bias", bias_, -1};
   b.sequence_parallel = sequence_parallel_;
   b.weight_decay = false;

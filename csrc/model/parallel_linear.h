@@ -57,7 +57,8 @@ class ColumnParallelLinear : detail::ParallelLinearState {
 };
 
 /// Rank `tp->rank()`'s shard of a full weight [out, in] (split along `in`) built by the
-/// caller; the bias [out] is whole on every rank.
+/// caller; the bias [out] is whole on every rank (an undefined full_bias: no bias, and
+/// forward() returns an undefined bias).
 class RowParallelLinear : detail::ParallelLinearState {
  public:
   RowParallelLinear(std::string name, const at::Tensor& full_weight, const at::Tensor& full_bias,

@@ -17,13 +17,19 @@ TransformerLayer::TransformerLayer(const GptConfig& config, int layer, runtime::
       layer_(layer),
       tp_(tp),
       ln1_(prefix(layer) + "input_layernorm", config.hidden_size, config.layernorm_epsilon,
-           config.layout.sequence_parallel, options),
+           config.layout.sequence_parallel, options, config.normalization, config.bias),
       attention_(config, layer, tp, options),
       ln2_(prefix(layer) + "pre_mlp_layernorm", config.hidden_size, config.layernorm_epsilon,
-           config.layout.sequence_parallel, options),
+           config.layout.sequence_parallel, options, config.normalization, config.bias),
       mlp_(config, layer, tp, options) {}
 
-at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& dropout) const {
+std::optional<at::Tensor> optional_bias(const at::Tensor& bias) {
+  if (!bias.defined()) return std::nullopt;
+  return bias;
+}
+
+at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& dropout,
+                                     const RotaryTables& rotary) const {
   ActivationScope scope(layer_);
   const bool sp = config_.layout.sequence_parallel;
   const int64_t s_local = x.size(0), b = x.size(1);
@@ -34,10 +40,11 @@ at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& 
                           config_.hidden_size);
   };
 
-  auto [attn, attn_bias] = attention_.forward(ln1_.forward(x), dropout);
-  at::Tensor h = ops::bias_dropout_add(attn, attn_bias, x, hidden_spec(ops::kDropoutSiteAttentionOutput));
+  auto [attn, attn_bias] = attention_.forward(ln1_.forward(x), dropout, rotary);
+  at::Tensor h = ops::bias_dropout_add(attn, optional_bias(attn_bias), x,
+                                       hidden_spec(ops::kDropoutSiteAttentionOutput));
   auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h));
-  return ops::bias_dropout_add(mlp, mlp_bias, h, hidden_spec(ops::kDropoutSiteMlpOutput));
+  return ops::bias_dropout_add(mlp, optional_bias(mlp_bias), h, hidden_spec(ops::kDropoutSiteMlpOutput));
 }
 
 void TransformerLayer::collect(ParamList& out) const {

@@ -1,10 +1,13 @@
-// One pre-LayerNorm GPT decoder layer on [s, b, h] activations ([s/t, b, h] under sequence
+// One pre-norm GPT or Llama decoder layer on [s, b, h] activations ([s/t, b, h] under sequence
 // parallelism):
-//   x = x + dropout(attention(LN1(x)) + b_proj)
-//   x = x + dropout(mlp(LN2(x)) + b_fc2)
-// with the residual adds and hidden dropout fused (loom::ops::bias_dropout_add).
+//   x = x + dropout(attention(N1(x)) + b_proj)
+//   x = x + dropout(mlp(N2(x)) + b_fc2)
+// N LayerNorm or RMSNorm, the biases absent with model.bias false, with the residual adds and
+// hidden dropout fused (loom::ops::bias_dropout_add).
 #pragma once
 #include <ATen/core/Tensor.h>
+
+#include <optional>
 
 #include "model/attention.h"
 #include "model/dropout_context.h"
@@ -16,15 +19,19 @@ namespace loom::model {
 
 class KvCache;
 
+/// A linear layer's returned bias as bias_dropout_add takes it: nullopt when the model has none.
+std::optional<at::Tensor> optional_bias(const at::Tensor& bias);
+
 class TransformerLayer {
  public:
   /// `layer` is the global layer number in [0, num_layers).
   TransformerLayer(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                    const at::TensorOptions& options);
-  at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout) const;
+  /// `rotary`: the RoPE tables of the whole sequence (rotary.h; inactive for learned positions).
+  at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {}) const;
   /// Inference (cached_forward.cpp): forward() without dropout for x [n, b, h] of n new
-  /// positions whose keys and values go to `cache`.
-  at::Tensor forward_cached(const at::Tensor& x, KvCache& cache) const;
+  /// positions whose keys and values go to `cache`; `rotary` the tables of their positions.
+  at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary = {}) const;
   int layer() const { return layer_; }
   void collect(ParamList& out) const;
 

@@ -80,6 +80,15 @@ void adopt_base_shape(config::Recipe& recipe, const FrozenBase& base, int64_t se
   m.max_position_embeddings = shape.max_position_embeddings;
   m.layernorm_epsilon = shape.layernorm_epsilon;
   m.make_vocab_size_divisible_by = shape.make_vocab_size_divisible_by;
+  // The architecture (GPT's defaults for checkpoints that record none).
+  m.normalization = shape.normalization;
+  m.position_embedding_type = shape.position_embedding_type;
+  m.rotary_base = shape.rotary_base;
+  m.rotary_percentage = shape.rotary_percentage;
+  m.activation = shape.activation;
+  m.num_query_groups = shape.query_groups();
+  m.bias = shape.bias;
+  m.share_embeddings_and_output_weights = shape.share_embeddings_and_output_weights;
   m.encoder_seq_length = seq_length;
   m.data.seq_length = seq_length;
   // The frozen base is a fixed function of its input.

@@ -22,6 +22,10 @@ constexpr const char* kHidden = "model.hidden_size";
 constexpr const char* kFfn = "model.ffn_hidden_size";
 constexpr const char* kSeq = "model.encoder_seq_length";
 constexpr const char* kMaxPositions = "model.max_position_embeddings";
+constexpr const char* kQueryGroups = "model.num_query_groups";
+constexpr const char* kRotaryBase = "model.rotary_base";
+constexpr const char* kRotaryPercentage = "model.rotary_percentage";
+constexpr const char* kPositionType = "model.position_embedding_type";
 constexpr const char* kSequenceParallel = "model.sequence_parallel";
 constexpr const char* kMicroBatch = "model.micro_batch_size";
 constexpr const char* kGlobalBatch = "model.global_batch_size";
@@ -79,6 +83,37 @@ std::vector<Violation> tensor_parallel_violations(const ModelShape& m, int64_t t
   if (m.max_position_embeddings < m.seq_length)
     out.push_back(violation(kMaxPositions, fmt::format("expected at least encoder_seq_length ({}), found {}",
                                                        m.seq_length, m.max_position_embeddings), {kSeq}));
+  append(out, architecture_violations(m, t));
+  return out;
+}
+
+std::vector<Violation> architecture_violations(const ModelShape& m, int64_t t) {
+  std::vector<Violation> out;
+  if (m.num_query_groups < 0) {
+    out.push_back(violation(kQueryGroups, fmt::format("expected null or an integer >= 1, found {}", m.num_query_groups),
+                            {}));
+  } else if (m.num_query_groups > 0 && m.num_attention_heads >= 1 && t >= 1) {
+    const int64_t g = m.num_query_groups;
+    if (m.num_attention_heads % g != 0)
+      out.push_back(violation(kQueryGroups, fmt::format("expected a divisor of num_attention_heads ({}), found {}",
+                                                        m.num_attention_heads, g), {kHeads}));
+    else if (g % t != 0)
+      out.push_back(violation(kQueryGroups, fmt::format("expected a multiple of tensor_model_parallel_size ({}): each "
+                                                        "tensor-parallel rank holds whole key/value heads, found {}", t, g),
+                              {kTensor}));
+  }
+  if (m.rotary_percentage != 1.0)
+    out.push_back(violation(kRotaryPercentage, fmt::format("expected 1.0 (Loom rotates every head dimension; partial "
+                                                           "rotary embeddings are not implemented), found {}",
+                                                           m.rotary_percentage), {}));
+  if (m.position_embedding_type == PositionEmbedding::kRope) {
+    if (!(m.rotary_base > 0.0))
+      out.push_back(violation(kRotaryBase, fmt::format("expected > 0, found {}", m.rotary_base), {}));
+    if (m.num_attention_heads >= 1 && m.hidden_size % m.num_attention_heads == 0 && m.head_dim() % 2 != 0)
+      out.push_back(violation(kPositionType, fmt::format("rope needs an even head dimension (hidden_size / "
+                                                         "num_attention_heads), found {}", m.head_dim()),
+                              {kHidden, kHeads}));
+  }
   return out;
 }
 

@@ -57,8 +57,16 @@ struct LayoutQuery {
 };
 
 /// Tensor parallelism and sequence lengths: heads % t, hidden % heads, ffn % t, s % t under
-/// sequence parallelism (t > 1 only: with t = 1 it is a no-op), s <= max_position_embeddings.
+/// sequence parallelism (t > 1 only: with t = 1 it is a no-op), s <= max_position_embeddings,
+/// and architecture_violations(m, t).
 std::vector<Violation> tensor_parallel_violations(const ModelShape& m, int64_t t, bool sequence_parallel);
+
+/// The Llama-family options (docs/design/llama.md): num_query_groups >= 1 (or 0/null = heads)
+/// dividing num_attention_heads and divisible by t (each rank holds whole K/V heads; Megatron-Core
+/// requires the same for its plain path; Loom does not replicate K/V heads over ranks when
+/// groups < t), rotary_percentage 1.0 (partial rotary is not implemented), rotary_base > 0 and an
+/// even head dimension with rope.
+std::vector<Violation> architecture_violations(const ModelShape& m, int64_t t);
 
 /// Pipeline split: v > 1 needs p > 1. Even (neither end stage set): num_layers % (p·v) == 0.
 /// Uneven (Megatron-Core's rules): p > 1; each set size >= 1 and a multiple of v; the S stages

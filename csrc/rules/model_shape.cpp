@@ -8,6 +8,18 @@
 
 namespace loom {
 
+const char* recipe_name(Normalization n) { return n == Normalization::kRmsNorm ? "rmsnorm" : "layernorm"; }
+const char* recipe_name(PositionEmbedding p) { return p == PositionEmbedding::kRope ? "rope" : "learned_absolute"; }
+const char* recipe_name(Activation a) { return a == Activation::kSwiglu ? "fast-swiglu" : "gelu"; }
+
+bool ModelShape::is_gpt() const {
+  const ModelShape gpt;
+  return normalization == gpt.normalization && position_embedding_type == gpt.position_embedding_type &&
+         rotary_base == gpt.rotary_base && rotary_percentage == gpt.rotary_percentage &&
+         activation == gpt.activation && query_groups() == num_attention_heads && bias == gpt.bias &&
+         share_embeddings_and_output_weights == gpt.share_embeddings_and_output_weights;
+}
+
 int64_t ModelShape::padded_vocab_size(int tensor_parallel) const {
   const int64_t multiple = std::lcm<int64_t>(std::max<int64_t>(1, make_vocab_size_divisible_by),
                                              std::max(1, tensor_parallel));
@@ -32,6 +44,10 @@ void ModelShape::validate() const {
     throw std::invalid_argument(fmt::format(
         "model shape: hidden_size {} must be divisible by num_attention_heads {}", hidden_size,
         num_attention_heads));
+  if (num_query_groups < 0 || (num_query_groups > 0 && num_attention_heads % num_query_groups != 0))
+    throw std::invalid_argument(fmt::format(
+        "model shape: num_query_groups {} must divide num_attention_heads {} (0 = one per head)",
+        num_query_groups, num_attention_heads));
 }
 
 double ModelShape::parameter_count() const {

@@ -8,6 +8,21 @@
 
 namespace loom {
 
+/// model.normalization: layernorm (GPT) | rmsnorm (Llama: x / sqrt(mean(x²) + eps) · w, no bias).
+enum class Normalization { kLayerNorm, kRmsNorm };
+/// model.position_embedding_type: learned_absolute (a trained position table, GPT) | rope
+/// (rotary embeddings on Q and K, rotate-half pairing as Megatron-Core and transformers use).
+enum class PositionEmbedding { kLearnedAbsolute, kRope };
+/// model.activation: gelu (tanh approximation, GPT) | fast-swiglu (gated MLP:
+/// down(silu(gate(x)) · up(x)), ffn_hidden_size the width of gate and of up).
+enum class Activation { kGelu, kSwiglu };
+
+/// The recipe spellings: "layernorm" / "rmsnorm", "learned_absolute" / "rope", "gelu" /
+/// "fast-swiglu" (NeMo's megatron_gpt_config names).
+const char* recipe_name(Normalization n);
+const char* recipe_name(PositionEmbedding p);
+const char* recipe_name(Activation a);
+
 /// Shape of a GPT-3-style decoder (pre-LayerNorm, learned positions, GeLU MLP, tied input and
 /// output embedding). All sizes are element counts. The member order is fixed: the first six
 /// are brace-initialised as {L, h, a, ffn, s, max_position_embeddings}.
@@ -25,8 +40,28 @@ struct ModelShape {
   /// without a recipe (the planner's --vocab-size, --size) takes vocab_size as already padded.
   int64_t make_vocab_size_divisible_by = 1;
 
+  // The decoder's architecture (Llama-family options; the defaults are GPT-3's, so a shape
+  // made without them is the GPT model it always was). docs/design/llama.md.
+  Normalization normalization = Normalization::kLayerNorm;           ///< model.normalization
+  PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;  ///< model.position_embedding_type
+  double rotary_base = 10000.0;     ///< model.rotary_base: RoPE's θ (Llama 2: 1e4, Llama 3: 5e5)
+  double rotary_percentage = 1.0;   ///< model.rotary_percentage: only 1.0 (every head dim) is supported
+  Activation activation = Activation::kGelu;  ///< model.activation
+  /// model.num_query_groups: K/V heads, each shared by num_attention_heads / groups query heads
+  /// (grouped-query attention; 1 = multi-query). 0 (the recipe's null): one per head.
+  int64_t num_query_groups = 0;
+  bool bias = true;  ///< model.bias: biases on every linear layer and norm (false: none)
+  /// model.share_embeddings_and_output_weights: the output layer is the word embedding (true)
+  /// or its own column-parallel weight "output_layer.weight" [V_padded, h] (false).
+  bool share_embeddings_and_output_weights = true;
+
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  /// K/V heads: num_query_groups, or num_attention_heads when it is 0.
+  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  /// True when every architecture field has its GPT default (the shape checkpoints have always
+  /// recorded: model_shape_to_json then writes no architecture keys).
+  bool is_gpt() const;
 
   /// Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, t) (a divisor < 1
   /// counts as 1). With the default 128 this is the same size for every power-of-two t <= 128

@@ -2,18 +2,49 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <stdexcept>
 
 namespace loom {
 
 nlohmann::json model_shape_to_json(const ModelShape& shape) {
-  return {{"num_layers", shape.num_layers},
-          {"hidden_size", shape.hidden_size},
-          {"ffn_hidden_size", shape.ffn()},
-          {"num_attention_heads", shape.num_attention_heads},
-          {"vocab_size", shape.vocab_size},
-          {"max_position_embeddings", shape.max_position_embeddings}};
+  nlohmann::json out = {{"num_layers", shape.num_layers},
+                        {"hidden_size", shape.hidden_size},
+                        {"ffn_hidden_size", shape.ffn()},
+                        {"num_attention_heads", shape.num_attention_heads},
+                        {"vocab_size", shape.vocab_size},
+                        {"max_position_embeddings", shape.max_position_embeddings}};
+  if (shape.is_gpt()) return out;  // a GPT checkpoint's metadata stays what it always was
+  out["normalization"] = recipe_name(shape.normalization);
+  out["position_embedding_type"] = recipe_name(shape.position_embedding_type);
+  out["rotary_base"] = shape.rotary_base;
+  out["rotary_percentage"] = shape.rotary_percentage;
+  out["activation"] = recipe_name(shape.activation);
+  out["num_query_groups"] = shape.query_groups();
+  out["bias"] = shape.bias;
+  out["share_embeddings_and_output_weights"] = shape.share_embeddings_and_output_weights;
+  return out;
 }
+
+namespace {
+
+// An optional architecture key: absent -> `fallback` (the GPT default); present -> one of the
+// spellings `names` gives for the enum's values.
+template <class E>
+E enum_field(const nlohmann::json& model, const char* key, E fallback, std::initializer_list<E> values,
+             const std::string& file) {
+  const auto it = model.find(key);
+  if (it == model.end()) return fallback;
+  std::string known;
+  for (E v : values) {
+    if (it->is_string() && it->get<std::string>() == recipe_name(v)) return v;
+    known += std::string(known.empty() ? "" : ", ") + recipe_name(v);
+  }
+  throw std::invalid_argument(file + ": layout.model: expected \"" + key + "\" one of " + known + ", found " +
+                              it->dump());
+}
+
+}  // namespace
 
 ModelShape model_shape_from_json(const nlohmann::json& model, const std::string& file) {
   if (!model.is_object())
@@ -33,6 +64,34 @@ ModelShape model_shape_from_json(const nlohmann::json& model, const std::string&
   s.vocab_size = field("vocab_size");
   s.max_position_embeddings = field("max_position_embeddings");
   s.seq_length = s.max_position_embeddings;
+  // The architecture: absent in checkpoints written before Llama support (and in every GPT
+  // one), which then read as GPT's defaults.
+  s.normalization = enum_field(model, "normalization", s.normalization,
+                               {Normalization::kLayerNorm, Normalization::kRmsNorm}, file);
+  s.position_embedding_type =
+      enum_field(model, "position_embedding_type", s.position_embedding_type,
+                 {PositionEmbedding::kLearnedAbsolute, PositionEmbedding::kRope}, file);
+  s.activation = enum_field(model, "activation", s.activation, {Activation::kGelu, Activation::kSwiglu}, file);
+  auto real = [&](const char* key, double fallback) {
+    const auto it = model.find(key);
+    if (it == model.end()) return fallback;
+    if (!it->is_number())
+      throw std::invalid_argument(file + ": layout.model: expected a number \"" + key + "\", found " + it->dump());
+    return it->get<double>();
+  };
+  auto flag = [&](const char* key, bool fallback) {
+    const auto it = model.find(key);
+    if (it == model.end()) return fallback;
+    if (!it->is_boolean())
+      throw std::invalid_argument(file + ": layout.model: expected a boolean \"" + key + "\", found " + it->dump());
+    return it->get<bool>();
+  };
+  s.rotary_base = real("rotary_base", s.rotary_base);
+  s.rotary_percentage = real("rotary_percentage", s.rotary_percentage);
+  if (model.contains("num_query_groups")) s.num_query_groups = field("num_query_groups");
+  s.bias = flag("bias", s.bias);
+  s.share_embeddings_and_output_weights =
+      flag("share_embeddings_and_output_weights", s.share_embeddings_and_output_weights);
   return s;
 }
 

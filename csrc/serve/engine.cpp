@@ -77,7 +77,7 @@ model::KvCache paged_cache(const model::GptStage& stage, int tp, const EngineOpt
   const at::Tensor& any = params.front().tensor;
   const auto& c = stage.config();
   return model::KvCache::paged(stage.layout().first_layer, stage.num_local_layers(), o.max_batch, pool.num_blocks(),
-                               pool.block_size(), c.num_attention_heads / tp, c.head_dim(),
+                               pool.block_size(), c.query_groups() / tp, c.head_dim(),
                                at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
 }
 

@@ -27,6 +27,22 @@ inline GptConfig tiny_config() {
   return c;
 }
 
+/// tiny_config() as a Llama-family decoder: RMSNorm, RoPE, SwiGLU (ffn 48 per gate), 2 K/V
+/// heads for 4 query heads, no biases, an untied output layer.
+inline GptConfig tiny_llama_config() {
+  GptConfig c = tiny_config();
+  c.normalization = Normalization::kRmsNorm;
+  c.position_embedding_type = PositionEmbedding::kRope;
+  c.rotary_base = 500.0;  // short sequences: a small base turns the angles visibly
+  c.activation = Activation::kSwiglu;
+  c.ffn_hidden_size = 48;
+  c.num_query_groups = 2;
+  c.bias = false;
+  c.share_embeddings_and_output_weights = false;
+  c.layernorm_epsilon = 1e-6;
+  return c;
+}
+
 struct Batch {
   at::Tensor tokens, positions, labels;  // [b, s]
 };

@@ -59,14 +59,14 @@ std::vector<Variant> all_variants(bool with_sp) {
 
 // Runs every variant on `tp` and compares it to the single-process reference computed locally.
 // Returns a description of every mismatch (empty: all equal).
-std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp) {
+std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp, const GptConfig& base = tiny_config()) {
   std::vector<std::string> failures;
   auto solo = runtime::Communicator::solo();
   DropoutContext dropout;
   dropout.seed = 1234;
   dropout.step = 3;
   for (const Variant& v : all_variants(tp->size() > 1)) {
-    GptConfig ref_cfg = tiny_config();
+    GptConfig ref_cfg = base;
     ref_cfg.hidden_dropout = ref_cfg.attention_dropout = v.dropout;
     ref_cfg.label_smoothing = v.dropout > 0 ? 0.1 : 0.0;  // the dropout variants also smooth
     GptConfig cfg = ref_cfg;
@@ -117,7 +117,7 @@ std::shared_ptr<runtime::ProcessGroups> make_groups() {
 
 LOOM_WORKER("gpt_equivalence") {
   auto groups = make_groups();
-  auto failures = check_variants(groups->tensor_ptr());
+  auto failures = check_variants(groups->tensor_ptr(), loom::test::env_str("LLAMA", "0") == "1" ? tiny_llama_config() : tiny_config());
   std::string all;
   for (const auto& f : failures) all += "\n  " + f;
   LOOM_WCHECK(failures.empty(), + all);
@@ -133,6 +133,20 @@ TEST_CASE("t=1: every recompute setting equals the plain single-process model", 
 TEST_CASE("t=2: TP, TP+SP and every recompute setting equal the single-process model",
           "[model][multiprocess]") {
   auto r = loom::test::run_ranks("gpt_equivalence", 2, {{"T", "2"}}, 300.0);
+  INFO(r.summary());
+  CHECK(r.exit_code() == 0);
+}
+
+TEST_CASE("Llama config, t=1: every recompute setting equals the plain single-process model", "[model][llama]") {
+  auto failures = check_variants(runtime::Communicator::solo(), tiny_llama_config());
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("Llama config, t=2: TP, TP+SP and every recompute setting equal the single-process model",
+          "[model][multiprocess][llama]") {
+  // 2 K/V heads over 2 ranks: one group per rank; SwiGLU's gate and up split with their rows.
+  auto r = loom::test::run_ranks("gpt_equivalence", 2, {{"T", "2"}, {"LLAMA", "1"}}, 300.0);
   INFO(r.summary());
   CHECK(r.exit_code() == 0);
 }

@@ -26,9 +26,10 @@ namespace {
 // Whole model vs stages [0, 2) + [2, 3): loss and every gradient; the two word-embedding
 // copies' gradients sum to the tied gradient. With `flash` the stages use the fused attention
 // core (attention dropout 0) and the whole model the unfused one. Returns the failures.
-std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp, bool sp, bool flash = false) {
+std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp, bool sp, bool flash = false,
+                                              const GptConfig& base = tiny_config()) {
   std::vector<std::string> failures;
-  GptConfig cfg = tiny_config();
+  GptConfig cfg = base;
   cfg.hidden_dropout = 0.1;
   cfg.attention_dropout = flash ? 0.0 : 0.1;
   cfg.layout.sequence_parallel = sp;
@@ -59,8 +60,11 @@ std::vector<std::string> check_pipeline_split(const runtime::CommunicatorPtr& tp
     all_reduce_sequence_parallel_grads(params, *tp);
     for (const auto& p : params) got[p.name] = full_grad(p, *tp);
   }
-  got["embedding.word_embeddings.weight"] += got["output_layer.weight"];
-  got.erase("output_layer.weight");
+  if (cfg.share_embeddings_and_output_weights) {  // else output_layer.weight is the model's own
+    got["embedding.word_embeddings.weight"] += got["output_layer.weight"];
+    got.erase("output_layer.weight");
+  }
+  if (got.size() != want.grads.size()) failures.push_back("different parameter sets");
   if (rel_err(loss.detach(), want.loss) > 1e-5) failures.push_back("loss differs");
   for (const auto& [name, g] : want.grads) {
     if (!got.count(name)) {
@@ -102,6 +106,35 @@ LOOM_WORKER("gpt_pipeline_split") {
   }
   LOOM_WCHECK(threw, "(s = 7 under SP with t = 2 must be rejected)");
   groups->shutdown();
+}
+
+LOOM_WORKER("llama_pipeline_split") {
+  auto groups = loom::test::worker_groups(2);
+  for (bool flash : {false, true}) {
+    for (bool sp : {false, true}) {
+      auto failures = check_pipeline_split(groups->tensor_ptr(), sp, flash, tiny_llama_config());
+      std::string all;
+      for (const auto& f : failures) all += "\n  sp=" + std::to_string(sp) + " flash=" + std::to_string(flash) + ": " + f;
+      LOOM_WCHECK(failures.empty(), + all);
+    }
+  }
+  groups->shutdown();
+}
+
+TEST_CASE("Llama config: pipeline stages (RoPE positions on the later stage, untied output layer) equal the whole "
+          "model", "[model][llama]") {
+  for (bool flash : {false, true}) {
+    auto failures = check_pipeline_split(runtime::Communicator::solo(), false, flash, tiny_llama_config());
+    for (const auto& f : failures) UNSCOPED_INFO("flash=" << flash << ": " << f);
+    CHECK(failures.empty());
+  }
+}
+
+TEST_CASE("Llama config: p=2 stages under t=2 with and without SP equal the whole model",
+          "[model][multiprocess][llama]") {
+  auto r = loom::test::run_ranks("llama_pipeline_split", 2, {}, 180.0);
+  INFO(r.summary());
+  CHECK(r.exit_code() == 0);
 }
 
 TEST_CASE("pipeline stages with a separate output embedding copy equal the whole model", "[model]") {

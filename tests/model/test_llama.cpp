@@ -1,0 +1,176 @@
+// The Llama-family pieces of the model (docs/design/llama.md) against independent references:
+// RMSNorm against its formula in float64, RoPE's relative-position property, grouped-query
+// attention against multi-head attention with each K/V head copied to its query heads, SwiGLU's
+// interleaved gate/up rows against silu(G x) · U x, and the cached decode (K/V heads only,
+// positions per row) against the full forward.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+#include "model/kv_cache.h"
+#include "model/mlp.h"
+#include "model/rms_norm.h"
+#include "model/rotary.h"
+#include "model_test_util.h"
+
+using namespace loom;
+using namespace loom::model;
+using namespace loom::model::test;
+
+namespace {
+
+at::Tensor logits_of(const GptStage& stage, const at::Tensor& tokens) {
+  at::NoGradGuard no_grad;
+  StageInputs in;
+  in.tokens = tokens;
+  in.position_ids = at::arange(tokens.size(1), at::kLong).unsqueeze(0).expand_as(tokens).contiguous();
+  DropoutContext off;
+  off.training = false;
+  return stage.forward(in, off);  // [s, b, V_padded]
+}
+
+at::Tensor random_tokens(const GptConfig& c, int64_t b, int64_t s, uint64_t seed = 11) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randint(c.vocab_size, {b, s}, gen, at::kLong);
+}
+
+at::Tensor param(const GptStage& stage, const std::string& name) {
+  for (const auto& p : stage.parameters())
+    if (p.name == name) return p.tensor;
+  throw std::runtime_error("no parameter " + name);
+}
+
+}  // namespace
+
+TEST_CASE("RMSNorm equals x / sqrt(mean(x^2) + eps) * w computed in float64", "[model][llama]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const at::Tensor x = at::randn({5, 2, 16}, gen) * 3 + 1;
+  const at::Tensor w = at::randn({16}, gen);
+  const at::Tensor x64 = x.to(at::kDouble);
+  const at::Tensor want = x64 / (x64.pow(2).mean(-1, true) + 1e-6).sqrt() * w.to(at::kDouble);
+  const at::Tensor got = rms_norm(x, w, 1e-6);
+  CHECK(got.scalar_type() == at::kFloat);
+  CHECK((got.to(at::kDouble) - want).abs().max().item<double>() < 1e-5);
+  // No mean subtraction: a constant row normalises to sign(c) · w, not to zero as LayerNorm's would.
+  const at::Tensor c = at::full({1, 16}, 2.0);
+  CHECK(at::allclose(rms_norm(c, w, 0.0), w.unsqueeze(0), 1e-6, 1e-6));
+}
+
+TEST_CASE("RoPE: a rotated query-key product depends only on the positions' difference", "[model][llama]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+  const at::Tensor q = at::randn({1, 1, 1, 8}, gen).expand({1, 1, 6, 8}).contiguous();
+  const at::Tensor k = at::randn({1, 1, 1, 8}, gen).expand({1, 1, 6, 8}).contiguous();
+  const at::Tensor pos = at::tensor({0, 1, 3, 7, 10, 20}, at::kLong).unsqueeze(0);
+  const RotaryTables tables = rotary_tables(pos, 8, 10000.0, at::kFloat);
+  const at::Tensor qr = apply_rotary(q, tables)[0][0], kr = apply_rotary(k, tables)[0][0];  // [6, 8]
+  auto dot = [&](int i, int j) { return (qr[i] * kr[j]).sum().item<double>(); };
+  // Positions (3, 0) and (10, 7) are 3 apart; (7, 0) and (10, 3) are 7 apart.
+  CHECK(std::abs(dot(2, 0) - dot(4, 3)) < 1e-4);
+  CHECK(std::abs(dot(3, 0) - dot(4, 2)) < 1e-4);
+  CHECK(std::abs(dot(3, 0) - dot(2, 0)) > 1e-3);  // and it does depend on the difference
+  // Position 0 is the identity; the norm of each pair (i, i + d/2) is kept.
+  CHECK(at::allclose(qr[0], q[0][0][0], 1e-6, 1e-6));
+  const at::Tensor pairs = qr.narrow(1, 0, 4).pow(2) + qr.narrow(1, 4, 4).pow(2);
+  const at::Tensor pairs0 = q[0][0].narrow(1, 0, 4).pow(2) + q[0][0].narrow(1, 4, 4).pow(2);
+  CHECK(at::allclose(pairs, pairs0, 1e-5, 1e-5));
+  CHECK_THROWS_WITH(rotary_tables(pos, 7, 10000.0, at::kFloat), Catch::Contains("even head dimension"));
+}
+
+TEST_CASE("grouped-query attention equals multi-head attention with each K/V head copied to its query heads",
+          "[model][llama]") {
+  GptConfig gqa = tiny_llama_config();  // 4 heads, 2 groups, head dim 8
+  GptConfig mha = gqa;
+  mha.num_query_groups = 0;
+  auto solo = runtime::Communicator::solo();
+  GptStage a(gqa, solo), b(mha, solo);
+  const int64_t d = gqa.head_dim(), heads = gqa.num_attention_heads, per_group = heads / gqa.query_groups();
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& p : b.parameters()) {
+      const bool qkv = p.name.find("linear_qkv.weight") != std::string::npos;
+      if (!qkv) {
+        p.tensor.copy_(param(a, p.name));
+        continue;
+      }
+      // GQA rows per group [q (per_group · d), k (d), v (d)]; MHA rows per head [q, k, v].
+      const at::Tensor src = param(a, p.name).view({gqa.query_groups(), (per_group + 2) * d, gqa.hidden_size});
+      at::Tensor dst = p.tensor.view({heads, 3 * d, gqa.hidden_size});
+      for (int64_t h = 0; h < heads; ++h) {
+        const at::Tensor group = src[h / per_group];
+        dst[h].narrow(0, 0, d).copy_(group.narrow(0, (h % per_group) * d, d));
+        dst[h].narrow(0, d, 2 * d).copy_(group.narrow(0, per_group * d, 2 * d));
+      }
+    }
+  }
+  REQUIRE(param(a, "layers.0.self_attention.linear_qkv.weight").size(0) == (heads + 2 * 2) * d);
+  const at::Tensor tokens = random_tokens(gqa, 2, gqa.seq_length);
+  const at::Tensor la = logits_of(a, tokens), lb = logits_of(b, tokens);
+  CHECK(rel_err(la, lb) < 1e-5);
+  CHECK(la.abs().max().item<double>() > 0);
+}
+
+TEST_CASE("SwiGLU's interleaved fc1 rows are gate and up: fc2(silu(G x) * (U x))", "[model][llama]") {
+  const GptConfig cfg = tiny_llama_config();
+  auto solo = runtime::Communicator::solo();
+  ParallelMlp mlp(cfg, 0, solo, at::TensorOptions().dtype(at::kFloat));
+  ParamList params;
+  mlp.collect(params);
+  REQUIRE(params.size() == 2);  // no biases
+  const at::Tensor fc1 = params[0].tensor.detach(), fc2 = params[1].tensor.detach();
+  REQUIRE(fc1.size(0) == 2 * cfg.ffn());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+  const at::Tensor x = at::randn({4, 2, cfg.hidden_size}, gen);
+  const at::Tensor gate = fc1.slice(0, 0, fc1.size(0), 2), up = fc1.slice(0, 1, fc1.size(0), 2);
+  const at::Tensor want = at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), fc2);
+  auto [got, bias] = mlp.forward(x);
+  CHECK_FALSE(bias.defined());
+  CHECK(rel_err(got.detach(), want) < 1e-6);
+}
+
+TEST_CASE("Llama cached decode (K/V heads only, RoPE positions per row) equals the full forward", "[model][llama]") {
+  GptConfig cfg = tiny_llama_config();
+  cfg.hidden_dropout = cfg.attention_dropout = 0.0;
+  auto solo = runtime::Communicator::solo();
+  GptStage stage(cfg, solo);
+  const at::Tensor tokens = random_tokens(cfg, 2, cfg.seq_length);
+  const at::Tensor full = logits_of(stage, tokens);  // [s, 2, V]
+  // Prefill 3, then one token at a time.
+  KvCache cache = stage.make_kv_cache(2, cfg.seq_length);
+  std::vector<at::Tensor> parts{stage.forward_cached(tokens.narrow(1, 0, 3), cache)};
+  for (int64_t i = 3; i < cfg.seq_length; ++i) parts.push_back(stage.forward_cached(tokens.narrow(1, i, 1), cache));
+  CHECK(rel_err(at::cat(parts, 0), full) < 1e-5);
+  // Rows of different lengths: row 0 holds 5 positions, row 1 holds 2; one more token each
+  // must see its own row's positions (RoPE rotates by them).
+  KvCache rows = stage.make_kv_cache(2, cfg.seq_length);
+  rows.select_rows({0});
+  stage.forward_cached(tokens.narrow(0, 0, 1).narrow(1, 0, 5), rows);
+  rows.select_rows({1});
+  stage.forward_cached(tokens.narrow(0, 1, 1).narrow(1, 0, 2), rows);
+  rows.select_rows({});
+  const at::Tensor next = at::stack({tokens[0][5], tokens[1][2]}).unsqueeze(1);  // [2, 1]
+  const at::Tensor got = stage.forward_cached(next, rows);                       // [1, 2, V]
+  CHECK(rel_err(got[0][0], full[5][0]) < 1e-5);
+  CHECK(rel_err(got[0][1], full[2][1]) < 1e-5);
+}
+
+TEST_CASE("Llama config errors name the field", "[model][llama]") {
+  GptConfig cfg = tiny_llama_config();
+  CHECK_NOTHROW(cfg.validate(2));
+  CHECK_THROWS_WITH(cfg.validate(4), Catch::Contains("model.num_query_groups: expected a multiple of "
+                                                     "tensor_model_parallel_size (4)"));
+  cfg.num_query_groups = 3;
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("model.num_query_groups: expected a divisor of "
+                                                     "num_attention_heads (4), found 3"));
+  cfg = tiny_llama_config();
+  cfg.rotary_percentage = 0.5;
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("model.rotary_percentage: expected 1.0"));
+  // The parameter set: no biases, no position table, RMSNorm weights only, an output layer.
+  auto solo = runtime::Communicator::solo();
+  std::set<std::string> names;
+  for (const auto& p : GptStage(tiny_llama_config(), solo).parameters()) names.insert(p.name);
+  CHECK(names.count("output_layer.weight"));
+  CHECK_FALSE(names.count("embedding.position_embeddings.weight"));
+  for (const auto& n : names) CHECK(n.find(".bias") == std::string::npos);
+}

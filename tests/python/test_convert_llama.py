@@ -1,0 +1,111 @@
+"""`loom convert` with Llama-family models (docs/design/llama.md): a LlamaForCausalLM of a tiny
+random LlamaConfig built by transformers (grouped-query attention, an untied output layer, a
+tokenizer.json) imported at t=2 p=2 with transformers' fp32 logits within 1e-5; exported back
+bit-identical (HF -> Loom -> HF) and loading in transformers with Loom's logits; tied
+embeddings with plain multi-head attention; and config.json fields Loom cannot represent
+refused naming the field."""
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from test_convert import convert, loom_logits
+from test_data_tokenizers_more import train_hf
+
+IDS = [5, 17, 250, 3, 99, 1000, 42, 7, 12, 0, 480, 31]
+
+
+def random_llama(tmp_path, name, kv_heads=2, tie=False):
+    """A LlamaForCausalLM of a random LlamaConfig saved with save_pretrained, a byte-level BPE
+    tokenizer.json (trained here) of the model's vocabulary beside it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    out = tmp_path / name
+    out.mkdir()
+    tokenizer = train_hf("llama3", False)
+    tokenizer.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                           "eos_token": "<|endoftext|>"}))
+    torch.manual_seed(11)
+    config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=48,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=kv_heads,
+                         max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000.0,
+                         tie_word_embeddings=tie, attention_dropout=0.0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # RMSNorm weights away from 1, so a misplaced norm shows
+        for n, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(out)
+    return out, model
+
+
+def hf_logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
+
+
+def test_import_gqa_untied_llama_has_transformers_logits_and_exports_bit_identical(tmp_path):
+    from transformers import LlamaForCausalLM
+    hf_dir, model = random_llama(tmp_path, "hf_llama")
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2", "--pipeline-parallel", "2")
+    recipe = (run / "config.yaml").read_text()
+    for line in ("normalization: rmsnorm", "position_embedding_type: rope", "activation: fast-swiglu",
+                 "num_query_groups: 2", "bias: false", "share_embeddings_and_output_weights: false",
+                 "library: huggingface"):
+        assert line in recipe, line
+    assert (run / "tokenizer" / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
+    assert (run / "tokenizer" / "tokenizer_config.json").is_file()
+    ours = loom_logits(run, IDS, tmp_path)
+    want = hf_logits(model, IDS)
+    assert ours.shape == want.shape
+    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+
+    # HF -> Loom -> HF: the same tensors, bit for bit, and transformers loads the folder.
+    back = tmp_path / "back"
+    convert("--to", "hf", back, "--checkpoint", run)
+    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
+    assert sorted(got) == sorted(orig)
+    for name in orig:
+        assert got[name].dtype == orig[name].dtype, name
+        assert torch.equal(got[name], orig[name]), name
+    config = json.loads((back / "config.json").read_text())
+    assert config["num_key_value_heads"] == 2 and config["tie_word_embeddings"] is False
+    assert (back / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
+    reloaded = LlamaForCausalLM.from_pretrained(back, local_files_only=True).eval()
+    exported = hf_logits(reloaded, IDS)
+    assert (exported - ours).abs().max().item() <= 1e-5
+
+
+def test_import_tied_multi_head_llama_has_transformers_logits(tmp_path):
+    hf_dir, model = random_llama(tmp_path, "hf_tied", kv_heads=4, tie=True)
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2")
+    ours = loom_logits(run, IDS, tmp_path)
+    want = hf_logits(model, IDS)
+    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+    back = tmp_path / "back"
+    convert("--to", "hf", back, "--checkpoint", run)
+    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
+    assert sorted(got) == sorted(orig)
+    for name in orig:
+        assert torch.equal(got[name], orig[name]), name
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("rope_parameters", {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}, "rope_parameters.rope_type"),
+    ("hidden_act", "gelu", "hidden_act"),
+    ("attention_bias", True, "attention_bias"),
+    ("head_dim", 16, "head_dim"),
+])
+def test_import_unrepresentable_llama_config_named(tmp_path, field, value, needle):
+    hf_dir, _ = random_llama(tmp_path, "hf_bad")
+    config = json.loads((hf_dir / "config.json").read_text())
+    config[field] = value
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    done = convert("--from", "hf", hf_dir, "--output", tmp_path / "run", check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "config.json" in done.stderr and needle in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()
