@@ -235,6 +235,8 @@ struct HttpServer::State {
     {
       std::lock_guard<std::mutex> lock(mutex);
       metrics.progressed(p);
+      const PrefixCacheStats& cached = engine.prefix_cache_stats();  // this (the engine's) thread owns it
+      metrics.prefix_cache_totals(cached.queried_tokens, cached.hit_tokens);
       auto it = jobs.find(p.id);
       if (it == jobs.end()) return;
       job = it->second.first;

@@ -117,10 +117,10 @@ void ServeMetrics::end(std::map<uint64_t, Tracked>::iterator it, const std::stri
   requests_.erase(it);
 }
 
-void ServeMetrics::prefix_cache(int64_t queried_tokens, int64_t hit_tokens) {
+void ServeMetrics::prefix_cache_totals(int64_t queried_tokens, int64_t hit_tokens) {
   std::lock_guard<std::mutex> lock(mutex_);
-  prefix_queries_ += queried_tokens;
-  prefix_hits_ += hit_tokens;
+  prefix_queries_ = std::max(prefix_queries_, queried_tokens);
+  prefix_hits_ = std::max(prefix_hits_, hit_tokens);
 }
 
 std::string ServeMetrics::exposition(int64_t open_connections) const {

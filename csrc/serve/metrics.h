@@ -53,9 +53,9 @@ class ServeMetrics {
   /// A request cancelled by its client: one still waiting ends here (the engine drops it
   /// without a report); a running one ends with the engine's kCancelled report.
   void cancelled(uint64_t id);
-  /// Prefix-cache lookups, in prompt tokens looked up and found (for an engine that caches
-  /// prefixes; nothing calls it yet, so both counters and the hit rate stay 0).
-  void prefix_cache(int64_t queried_tokens, int64_t hit_tokens);
+  /// The engine's prefix-cache totals so far (KvBlockPool::stats): prompt tokens looked up and
+  /// found cached. Counters, so a smaller value than the last one is ignored.
+  void prefix_cache_totals(int64_t queried_tokens, int64_t hit_tokens);
 
   /// The text exposition (format 0.0.4) of every metric; `open_connections` is the HTTP
   /// front's count at the scrape.

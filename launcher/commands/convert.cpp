@@ -116,13 +116,13 @@ int reshard(const ConvertFlags& f) {
 }
 
 int convert_command(int argc, char** argv) {
-  CLI::App app{"Convert checkpoints: another layout, or Hugging Face GPT-2 out and in."};
+  CLI::App app{"Convert checkpoints: another layout, or Hugging Face GPT-2 and Llama out and in."};
   ConvertFlags f;
   int64_t iteration = -1;
   int t = 0, p = 0, v = 0, d = 0;
   std::string distributed;
-  app.add_option("--to", f.to, "hf DIR: write a Hugging Face GPT2LMHeadModel directory")->expected(2);
-  app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel directory")->expected(2);
+  app.add_option("--to", f.to, "hf DIR: write a Hugging Face directory (GPT2LMHeadModel, or LlamaForCausalLM for a Llama-family checkpoint)")->expected(2);
+  app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory")->expected(2);
   app.add_option("--checkpoint", f.checkpoint, "the Loom run directory (or its checkpoints/ folder) to read");
   app.add_option("--output", f.output, "the Loom run directory to write");
   app.add_flag("--overwrite", f.overwrite, "--to hf: replace the Hugging Face files of a DIR that is not empty");

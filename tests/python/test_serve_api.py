@@ -271,7 +271,6 @@ def scrape(url):
 def test_metrics_count_what_the_requests_did(server):
     before = scrape(server.url)
     assert before["loom:kv_cache_capacity_tokens"] == 8 * CONTEXT  # --max-batch 8 x the context
-    assert before["loom:prefix_cache_hit_rate"] == 0
     bodies = [{"prompt": p, "max_tokens": n, "min_tokens": n, "temperature": 0}
               for p, n in (("ROMEO:", 6), ("To be, or not to be", 3), ("O", 1), ("What light", 9))]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -295,6 +294,22 @@ def test_metrics_count_what_the_requests_did(server):
                   "loom:kv_cache_usage_perc"):
         assert after[gauge] == 0, gauge
     assert after["loom:open_connections"] >= 1  # the scrape's own
+
+
+def test_metrics_report_the_prefix_cache_hits(server):
+    before = scrape(server.url)
+    prompt = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer " * 2
+    first, second = (post(server.url, "/v1/completions", {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+                     for _ in range(2))
+    assert first["choices"][0]["text"] == second["choices"][0]["text"]
+    tokens = first["usage"]["prompt_tokens"]
+    after = scrape(server.url)
+    hits = after["loom:prefix_cache_hits_total"] - before.get("loom:prefix_cache_hits_total", 0)
+    queried = after["loom:prefix_cache_queries_total"] - before.get("loom:prefix_cache_queries_total", 0)
+    # The second request finds the first one's full 16-token blocks (its last token is always
+    # computed: at most (tokens - 1) // 16 blocks).
+    assert hits >= 16 * ((tokens - 1) // 16) >= 16, (hits, tokens)
+    assert queried >= 2 * tokens and 0 < after["loom:prefix_cache_hit_rate"] <= 1
 
 
 def wait_until_idle(url):
