@@ -16,7 +16,9 @@
 #                            in the engine's C++ test, and lm-eval through simple_evaluate),
 #                            loom eval at t=2 x p=2 x d=2 (LOOM_EVAL_FULL=1; CI runs t=2 x p=2),
 #                            and every case of the memory sweep `loom plan --validate-memory`
-#                            (LOOM_MEMORY_SWEEP_FULL=1, ~8 min; CI runs its 4-case subset)
+#                            (LOOM_MEMORY_SWEEP_FULL=1, ~8 min; CI runs its 4-case subset),
+#                            and `loom plan --measure` ranking six layouts by 18 timed runs
+#                            (LOOM_PLAN_MEASURE_FULL=1, ~2 min; CI measures two end to end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 full=0
@@ -31,7 +33,8 @@ echo "[test] fuzzing the recipe, .idx, .npy, checkpoint, corpus stream, JSON-lin
 tools/fuzz/run.sh --seconds "${LOOM_FUZZ_SECONDS:-60}"
 echo "[test] Python tests" >&2
 if [ "$full" = 1 ]; then
-  export LOOM_PTUNE_FULL_MATRIX=1 LOOM_PTUNE_TASK=1 LOOM_SERVE_SOAK_FULL=1 LOOM_EVAL_FULL=1 LOOM_MEMORY_SWEEP_FULL=1
+  export LOOM_PTUNE_FULL_MATRIX=1 LOOM_PTUNE_TASK=1 LOOM_SERVE_SOAK_FULL=1 LOOM_EVAL_FULL=1 LOOM_MEMORY_SWEEP_FULL=1 \
+    LOOM_PLAN_MEASURE_FULL=1
 fi
 .venv/bin/python -m pytest -q tests/python
 if [ "$full" = 1 ]; then

@@ -21,7 +21,7 @@ ParallelMlp::ParallelMlp(const GptConfig& c, int layer, runtime::CommunicatorPtr
       fc1_(prefix(layer) + "linear_fc1",
            full_normal(c.seed, prefix(layer) + "linear_fc1.weight", {fc1_rows(c), c.hidden_size},
                        c.init_method_std),
-           c.bias ? std::optional<at::Tensor>(at::zeros({fc1_rows(c)})) : std::nullopt,  // host (init.h)
+           c.bias ? std::optional<at::Tensor>(at::zeros({fc1_rows(c)})) : std::nullopt,  // host: (init.h)
            tp, c.layout.sequence_parallel, options),
       fc2_(prefix(layer) + "linear_fc2",
            full_normal(c.seed, prefix(layer) + "linear_fc2.weight", {c.hidden_size, c.ffn()},
