@@ -12,6 +12,7 @@
 #include "command_registry.h"
 #include "error_text.h"
 #include "local_ranks.h"
+#include "training_failure.h"
 #include "config/derived.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
@@ -22,25 +23,6 @@
 #include "train/checkpoint.h"
 
 namespace {
-
-// Prints an error of the plan or of a rank and returns the exit status: 2 for bad input (the
-// recipe, the data, the base checkpoint, a run directory in use), 1 for a runtime failure.
-int report(const std::exception& e) {
-  const char* kind = "";
-  int status = 2;
-  if (dynamic_cast<const loom::config::RecipeError*>(&e))
-    kind = "invalid recipe:\n";
-  else if (dynamic_cast<const loom::data::DataError*>(&e))
-    kind = "data error: ";
-  else if (dynamic_cast<const std::invalid_argument*>(&e))
-    kind = "error: ";
-  else if (dynamic_cast<const loom::train::CheckpointError*>(&e))
-    kind = "checkpoint error: ";
-  else if (!dynamic_cast<const loom::launch::RunLockError*>(&e))
-    status = 1;
-  std::cerr << "loom ptune: " << kind << loom::cli::error_text(e) << "\n";
-  return status;
-}
 
 int ptune_command(int argc, char** argv) {
   CLI::App app{"Tune virtual-token prompts of a frozen GPT (p-tuning, prompt tuning)."};
@@ -78,18 +60,24 @@ int ptune_command(int argc, char** argv) {
   const bool under_launcher = info.source != loom::launch::RendezvousSource::kSingleProcess;
   const int64_t world = loom::config::world_size(recipe);
 
-  if (!under_launcher) {
-    // Every input check before any rank starts (the ranks repeat the plan, cheaply).
+  // One process prints the warnings and the resolved recipe, as loom train does: this one when it
+  // starts the ranks itself (after every input check, before any rank starts; the ranks repeat
+  // the plan, cheaply), else rank 0 of torchrun or srun (whose ranks all fail alike on bad input).
+  // No machine-fit check as loom train's: the planner's memory model is pretraining's, and a
+  // frozen base with a small prompt encoder needs far less than it would predict.
+  const bool print_recipe =
+      !under_launcher || (info.source != loom::launch::RendezvousSource::kLocalLauncher && info.rank == 0);
+  if (print_recipe) {
     try {
       const auto plan =
           loom::ptune::plan_prompt_run(recipe, iteration >= 0 ? std::optional<int64_t>(iteration) : std::nullopt);
       for (const auto& w : recipe.origin.warnings) std::cerr << "loom ptune: warning: " << w << "\n";
       std::cerr << "# resolved recipe (the model's shape is the base's)\n" << loom::config::to_yaml(plan.recipe) << std::flush;
     } catch (const std::exception& e) {
-      return report(e);
+      if (!under_launcher) return loom::cli::training_failure("ptune", e);
     }
-    if (world > 1) return loom::cli::run_local_ranks("ptune", argc, argv, world, recipe.trainer.num_nodes);
   }
+  if (!under_launcher && world > 1) return loom::cli::run_local_ranks("ptune", argc, argv, world, recipe.trainer.num_nodes);
 
   loom::train::TrainOptions options;
   options.stop_after_steps = stop_after;
@@ -97,7 +85,7 @@ int ptune_command(int argc, char** argv) {
   try {
     return loom::ptune::run_prompt_learning(recipe, options);
   } catch (const std::exception& e) {
-    return report(e);
+    return loom::cli::training_failure("ptune", e);
   }
 }
 

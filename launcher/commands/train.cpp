@@ -11,6 +11,7 @@
 #include "command_registry.h"
 #include "error_text.h"
 #include "local_ranks.h"
+#include "training_failure.h"
 #include "config/derived.h"
 #include "config/recipe.h"
 #include "data/data_error.h"
@@ -83,29 +84,15 @@ void print_resolved_recipe(const loom::config::Recipe& recipe, const loom::launc
   std::cerr << "# resolved recipe\n" << loom::config::to_yaml(recipe) << std::flush;
 }
 
-// Trains as this process's rank; maps the failure to the exit status (2 bad input: a locked
-// run directory, bad data or arguments, a bad checkpoint; 1 runtime failure) after recording it.
+// Trains as this process's rank; a failure ends it with training_failure's status.
 int train_as_rank(const loom::config::Recipe& recipe, const TrainArgs& a) {
-  auto fail = [](int status, const char* what, const std::exception& e) {
-    loom::launch::record_rank_error(loom::cli::error_text(e));
-    std::cerr << "loom train: " << what << loom::cli::error_text(e) << "\n";
-    return status;
-  };
   try {
     loom::train::TrainOptions options;
     options.stop_after_steps = a.stop_after;
     if (a.iteration >= 0) options.resume_iteration = a.iteration;
     return loom::train::run_training(recipe, options);
-  } catch (const loom::launch::RunLockError& e) {
-    return fail(2, "", e);
-  } catch (const loom::data::DataError& e) {
-    return fail(2, "data error: ", e);  // bad data is bad input, like a missing data file
-  } catch (const std::invalid_argument& e) {
-    return fail(2, "error: ", e);
-  } catch (const loom::train::CheckpointError& e) {
-    return fail(2, "checkpoint error: ", e);
   } catch (const std::exception& e) {
-    return fail(1, "error: ", e);
+    return loom::cli::training_failure("train", e);
   }
 }
 
