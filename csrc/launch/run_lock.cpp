@@ -47,7 +47,7 @@ RunDirectoryLock::RunDirectoryLock(const std::string& run_dir, const std::string
     ::close(fd_);
     fd_ = -1;
     if (err == EWOULDBLOCK) {
-      throw RunLockError("run directory " + run_dir + " is in use by another `loom train` (" +
+      throw RunLockError("run directory " + run_dir + " is in use by another run (" +
                          (holder.empty() ? std::string("holder unknown") : holder) +
                          "): wait for it to finish, stop it, or give this run another exp_manager.explicit_log_dir");
     }

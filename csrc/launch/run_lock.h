@@ -1,4 +1,4 @@
-// One `loom train` per run directory (docs/design/hardening.md, "Run directory lock"): two runs
+// One run (`loom train`, `loom ptune`) per run directory (docs/design/hardening.md, "Run directory lock"): two runs
 // on one directory would interleave metrics and commit checkpoints over each other. The lock
 // is an exclusive flock on <run_dir>/train.lock, held by world rank 0 for the whole run; the
 // kernel releases it when the process ends however it ends, so a lock left by a killed run is

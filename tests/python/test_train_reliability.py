@@ -105,7 +105,8 @@ def test_a_second_run_on_the_same_directory_is_refused_naming_the_holder(corpus,
         wait_for_step(tmp_path, 1, first)
         second = run_train(small(corpus, tmp_path, steps=200, every=1000), check=False)
         assert second.returncode == 2, second.stderr[-3000:]
-        assert f"is in use by another `loom train` (pid {first.pid} on" in second.stderr
+        assert f"is in use by another run (pid {first.pid} on" in second.stderr
+        assert ": loom train " in second.stderr  # the holder's command
     finally:
         first.kill()  # SIGKILL: the lock must not outlive the process
         first.communicate(timeout=60)
