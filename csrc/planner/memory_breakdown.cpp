@@ -187,8 +187,9 @@ ChunkActivations chunk_activations(const ModelShape& m, const TrainingSetup& set
     case RecomputeGranularity::kSelective:
       chunk = per_chunk * layer(RecomputeGranularity::kSelective);
       // The attention core re-run in backward: scores, softmax and dropout outputs and their
-      // gradient (model/attention.cpp, loom::core_attention).
-      recompute = per_chunk > 0 ? 2.5 * a * s * s * b / t * e : 0.0;
+      // gradient (model/attention.cpp, loom::core_attention); without attention dropout one
+      // [b, a/t, s, s] tensor (measured: llama_tiny at s = 512 on the stand-in, docs/planner.md).
+      recompute = per_chunk > 0 ? (setup.attention_dropout ? 2.5 : 1.0) * a * s * s * b / t * e : 0.0;
       break;
     case RecomputeGranularity::kFull: {
       const double input = layer(RecomputeGranularity::kFull);
@@ -244,6 +245,9 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   fwd.activations = held;
   fwd.recompute = L.recompute.granularity == RecomputeGranularity::kSelective ? recompute : 0.0;
   if (last) fwd.logits = (last_held - 1) * softmax + (e + (prec == Precision::kFp32 ? 0.0 : 4.0) + 4.0) * sbv;
+  // On the last stage the cross entropy runs after the layers' attention cores have freed their
+  // working sets: the forward's peak is the larger of the two, not their sum.
+  if (last) fwd.recompute = std::max(0.0, fwd.recompute - fwd.logits);
 
   // First backward of the steady state: everything held, the backward's working set; on the
   // last stage the saved softmax becomes the logits gradient (cast to the model dtype), and the
