@@ -227,7 +227,10 @@ BaseRecipe load_base_recipe(PlanArgs& a) {
   } catch (const config::RecipeError& e) {
     throw std::invalid_argument(fmt::format("--recipe {}: invalid recipe:\n{}", a.base_recipe, e.what()));
   }
-  base.input = plan_input_from_recipe(base.recipe);
+  // --vocab-size (V as trained) spares reading the tokenizer, which may be elsewhere.
+  base.input = plan_input_from_recipe(base.recipe, a.was_given("--vocab-size")
+                                                       ? std::optional<int64_t>(a.model.shape.vocab_size)
+                                                       : std::nullopt);
   if (!a.was_given("--gpu") && !base.input.gpu.empty()) a.hw.gpu_name = base.input.gpu;
   if (base.input.cpu && a.hw.profile.empty())
     throw std::invalid_argument(fmt::format(
@@ -267,6 +270,7 @@ ModelShape shape_from_recipe(PlanArgs& a, const RecipePlanInput& in) {
   if (!a.was_given("--global-batch-size")) a.setup.global_batch = in.setup.global_batch;
   if (!a.was_given("--precision")) a.setup.precision = in.setup.precision;
   a.setup.fused_attention = a.setup.fused_attention || in.setup.fused_attention;  // model.use_flash_attention
+  a.setup.attention_dropout = in.setup.attention_dropout;
   // --overlap-dp-comm, or what the recipe trains with (model.optim.overlap_grad_sync).
   a.setup.overlap_dp_comm = a.setup.overlap_dp_comm || in.setup.overlap_dp_comm;
   a.setup.overlap_param_gather = a.setup.overlap_param_gather || in.setup.overlap_param_gather;

@@ -43,17 +43,21 @@ double p2p_seconds(const Cluster& c, double bytes, bool cross_node) {
 // two LayerNorms (read x, write y), two residual adds with the row-parallel bias (read 2,
 // write 1), QKV bias + head split + KV-cache write (read and write 3nh/t), fused bias-GeLU
 // (read and write n·ffn/t), the context permute (nh/t). Softmax is counted by the caller.
+// SwiGLU reads gate and up and writes one (6·n·ffn/t); RoPE rotates Q and K (a + g heads) in place.
 double layer_elementwise_bytes(const ModelShape& m, int t, double n) {
-  const double h = m.hidden_size, f = m.ffn();
-  return 2 * 4 * n * h + 2 * 6 * n * h + 12 * n * h / t + 4 * n * f / t + 4 * n * h / t;
+  const double h = m.hidden_size, f = m.ffn(), attn = double(m.num_attention_heads * m.head_dim());
+  const double rope = m.position_embedding_type == PositionEmbedding::kRope
+                          ? 4 * n * double((m.num_attention_heads + m.query_groups()) * m.head_dim()) / t : 0.0;
+  const double mlp = (m.activation == Activation::kSwiglu ? 6 : 4) * n * f / t;
+  return 2 * 4 * n * h + 2 * 6 * n * h + 4 * n * double(qkv_width(m)) / t + mlp + rope + 4 * n * attn / t;
 }
 
 // The four linear layers of one transformer layer on one TP rank over `tokens` rows: QKV and
 // fc1 column-parallel, the projection and fc2 row-parallel.
 double layer_linears_seconds(const GpuSpec& g, const ModelShape& m, double t, double tokens) {
-  const double h = m.hidden_size, f = m.ffn();
-  return linear_seconds(g, tokens, 3 * h / t, h) + linear_seconds(g, tokens, h, h / t) +
-         linear_seconds(g, tokens, f / t, h) + linear_seconds(g, tokens, h, f / t);
+  const double h = m.hidden_size, f = m.ffn(), attn = double(m.num_attention_heads * m.head_dim());
+  return linear_seconds(g, tokens, double(qkv_width(m)) / t, h) + linear_seconds(g, tokens, h, attn / t) +
+         linear_seconds(g, tokens, double(fc1_width(m)) / t, h) + linear_seconds(g, tokens, h, f / t);
 }
 
 // A stage's `layers` identical layers of per-layer cost `layer` (no pipeline send yet).
@@ -99,6 +103,8 @@ std::string check_inference_layout(const ModelShape& m, const Cluster& c, const 
   if (c.world() % (t * p) != 0) return fmt::format("t*p = {} does not divide the {} GPUs", t * p, c.world());
   if (m.num_attention_heads % t != 0)
     return fmt::format("t = {} does not divide {} attention heads", t, m.num_attention_heads);
+  if (m.query_groups() % t != 0)
+    return fmt::format("t = {} does not divide {} query groups (K/V heads)", t, m.query_groups());
   if (m.hidden_size % t != 0) return fmt::format("t = {} does not divide hidden size {}", t, m.hidden_size);
   if (m.ffn() % t != 0) return fmt::format("t = {} does not divide ffn size {}", t, m.ffn());
   if (m.num_layers % p != 0) return fmt::format("p = {} does not divide {} layers", p, m.num_layers);
@@ -109,15 +115,16 @@ std::string check_inference_layout(const ModelShape& m, const Cluster& c, const 
 int inflight_batches(const InferenceLayout& L) { return L.parallel.pp; }
 
 double kv_cache_bytes(const ModelShape& m, int tp, int layers, double sequences, double context) {
-  return 2.0 * layers * sequences * context * (double(m.hidden_size) / tp) * kBytes;
+  const double kv_width = double(m.query_groups() * m.head_dim());  // K/V heads: the query groups
+  return 2.0 * layers * sequences * context * (kv_width / tp) * kBytes;
 }
 
 double prefill_activation_bytes(const ModelShape& m, int t, int b, int prompt) {
-  const double h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads;
+  const double h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, attn = a * double(m.head_dim());
   const double n = double(b) * prompt;
-  const double residual = 2 * n * h;  // layer input and LayerNorm output
-  const double attention = 3 * n * h / t + double(b) * (a / t) * double(prompt) * prompt + n * h / t;
-  const double mlp = n * f / t + n * h;
+  const double residual = 2 * n * h;  // layer input and norm output
+  const double attention = n * double(qkv_width(m)) / t + double(b) * (a / t) * double(prompt) * prompt + n * attn / t;
+  const double mlp = n * double(fc1_width(m)) / t + n * h;
   return kBytes * (residual + std::max(attention, mlp));
 }
 
@@ -166,7 +173,7 @@ PhaseCost prefill_stage_cost(const ModelShape& m, const Cluster& c, const Infere
                              const InferenceLayout& L, int stage) {
   const GpuSpec& g = c.gpu;
   const double h = m.hidden_size, a = m.num_attention_heads, t = L.parallel.tp;
-  const double s = w.prompt_tokens, n = double(L.batch) * s, dh = h / a;
+  const double s = w.prompt_tokens, n = double(L.batch) * s, dh = double(m.head_dim());
   PhaseCost layer;
   layer.gemm = layer_linears_seconds(g, m, t, n);
   const double heads = double(L.batch) * a / t, scores = heads * s * s;
@@ -188,7 +195,8 @@ PhaseCost decode_stage_cost(const ModelShape& m, const Cluster& c, const Inferen
   layer.gemm = layer_linears_seconds(g, m, t, b);
   // One fused masked-attention kernel per layer streams this rank's K and V of every sequence;
   // its softmax stays on chip. Query in, context out: 2·b·h/t elements.
-  layer.attention = memory_seconds(g, kv_cache_bytes(m, L.parallel.tp, 1, b, context) + kBytes * 2 * b * h / t, 1);
+  const double attn = double(m.num_attention_heads * m.head_dim());
+  layer.attention = memory_seconds(g, kv_cache_bytes(m, L.parallel.tp, 1, b, context) + kBytes * 2 * b * attn / t, 1);
   layer.memory_bound = memory_seconds(g, layer_elementwise_bytes(m, L.parallel.tp, b), 6);
   layer.tp_comm = 2 * inference_collective_seconds(c, w, Collective::all_reduce, kBytes * b * h, L.parallel.tp);
 

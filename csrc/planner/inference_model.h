@@ -49,7 +49,7 @@ struct InferenceLayout {
   std::string describe() const;
 };
 
-/// Why a layout is invalid, or "" when valid: t | heads, t | ffn, t | hidden, p | layers,
+/// Why a layout is invalid, or "" when valid: t | heads, t | query groups, t | ffn, t | hidden, p | layers,
 /// t·p | world, batch ≥ 1.
 std::string check_inference_layout(const ModelShape& m, const Cluster& c, const InferenceLayout& layout);
 
@@ -58,14 +58,15 @@ std::string check_inference_layout(const ModelShape& m, const Cluster& c, const 
 int inflight_batches(const InferenceLayout& layout);
 
 /// KV-cache bytes of `layers` layers on one GPU: 2 (K and V) · layers · sequences · context ·
-/// (h/t) · 2 B.
+/// (g·d/t) · 2 B, g the query groups (K/V heads; g·d = h for multi-head attention), d the head
+/// dimension: grouped-query attention caches a/g times less (model/kv_cache.h).
 double kv_cache_bytes(const ModelShape& m, int tp, int layers, double sequences, double context_tokens);
 
 /// Largest live activation set of one prefill layer on one GPU for b sequences of `prompt`
 /// tokens (n = b·prompt, 2 B per element, unfused attention as in FasterTransformer's context
-/// phase): the residual stream and LayerNorm output (2nh) plus the larger of the attention part
-/// (QKV 3nh/t, scores b·(a/t)·prompt², context nh/t) and the MLP part (fc1/GeLU n·ffn/t, fc2
-/// output nh).
+/// phase): the residual stream and norm output (2nh) plus the larger of the attention part
+/// (QKV n·(a+2g)d/t, scores b·(a/t)·prompt², context n·a·d/t) and the MLP part (fc1 output
+/// n·ffn/t, 2·n·ffn/t for SwiGLU's gate and up; fc2 output nh).
 double prefill_activation_bytes(const ModelShape& m, int tp, int batch, int prompt_tokens);
 
 /// Memory of one GPU of one stage, bytes by term.
@@ -115,7 +116,7 @@ PhaseCost prefill_stage_cost(const ModelShape& m, const Cluster& c, const Infere
                              const InferenceLayout& layout, int stage);
 
 /// One decode step of stage `stage` for b sequences at `context` tokens of KV cache: linear
-/// layers with M = b, the KV-cache read 2·b·context·(h/t)·2 B per layer, memory-bound kernels,
+/// layers with M = b, the KV-cache read 2·b·context·(g·d/t)·2 B per layer, memory-bound kernels,
 /// two all-reduces of [b, h] per layer; embedding / logits / sampling on the end stages; the
 /// send of [b, h].
 PhaseCost decode_stage_cost(const ModelShape& m, const Cluster& c, const InferenceWorkload& w,

@@ -16,29 +16,35 @@ double bucket_params(const TrainingSetup& setup, int d) {
 // What the parameters of one stage look like to the optimizer and to backward.
 struct StageParams {
   double total = 0;          // stage_params
-  double decay = 0;          // with weight decay (not biases or LayerNorms: model/parameter.h)
+  double decay = 0;          // with weight decay (not biases or norms: model/parameter.h)
   double largest = 0;        // elements of the largest tensor
   double largest_chunk = 0;  // parameters of the chunk with the most
-  double word = 0;           // the word-embedding shard V/t·h held here (0 on middle stages)
+  double word = 0;           // the tied word-embedding shard V/t·h held here (0 on middle stages and
+                             // when the output layer is untied: nothing is shared between stages)
 };
 
 StageParams params_of(const ModelShape& m, const Layout& L, int stage) {
-  const double h = m.hidden_size, f = m.ffn(), s = m.seq_length, t = L.tp;
+  const double h = m.hidden_size, t = L.tp;
   const double word = double(m.padded_vocab_size(L.tp)) / t * h;
+  const double positions = position_table_params(m);
   const int layers = L.stage_layers(m.num_layers, stage);
   const int per_chunk = layers / L.vp;
-  const double layer = layer_params_per_rank(m, L.tp);
-  const double layer_no_decay = (3 * h + f) / t + 6 * h;  // split and row-parallel biases, two LayerNorms
+  const LayerParameters lp = layer_parameters(m);
+  const double layer = lp.per_rank(L.tp);
+  const double layer_no_decay = lp.split_biases / t + lp.replicated;  // biases and norms
   const bool first = stage == 0, last = stage == L.pp - 1;
+  const double head = last ? norm_parameters(m) + output_layer_params(m, L) : 0.0;  // final norm, output layer
   StageParams out;
   out.total = stage_params(m, L, stage);
-  out.word = (first || (last && L.pp > 1)) ? word : 0.0;
-  out.decay = out.total - layers * layer_no_decay - (last ? 2 * h : 0.0);
-  out.largest = std::max({layers > 0 ? std::max(3 * h * h, h * f) / t : 0.0, out.word, first ? s * h : 0.0});
+  out.word = m.share_embeddings_and_output_weights && (first || (last && L.pp > 1)) ? word : 0.0;
+  out.decay = out.total - layers * layer_no_decay - (last ? norm_parameters(m) : 0.0);
+  const double layer_largest = double(std::max(qkv_width(m), fc1_width(m))) * h / t;  // QKV or fc1 weight
+  out.largest = std::max({layers > 0 ? layer_largest : 0.0, first ? word : 0.0, head - (last ? norm_parameters(m) : 0.0),
+                          first ? positions : 0.0});
   // Chunk 0 of stage 0 holds the embeddings, the last chunk of the last stage the head.
-  const double first_chunk = per_chunk * layer + (first ? word + s * h : 0.0) + (last && L.vp == 1 ? 2 * h : 0.0);
-  const double last_chunk = per_chunk * layer + (last ? 2 * h + (L.pp > 1 ? word : 0.0) : 0.0) +
-                            (first && L.vp == 1 ? word + s * h : 0.0);
+  const double embedding = first ? word + positions : 0.0;
+  const double first_chunk = per_chunk * layer + embedding + (L.vp == 1 ? head : 0.0);
+  const double last_chunk = per_chunk * layer + head + (L.vp == 1 ? embedding : 0.0);
   out.largest_chunk = std::max(first_chunk, last_chunk);
   return out;
 }
@@ -65,22 +71,55 @@ const char* to_string(PeakMoment m) {
   return "?";
 }
 
+double norm_saved_bytes(const ModelShape& m, double tokens, double e) {
+  const double h = m.hidden_size;
+  // LayerNorm: its input and fp32 mean and rstd. RMSNorm's ATen composition (model/rms_norm.cpp):
+  // its input in fp32 (the input itself for fp32 models, a copy otherwise), the fp32 rstd and the
+  // normalised tensor before the weight.
+  if (m.normalization == Normalization::kLayerNorm) return tokens * (h * e + 8);
+  return tokens * (h * (4 + e) + 4);
+}
+
+double saved_qkv_width(const ModelShape& m, int t) {
+  const int64_t a = m.num_attention_heads, g = m.query_groups();
+  const double q = double(a * m.head_dim()) / t, kv = double(g * m.head_dim()) / t;
+  const bool rope = m.position_embedding_type == PositionEmbedding::kRope, grouped = g < a;
+  // model/attention.cpp: Q, K and V are views of the one QKV output unless RoPE rewrites Q and K,
+  // grouped-query attention expands K and V to every head (copies), or the query heads of more
+  // than one group on a rank are gathered into one tensor (a copy too).
+  const bool query_copy = !rope && grouped && g / t > 1;
+  const bool qkv_output = !grouped || (!rope && !query_copy);  // a view of it is kept
+  double width = qkv_output ? double(qkv_width(m)) / t : 0.0;
+  if (rope || query_copy) width += q;
+  if (grouped) width += 2 * q;   // K and V expanded to a/t heads
+  else if (rope) width += kv;    // rotated K
+  return width;
+}
+
 double loom_layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, RecomputeGranularity r, bool fused,
-                                   Precision precision) {
+                                   Precision precision, bool attention_dropout) {
   const double s = m.seq_length, h = m.hidden_size, a = m.num_attention_heads;
   const double e = element_bytes(precision);
-  const double sbh = s * b * h, shard = sp ? t : 1;
-  if (r == RecomputeGranularity::kFull) return sbh / shard * e;
-  // LayerNorm inputs and the QKV / fc1 GEMM inputs (4); Q, K, V, projection input, GeLU and
-  // fc2 inputs (4 + 2·ffn/h).
-  double elements = 4 * sbh / shard + (4 + 2 * m.ffn() / h) * sbh / t;
-  double bytes = 0;
+  const double sb = s * b, shard = sp ? t : 1;
+  if (r == RecomputeGranularity::kFull) return sb * h / shard * e;
+  const double attention_width = a * double(m.head_dim()) / t;  // the projection's input
+  // The two norms and the QKV / fc1 GEMM inputs (their outputs); Q, K, V as the core keeps them,
+  // the projection input; fc1's output and the GeLU output, or for SwiGLU fc1's output (gate and
+  // up), silu(gate) and the product.
+  const double mlp = (m.activation == Activation::kSwiglu ? 4.0 : 2.0) * double(m.ffn()) / t;
+  double bytes = 2 * norm_saved_bytes(m, sb / shard, e) + 2 * sb * h / shard * e +
+                 (saved_qkv_width(m, t) + attention_width + mlp) * sb * e;
   if (fused) {
-    bytes += 4 * a * s * b / t + sbh / t * e;  // log-sum-exp, and the kernel's own output
+    bytes += 4 * a * s * b / t + attention_width * sb * e;  // log-sum-exp, and the kernel's own output
   } else if (r != RecomputeGranularity::kSelective) {
-    elements += 2 * a * s * s * b / t;  // softmax and dropout outputs
+    bytes += (attention_dropout ? 2 : 1) * a * s * s * b / t * e;  // softmax (and dropout) outputs
   }
-  return elements * e + bytes + 16 * s * b / shard;  // + two LayerNorms' fp32 mean and rstd
+  return bytes;
+}
+
+double rotary_table_bytes(const ModelShape& m, int b, Precision precision) {
+  if (m.position_embedding_type != PositionEmbedding::kRope) return 0.0;
+  return 2.0 * b * double(m.seq_length) * double(m.head_dim()) * element_bytes(precision);  // cos and sin
 }
 
 namespace {
@@ -137,7 +176,7 @@ ChunkActivations chunk_activations(const ModelShape& m, const TrainingSetup& set
   const double s = m.seq_length, a = m.num_attention_heads;
   // One chunk's stored activations (model/gpt_stage.cpp: run_layers).
   const auto layer = [&](RecomputeGranularity r) {
-    return loom_layer_activation_bytes(m, b, t, sp, r, setup.fused_attention, prec);
+    return loom_layer_activation_bytes(m, b, t, sp, r, setup.fused_attention, prec, setup.attention_dropout);
   };
   const double full_layer = layer(RecomputeGranularity::kNone);
   ChunkActivations c;
@@ -148,8 +187,9 @@ ChunkActivations chunk_activations(const ModelShape& m, const TrainingSetup& set
     case RecomputeGranularity::kSelective:
       chunk = per_chunk * layer(RecomputeGranularity::kSelective);
       // The attention core re-run in backward: scores, softmax and dropout outputs and their
-      // gradient (model/attention.cpp, loom::core_attention).
-      recompute = per_chunk > 0 ? 2.5 * a * s * s * b / t * e : 0.0;
+      // gradient (model/attention.cpp, loom::core_attention); without attention dropout one
+      // [b, a/t, s, s] tensor (measured: llama_tiny at s = 512 on the stand-in, docs/planner.md).
+      recompute = per_chunk > 0 ? (setup.attention_dropout ? 2.5 : 1.0) * a * s * s * b / t * e : 0.0;
       break;
     case RecomputeGranularity::kFull: {
       const double input = layer(RecomputeGranularity::kFull);
@@ -165,6 +205,8 @@ ChunkActivations chunk_activations(const ModelShape& m, const TrainingSetup& set
       break;
     }
   }
+  // RoPE's cos and sin tables, made once per chunk forward and kept by every layer's rotation.
+  if (per_chunk > 0) chunk += rotary_table_bytes(m, b, prec);
   return c;
 }
 
@@ -192,7 +234,7 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   // and the saved fp32 softmax, for each micro-batch of the last chunk held: one, except when an
   // interleaved schedule with m = p runs every forward first.
   const int last_held = last ? (v > 1 && m_micro == p ? m_micro : 1) : 0;
-  const double head = 2 * sbh / shard * e + 8 * s * b / shard;
+  const double head = norm_saved_bytes(m, s * b / shard, e) + sbh / shard * e;
   const double softmax = 4 * sbv;
   const double held = out.in_flight * chunk + last_held * head;
 
@@ -203,6 +245,9 @@ StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, 
   fwd.activations = held;
   fwd.recompute = L.recompute.granularity == RecomputeGranularity::kSelective ? recompute : 0.0;
   if (last) fwd.logits = (last_held - 1) * softmax + (e + (prec == Precision::kFp32 ? 0.0 : 4.0) + 4.0) * sbv;
+  // On the last stage the cross entropy runs after the layers' attention cores have freed their
+  // working sets: the forward's peak is the larger of the two, not their sum.
+  if (last) fwd.recompute = std::max(0.0, fwd.recompute - fwd.logits);
 
   // First backward of the steady state: everything held, the backward's working set; on the
   // last stage the saved softmax becomes the logits gradient (cast to the model dtype), and the

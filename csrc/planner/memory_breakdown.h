@@ -71,14 +71,32 @@ struct StageBreakdown {
 };
 
 /// Bytes of one transformer layer's stored activations for one micro-batch of b samples, as Loom
-/// stores them (docs/design/sp_sar.md, "What Loom itself stores"): per sbh, 8 + 2·ffn/h elements
-/// of which 4 are replicated (÷t only under SP) and 4 + 2·ffn/h split t ways, plus 2as/(ht)
-/// elements of attention scores (none under selective recompute; the fused core's fp32
-/// log-sum-exp, 4·a·s·b/t bytes, instead, plus its kept output, 1 sbh/t element), plus the two
-/// LayerNorms' fp32 mean and rstd (16 B per token, ÷t under SP). Full recompute keeps the
-/// layer input, sbh elements (÷t under SP). No dropout masks: Loom regenerates them.
+/// stores them (docs/design/sp_sar.md, "What Loom itself stores"; docs/planner.md, "Memory
+/// model"). For GPT, per sbh: 8 + 2·ffn/h elements of which 4 are replicated (÷t only under SP)
+/// and 4 + 2·ffn/h split t ways, plus 2as/(ht) elements of attention scores (none under
+/// selective recompute; as/(ht) without attention dropout; the fused core's fp32 log-sum-exp,
+/// 4·a·s·b/t bytes, instead, plus its kept output, 1 sbh/t element), plus the two LayerNorms'
+/// fp32 mean and rstd (16 B per token, ÷t under SP). The Llama options change the parts:
+/// RMSNorm keeps its input in fp32, its rstd and the normalised tensor (norm_saved_bytes), Q/K/V
+/// as saved_qkv_width says, SwiGLU 4·ffn/t instead of 2·ffn/t, the projection input a·d/t.
+/// Full recompute keeps the layer input, sbh elements (÷t under SP). No dropout masks: Loom
+/// regenerates them. `attention_dropout`: model.attention_dropout > 0.
 double loom_layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool sp, RecomputeGranularity r,
-                                   bool fused_attention, Precision precision);
+                                   bool fused_attention, Precision precision, bool attention_dropout = true);
+
+/// Bytes one norm keeps for backward over `tokens` rows (its output, the next GEMM's input, not
+/// included): LayerNorm h·e + 8 (input, fp32 mean and rstd); RMSNorm h·(4 + e) + 4 (input in
+/// fp32, the normalised tensor, fp32 rstd; model/rms_norm.cpp).
+double norm_saved_bytes(const ModelShape& m, double tokens, double element_bytes);
+
+/// Elements per token of Q, K and V as one TP rank's attention core keeps them (model/attention.cpp):
+/// the QKV output (a+2g)d/t while a view of it is kept (3h/t for GPT); RoPE's rotated Q (a·d/t)
+/// and K (g·d/t); grouped-query attention's K and V expanded to a/t heads (2·a·d/t).
+double saved_qkv_width(const ModelShape& m, int tp);
+
+/// RoPE's cos and sin tables of one micro-batch, [b, 1, s, d] each in the model dtype: made once
+/// per chunk forward and kept until its backward (0 for learned positions).
+double rotary_table_bytes(const ModelShape& m, int micro_batch, Precision precision);
 
 /// The breakdown of stage `stage` (0-based) of a valid `layout`.
 StageBreakdown stage_breakdown(const ModelShape& m, const TrainingSetup& setup, const Layout& layout, int stage);

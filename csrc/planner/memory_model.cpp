@@ -13,7 +13,10 @@ double layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, Recomp
   const double shard = sp ? t : 1;
   if (r == RecomputeGranularity::kFull) return 2 * sbh / shard;
   const double replicated = 10.0 / shard;
-  const double split = (8.0 + 4.0 * m.ffn() / h) / t;
+  // Q, K, V and the projection input at their widths ((a + 2g)·d and a·d; 6 + 2 for GPT), fc1's
+  // output (gate and up for SwiGLU) and the activation's output (fc2's input).
+  const double split = 2.0 * (double(qkv_width(m)) + double(m.num_attention_heads * m.head_dim()) +
+                              double(fc1_width(m)) + double(m.ffn())) / h / t;
   // The fused core keeps only its fp32 log-sum-exp per query row and head (4·a·s·b/t bytes).
   const double attention = fused ? 4.0 * a / (h * t)
                            : r == RecomputeGranularity::kSelective ? 0.0 : 5.0 * a * s / (h * t);
@@ -28,19 +31,26 @@ int in_flight_chunks(int p, int v, int m, int stage) {
   return std::max(1, std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1));
 }
 
-double layer_params_per_rank(const ModelShape& m, int t) {
-  const double h = m.hidden_size, f = m.ffn();
-  return (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h;
-}
+double layer_params_per_rank(const ModelShape& m, int t) { return layer_parameters(m).per_rank(t); }
 
 double bytes_per_param(Precision p, bool dist, int d) { return model_states(1.0, p, dist, d).total(); }
 
+double position_table_params(const ModelShape& m) {
+  return m.position_embedding_type == PositionEmbedding::kLearnedAbsolute
+             ? double(m.max_position_embeddings) * double(m.hidden_size) : 0.0;
+}
+
+double output_layer_params(const ModelShape& m, const Layout& L) {
+  if (m.share_embeddings_and_output_weights && L.pp == 1) return 0.0;  // the embedding itself
+  return double(m.padded_vocab_size(L.tp)) / L.tp * double(m.hidden_size);
+}
+
 double stage_params(const ModelShape& m, const Layout& L, int stage) {
-  const double h = m.hidden_size, s = m.seq_length;
+  const double h = m.hidden_size;
   const double vocab_shard = double(m.padded_vocab_size(L.tp)) / L.tp;
   double params = double(L.stage_layers(m.num_layers, stage)) * layer_params_per_rank(m, L.tp);
-  if (stage == 0) params += vocab_shard * h + s * h;
-  if (stage == L.pp - 1) params += 2 * h + (L.pp > 1 ? vocab_shard * h : 0.0);
+  if (stage == 0) params += vocab_shard * h + position_table_params(m);
+  if (stage == L.pp - 1) params += norm_parameters(m) + output_layer_params(m, L);
   return params;
 }
 

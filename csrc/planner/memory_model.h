@@ -19,6 +19,8 @@ namespace loom::planner {
 /// stores them, 2-byte activations and 1-byte dropout masks (Korthikanti et al. 2022, Table 2,
 /// generalised to ffn ≠ 4h; Loom's own: loom_layer_activation_bytes in memory_breakdown.h):
 ///   sbh·(r + (8 + 4·ffn/h)/t + 5as/(ht)),  r = 10 (t = 1 or no SP: replicated part) or 10/t (SP)
+/// (the split part is 2·((a+2g)·d + a·d + fc1_width + ffn)/h in general: grouped-query Q, K, V at
+/// their widths, SwiGLU's gate and up as fc1's output; RMSNorm keeps its input as LayerNorm does)
 /// which is sbh(34 + 5as/h) unparallelised, sbh(10 + 24/t + 5as/(ht)) under TP and
 /// sbh(34/t + 5as/(ht)) under TP+SP. Selective recompute drops the 5as/(ht) term; full recompute
 /// keeps only the layer input 2sbh (2sbh/t under SP). With the fused attention core
@@ -33,8 +35,10 @@ double layer_activation_bytes(const ModelShape& m, int micro_batch, int tp, bool
 /// with m = p every forward runs first: m·v chunks on every stage.
 int in_flight_chunks(int pp, int vp, int num_micro_batches, int stage);
 
-/// Parameters of one transformer layer held by one TP rank: (4h² + 2h·ffn + 3h + ffn)/t for the
-/// split weights and biases plus 6h replicated (row-parallel biases, two LayerNorms).
+/// Parameters of one transformer layer held by one TP rank (ModelShape::layer_parameters): for
+/// GPT (4h² + 2h·ffn + 3h + ffn)/t for the split weights and biases plus 6h replicated
+/// (row-parallel biases, two LayerNorms); for Llama (h·(a+2g)d + a·d·h + 3h·ffn)/t plus 2h (the
+/// two RMSNorm weights).
 double layer_params_per_rank(const ModelShape& m, int tp);
 
 /// Bytes per parameter for weights + grads + optimizer as Loom allocates them
@@ -84,8 +88,13 @@ WorstStage worst_stage_memory(const ModelShape& m, const TrainingSetup& setup, c
 }  // namespace loom::planner
 
 namespace loom::planner {
-/// Parameters held by one GPU of stage `stage`: its layers plus the word and position
-/// embeddings (first stage) and the final LayerNorm and, when p > 1, the tied output embedding
-/// copy (last stage). The vocabulary is split t ways (rounded up).
+/// Parameters held by one GPU of stage `stage`: its layers plus the word embedding and the
+/// position table (first stage; none with RoPE) and the final norm and the output layer (last
+/// stage: output_layer_params). The vocabulary is split t ways (padded for t).
 double stage_params(const ModelShape& m, const Layout& layout, int stage);
+/// The learned position table, max_position_embeddings·h (0 with RoPE); on the first stage.
+double position_table_params(const ModelShape& m);
+/// The last stage's output-layer shard V/t·h: the model's own weight when untied, the tied
+/// embedding's copy when p > 1; 0 for a tied embedding on one stage (the embedding itself).
+double output_layer_params(const ModelShape& m, const Layout& layout);
 }  // namespace loom::planner

@@ -179,6 +179,7 @@ TrainingSetup memory_case_setup(const MemoryCase& c, const config::Recipe& base,
   setup.global_batch = int(c.layout.global_batch);
   setup.precision = c.precision;
   setup.fused_attention = c.fused_attention;
+  setup.attention_dropout = !c.fused_attention && base.model.attention_dropout > 0;  // the case sets 0 when fused
   setup.dp_bucket_params = double(base.model.optim.ddp_bucket_size.value_or(0));
   setup.overlap_param_gather = base.model.optim.overlap_param_sync && c.layout.distributed_optimizer;
   setup.overlap_dp_comm = base.model.optim.overlap_grad_sync;

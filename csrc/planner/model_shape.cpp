@@ -50,7 +50,7 @@ ModelShape gpt3_shape_for_size(double billions, int seq_length, int vocab_size) 
           shape.num_layers = layers;
           shape.hidden_size = band->hidden;
           shape.num_attention_heads = band->heads;
-          shape.seq_length = seq_length;
+          shape.seq_length = shape.max_position_embeddings = seq_length;
           shape.vocab_size = vocab_size;
           return shape;
         }

@@ -5,10 +5,11 @@
 #include <string>
 
 #include "rules/model_shape.h"
+#include "rules/model_shape_counts.h"
 
 namespace loom::planner {
 
-/// The one model shape (rules/model_shape.h).
+/// The one model shape (rules/model_shape.h) and what its parts count (rules/model_shape_counts.h).
 using loom::ModelShape;
 
 /// GPT-3 shape for a parameter budget in billions, following the NeMo hyperparameter tool's

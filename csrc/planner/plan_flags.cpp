@@ -73,6 +73,7 @@ ModelShape ModelFlags::resolve() const {
     out = gpt3_shape_for_size(size_b, shape.seq_length, shape.vocab_size);
     out.ffn_hidden_size = shape.ffn_hidden_size;
   }
+  out.max_position_embeddings = out.seq_length;  // the position table of the recipe the planner writes
   out.validate();
   return out;
 }

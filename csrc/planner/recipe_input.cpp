@@ -18,15 +18,16 @@ int64_t recipe_vocab_size(const config::Recipe& r) {
   try {
     return data::recipe_vocab_size(t);
   } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("model.tokenizer: the planner needs the tokenizer's vocabulary size: ") +
-                                e.what());
+    throw std::invalid_argument(
+        std::string("model.tokenizer: the planner needs the tokenizer's vocabulary size (or give --vocab-size): ") +
+        e.what());
   }
 }
 
-RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
+RecipePlanInput plan_input_from_recipe(const config::Recipe& r, std::optional<int64_t> vocab_size) {
   RecipePlanInput in;
   const auto& m = r.model;
-  in.shape = config::recipe_model_shape(r, recipe_vocab_size(r));
+  in.shape = config::recipe_model_shape(r, vocab_size ? *vocab_size : recipe_vocab_size(r));
   // The planner holds V as trained (ModelShape::vocab_size of planner shapes): padded for t = 1.
   in.shape.vocab_size = in.shape.padded_vocab_size(1);
   in.setup.global_batch = int(m.global_batch_size);
@@ -35,6 +36,7 @@ RecipePlanInput plan_input_from_recipe(const config::Recipe& r) {
   in.setup.overlap_param_gather = r.model.optim.overlap_param_sync;
   in.setup.dp_bucket_params = double(r.model.optim.ddp_bucket_size.value_or(0));
   in.setup.fused_attention = m.use_flash_attention;
+  in.setup.attention_dropout = m.attention_dropout > 0;
   in.num_nodes = int(r.trainer.num_nodes);
   in.devices = int(r.trainer.devices);
   in.cpu = r.trainer.accelerator == config::Accelerator::kCpu;

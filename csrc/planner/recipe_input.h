@@ -2,6 +2,7 @@
 // shape, batch, precision and cluster to plan for, its own layout to compare against, and is
 // the base a planned layout is applied to (as dotted overrides) to become a runnable recipe.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,10 @@ struct RecipePlanInput {
 /// model.tokenizer for a SentencePiece or tokenizer.json file that is missing or does not load.
 int64_t recipe_vocab_size(const config::Recipe& recipe);
 
-/// Extracts the plan inputs of a loaded recipe (reads its tokenizer: recipe_vocab_size).
-RecipePlanInput plan_input_from_recipe(const config::Recipe& recipe);
+/// Extracts the plan inputs of a loaded recipe. The vocabulary is `vocab_size` as trained
+/// (padded; `loom plan --vocab-size`) when given, else the tokenizer's (recipe_vocab_size).
+RecipePlanInput plan_input_from_recipe(const config::Recipe& recipe,
+                                       std::optional<int64_t> vocab_size = std::nullopt);
 
 /// Dotted overrides that put `layout` into a recipe (parallel sizes, micro-batch, SP,
 /// activations_checkpoint_*, use_distributed_optimizer; a base optimizer distributed_fused_adam

@@ -245,7 +245,15 @@ std::string describe_recipe_layout(const PlanContext& ctx, const SearchResult& r
   const Candidate own = evaluate(ctx.shape, ctx.cluster, ctx.setup, layout);
   std::string s = fmt::format("\nThe recipe's layout {}: {:.3f} s/step predicted, {:.2f} GiB on the worst stage",
                               layout.describe(), own.step_seconds(), own.memory.terms.total() / kGiB);
-  if (!own.fits) return s + fmt::format(" -> does not fit; binding term: {}\n", own.memory.terms.largest_term());
+  // What the trainer's log prints beside it: the parameters its ranks hold ("N parameters on
+  // rank 0" is stage 0's) and the model FLOPs its MFU counts (ModelShape::model_flops_per_sample).
+  std::string params;
+  for (int stage = 0; stage < layout.pp; ++stage)
+    params += fmt::format("{}{:.0f}", stage ? ", " : "", stage_params(ctx.shape, layout, stage));
+  const std::string counts = fmt::format(
+      "\n  parameters per GPU by stage: {}; model FLOPs per step: {:.9e}\n", params,
+      ctx.shape.model_flops_per_sample(layout.tp) * double(ctx.setup.global_batch));
+  if (!own.fits) return s + fmt::format(" -> does not fit; binding term: {}", own.memory.terms.largest_term()) + counts;
   std::size_t rank = 1;
   for (const auto& c : result.best)
     if (c.step_seconds() < own.step_seconds()) ++rank;
@@ -253,7 +261,7 @@ std::string describe_recipe_layout(const PlanContext& ctx, const SearchResult& r
   s += rank > result.best.size() ? fmt::format(", below the {} layouts kept", result.best.size())
                                  : fmt::format(", rank {} of {}", rank, result.fitting);
   if (best < own.step_seconds()) s += fmt::format("; the best layout is {:.1f}% faster", 100 * (own.step_seconds() / best - 1));
-  return s + "\n";
+  return s + counts;
 }
 
 }  // namespace loom::planner

@@ -123,7 +123,8 @@ SearchResult search(const ModelShape& m, const Cluster& c, const TrainingSetup& 
   };
 
   for (int t : divisors(world)) {
-    if (!allowed(space.tp, t) || m.num_attention_heads % t || m.hidden_size % t || m.ffn() % t) continue;
+    if (!allowed(space.tp, t) || m.num_attention_heads % t || m.query_groups() % t || m.hidden_size % t || m.ffn() % t)
+      continue;
     for (int sp : {0, 1}) {
       if (!allowed(space.sequence_parallel, sp)) continue;
       if (sp && (t == 1 || m.seq_length % t)) continue;

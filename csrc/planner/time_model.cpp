@@ -85,11 +85,14 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
                      bool overlap_tp) {
   const GpuSpec& g = c.gpu;
   const double s = md.seq_length, h = md.hidden_size, f = md.ffn(), a = md.num_attention_heads;
-  const double n = double(b) * s, dh = h / a;
+  const double n = double(b) * s, dh = double(md.head_dim());
+  const double qkv = double(qkv_width(md)), attn = a * dh, fc1 = double(fc1_width(md));
+  const bool swiglu = md.activation == Activation::kSwiglu, rope = md.position_embedding_type == PositionEmbedding::kRope;
   LayerCost out;
 
-  // Dense GEMMs: {M, N, K} of QKV (column), projection (row), fc1 (column), fc2 (row).
-  const double gemms[4][3] = {{n, 3 * h / t, h}, {n, h, h / t}, {n, f / t, h}, {n, h, f / t}};
+  // Dense GEMMs: {M, N, K} of QKV (column; (a + 2g)·d wide), projection (row), fc1 (column; gate
+  // and up for SwiGLU), fc2 (row).
+  const double gemms[4][3] = {{n, qkv / t, h}, {n, h, attn / t}, {n, fc1 / t, h}, {n, h, f / t}};
   double dgrad[4], wgrad[4];
   for (int i = 0; i < 4; ++i) {
     const double M = gemms[i][0], N = gemms[i][1], K = gemms[i][2];
@@ -127,15 +130,19 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
   // the fused kernel keeps them on chip (its backward pre-pass reads O and dO: 4·e_tp bytes).
   const double scores = fused ? 0.0 : batches * s * s;
   const double core_fwd_bytes = 4 * scores + 5 * scores;  // fused scale-mask-softmax; dropout
-  const double fwd_bytes = 2 * 4 * e_sp      // two LayerNorms: read x, write y
+  // RoPE rotates Q and K (read, write: a + g heads of d); its backward does the same to dQ, dK.
+  const double e_rope = rope ? n * (a + md.query_groups()) * dh / t : 0.0;
+  const double fwd_bytes = 2 * 4 * e_sp      // two norms: read x, write y
                            + 2 * 7 * e_sp    // two bias-dropout-adds: read 2, write 1, mask
-                           + 4 * e_ffn       // fused bias-GeLU
+                           + (swiglu ? 6 : 4) * e_ffn  // fused bias-GeLU; SwiGLU reads gate and up, writes one
+                           + 4 * e_rope
                            + core_fwd_bytes
                            + 4 * e_tp;       // context permute to [s, b, h/t]
-  const double bwd_bytes = 2 * 6 * e_sp      // LayerNorm backward: read x, dy; write dx
+  const double bwd_bytes = 2 * 6 * e_sp      // norm backward: read x, dy; write dx
                            + 2 * 5 * e_sp    // dropout backward: read dy, mask; write dx
                            + 2 * 6 * e_sp    // residual gradient accumulation
-                           + 6 * e_ffn       // GeLU backward
+                           + (swiglu ? 10 : 6) * e_ffn  // GeLU backward; SwiGLU reads dy, gate, up, writes dgate, dup
+                           + 4 * e_rope
                            + 6 * scores + 5 * scores  // softmax and dropout backward
                            + (fused ? 4 * e_tp : 0.0)
                            + 4 * e_tp;
@@ -168,8 +175,8 @@ LayerCost layer_cost(const ModelShape& md, const Cluster& c, int t, bool sp, int
       // --tp-comm-overlap: each all-gather is split and pipelined with the GEMM that consumes it,
       // each reduce-scatter with the GEMM that produces it, forward and backward.
       const Efficiency& e = g.efficiency;
-      out.fwd.comm = exposed(e, ag, gemm_seconds(g, n, 3 * h / t, h, eb)) + exposed(e, rs, gemm_seconds(g, n, h, h / t, eb)) +
-                     exposed(e, ag, gemm_seconds(g, n, f / t, h, eb)) + exposed(e, rs, gemm_seconds(g, n, h, f / t, eb));
+      out.fwd.comm = exposed(e, ag, gemm_seconds(g, n, qkv / t, h, eb)) + exposed(e, rs, gemm_seconds(g, n, h, attn / t, eb)) +
+                     exposed(e, ag, gemm_seconds(g, n, fc1 / t, h, eb)) + exposed(e, rs, gemm_seconds(g, n, h, f / t, eb));
       out.bwd.comm = exposed(e, ag, dgrad[1]) + exposed(e, ag, dgrad[3]) + exposed(e, ag, dgrad[0]) +
                      exposed(e, rs, wgrad[0]) + exposed(e, ag, dgrad[2]) + exposed(e, rs, wgrad[2]);
     }
@@ -305,7 +312,7 @@ double data_parallel_seconds(const ModelShape& md, const Cluster& c, const Train
                 : gather;
     }
   }
-  if (p > 1) {
+  if (p > 1 && md.share_embeddings_and_output_weights) {  // the tied embedding's gradient between the end stages
     const double embedding = std::ceil(double(md.vocab_size) / t) * md.hidden_size;
     dp += collective_seconds(c, Collective::all_reduce, 4 * embedding, 2, t * d * (p - 1));
   }

@@ -34,6 +34,10 @@ struct TrainingSetup {
   /// memory or HBM traffic, its time from the fused-attention efficiencies (time_model.h);
   /// selective recompute is then illegal (rules::fused_attention_violations).
   bool fused_attention = false;
+  /// model.attention_dropout > 0: the unfused attention core keeps the dropout output beside
+  /// the softmax output (one more [b, a/t, s, s] tensor). GPT-3 recipes train with 0.1, Llama's
+  /// with 0.
+  bool attention_dropout = true;
   /// Tensor-parallel collectives overlapped with the GEMMs next to them in forward as well as
   /// backward (Megatron-Core's --tp-comm-overlap, Transformer Engine's userbuffers): every
   /// all-gather / reduce-scatter hides comm_overlap_fraction behind its GEMM.

@@ -6,7 +6,9 @@
 // - held out (never used to choose a constant): the Megatron-LM README's H100 weak-scaling table
 //   (Megatron-Core r0.8.0, 9 models, s = 4096, V = 131072, model TFLOP/s per GPU) and the
 //   NeMo-Megatron-Launcher README's 5B scaling table of its 2022-07 revision (A100-80GB, 1-20
-//   nodes, tokens per second).
+//   nodes, tokens per second);
+// - held out, Llama: torchtitan's published Llama 3 / 3.1 8B and 70B FSDP throughput (A100-80GB
+//   and H100, s = 8192, tokens per second per GPU).
 #pragma once
 #include <string>
 #include <vector>
@@ -20,7 +22,7 @@ namespace loom::planner {
 Layout unpublished_layout();
 
 struct PublishedRow {
-  std::string group;   ///< "fitted", "held-out H100" or "held-out 5B"
+  std::string group;   ///< "fitted", "held-out H100", "held-out 5B" or "held-out Llama"
   std::string source;  ///< "Korthikanti 2022", "Narayanan 2021", "Megatron-LM README", "NeMo launcher README"
   std::string label;   ///< e.g. "175B full recompute"
   std::string gpu = "A100-80GB";  ///< built-in GPU entry (data/gpus.json)
@@ -37,11 +39,13 @@ struct PublishedRow {
     tflops_per_gpu,          ///< hardware TFLOP/s counting full recompute (Narayanan's 96·B·L·s·h² count)
     model_tflops_per_gpu,    ///< model TFLOP/s per GPU (ModelShape::model_flops_per_sample; Megatron's count)
     tokens_per_second,       ///< global_batch · s / step
+    tokens_per_second_per_gpu,  ///< global_batch · s / step / GPUs (torchtitan's TPS/GPU)
   } metric = Metric::iteration_seconds;
   double published = 0;
 };
 
-/// The 18 fitted rows (8 Korthikanti, then 10 Narayanan), then the 9 H100 rows, then the 7 5B rows.
+/// The 18 fitted rows (8 Korthikanti, then 10 Narayanan), then the 9 H100 rows, the 7 5B rows
+/// and the 4 Llama rows.
 std::vector<PublishedRow> published_rows();
 
 /// What each held-out source leaves unpublished and what the rows assume instead, one line per

@@ -1,5 +1,7 @@
 #include "rules/model_shape.h"
 
+#include "rules/model_shape_counts.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -50,18 +52,41 @@ void ModelShape::validate() const {
         num_query_groups, num_attention_heads));
 }
 
+int64_t qkv_width(const ModelShape& m) { return (m.num_attention_heads + 2 * m.query_groups()) * m.head_dim(); }
+
+int64_t fc1_width(const ModelShape& m) { return m.activation == Activation::kSwiglu ? 2 * m.ffn() : m.ffn(); }
+
+double norm_parameters(const ModelShape& m) {
+  const double h = double(m.hidden_size);
+  return m.normalization == Normalization::kLayerNorm && m.bias ? 2 * h : h;
+}
+
+LayerParameters layer_parameters(const ModelShape& m) {
+  const double h = double(m.hidden_size), f = double(m.ffn());
+  const double attention = double(m.num_attention_heads * m.head_dim());
+  const double qkv = double(qkv_width(m)), fc1 = double(fc1_width(m));
+  LayerParameters p;
+  p.weights = h * qkv + attention * h + h * fc1 + f * h;
+  p.split_biases = m.bias ? qkv + fc1 : 0.0;
+  p.replicated = (m.bias ? 2 * h : 0.0) + 2 * norm_parameters(m);  // projection and fc2 biases; two norms
+  return p;
+}
+
 double ModelShape::parameter_count() const {
-  const double h = double(hidden_size), f = double(ffn());
-  const double per_layer = 4 * h * h + 2 * h * f + 3 * h + h + f + h + 4 * h;
-  return double(num_layers) * per_layer + (double(padded_vocab_size()) + double(seq_length)) * h + 2 * h;
+  const double h = double(hidden_size), V = double(padded_vocab_size());
+  const double positions = position_embedding_type == PositionEmbedding::kLearnedAbsolute
+                               ? double(max_position_embeddings) * h : 0.0;
+  const double output = share_embeddings_and_output_weights ? 0.0 : V * h;
+  return double(num_layers) * layer_parameters(*this).per_rank(1) + V * h + positions + norm_parameters(*this) + output;
 }
 
 namespace {
-/// Forward FLOPs of one transformer layer on one sample: s·(8h² + 4h·ffn) GEMM FLOPs (QKV 6h²,
-/// projection 2h², MLP 4h·ffn per token) and 4s²h for the attention scores and their use.
+/// Forward FLOPs of one transformer layer on one sample: 2s·W for the linear layers (W their
+/// weights) and 4s²·a·d for the attention scores and their use (grouped-query attention shares
+/// K and V between heads but computes every head's scores).
 double layer_forward_flops(const ModelShape& m) {
-  const double s = double(m.seq_length), h = double(m.hidden_size), f = double(m.ffn());
-  return s * (8 * h * h + 4 * h * f) + 4 * s * s * h;
+  const double s = double(m.seq_length), attention = double(m.num_attention_heads * m.head_dim());
+  return 2 * s * layer_parameters(m).weights + 4 * s * s * attention;
 }
 /// Forward FLOPs of the logits GEMM on one sample: 2·s·h·V.
 double logits_forward_flops(const ModelShape& m, int tensor_parallel) {
@@ -78,8 +103,16 @@ double ModelShape::full_recompute_flops_per_sample(int tensor_parallel) const {
 }
 
 std::string ModelShape::summary() const {
-  return fmt::format("{}L h{} a{} ffn{} s{} V{} ({:.2f}B params)", num_layers, hidden_size,
-                     num_attention_heads, ffn(), seq_length, vocab_size, parameter_count() / 1e9);
+  const std::string groups = query_groups() != num_attention_heads ? fmt::format(" g{}", query_groups()) : "";
+  std::string architecture;
+  if (normalization != Normalization::kLayerNorm) architecture += std::string(" ") + recipe_name(normalization);
+  if (position_embedding_type != PositionEmbedding::kLearnedAbsolute)
+    architecture += std::string(" ") + recipe_name(position_embedding_type);
+  if (activation != Activation::kGelu) architecture += std::string(" ") + recipe_name(activation);
+  if (!bias) architecture += " no-bias";
+  if (!share_embeddings_and_output_weights) architecture += " untied";
+  return fmt::format("{}L h{} a{}{} ffn{} s{} V{}{} ({:.2f}B params)", num_layers, hidden_size, num_attention_heads,
+                     groups, ffn(), seq_length, vocab_size, architecture, parameter_count() / 1e9);
 }
 
 }  // namespace loom

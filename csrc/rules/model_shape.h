@@ -73,25 +73,30 @@ struct ModelShape {
   /// integer, found 0") when a size is non-positive, ffn_hidden_size < 0 or h % a != 0.
   void validate() const;
 
-  /// Exact parameter count with V = padded_vocab_size(1) and s positions: per layer 4h² + 2h·ffn
-  /// (weights) + 3h + ffn + h + 4h (QKV, proj, fc1, fc2 biases; two LayerNorms), plus word (V·h)
-  /// and position (s·h) embeddings and the final LayerNorm (2h); the tied output layer is not
-  /// counted twice. With ffn = 4h: 12Lh²(1 + 13/(12h)) + (V+s)h + 2h.
+  /// Exact parameter count with V = padded_vocab_size(1): L layers (layer_parameters,
+  /// rules/model_shape_counts.h), the word embedding V·h, the position table
+  /// max_position_embeddings·h (learned positions; none for RoPE), the final norm (h, 2h for a
+  /// LayerNorm with bias) and the output layer V·h when it is untied (a tied one is the
+  /// embedding, not counted twice). GPT with ffn = 4h: 12Lh²(1 + 13/(12h)) + (V+s)h + 2h.
   double parameter_count() const;
 
   /// The one count of model FLOPs of a training sample (forward and backward, no
-  /// recomputation): 3·(L·(s·(8h² + 4h·ffn) + 4s²h) + 2shV), V = padded_vocab_size(t) as the
-  /// logits GEMM computes it. For ffn = 4h this is 72·L·s·h²·(1 + s/(6h) + V/(12hL))
-  /// (Korthikanti et al. 2022, §6). The step log's MFU (train/step_log.h), the planner's
-  /// model TFLOP/s and `loom eval`'s cost all use it.
+  /// recomputation): 3·(L·(2s·W + 4s²·a·d) + 2shV) with W the layer's four linear weights
+  /// (layer_parameters(*this).weights: 4h² + 2h·ffn for GPT, h·(a+2g)d + a·d·h + 3h·ffn for a
+  /// grouped-query SwiGLU layer) and V = padded_vocab_size(t) as the logits GEMM computes it
+  /// (an untied output layer runs the same GEMM). For GPT with ffn = 4h this is
+  /// 72·L·s·h²·(1 + s/(6h) + V/(12hL)) (Korthikanti et al. 2022, §6). The step log's MFU
+  /// (train/step_log.h), the planner's model TFLOP/s and `loom eval`'s cost all use it.
   double model_flops_per_sample(int tensor_parallel = 1) const;
 
   /// FLOPs of a sample with full recomputation of every layer (one more forward of the layers,
-  /// not of the logits): 96·L·s·h²·(1 + s/(6h) + V/(16hL)) for ffn = 4h (Narayanan et al.
+  /// not of the logits): 96·L·s·h²·(1 + s/(6h) + V/(16hL)) for GPT with ffn = 4h (Narayanan et al.
   /// 2021, the figure their TFLOP/s per GPU counts).
   double full_recompute_flops_per_sample(int tensor_parallel = 1) const;
 
-  /// "96L h12288 a96 ffn49152 s2048 V51200 (174.56B params)".
+  /// "96L h12288 a96 ffn49152 s2048 V51200 (174.56B params)"; a Llama-family shape adds its
+  /// groups and options: "32L h4096 a32 g8 ffn14336 s8192 V128256 rmsnorm rope fast-swiglu no-bias
+  /// untied (8.03B params)".
   std::string summary() const;
 };
 

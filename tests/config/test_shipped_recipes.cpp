@@ -1,5 +1,6 @@
 // Every recipe in recipes/ validates; shapes and layouts match NeMo's GPT-3 recipes
-// (docs/design/planner_sources.md); parameter counts match the analytic formula and the nominal sizes.
+// (docs/design/planner_sources.md) and Meta's Llama 3 configs; parameter counts match the analytic
+// formula and the nominal (GPT-3) or released (Llama 3) sizes.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -103,4 +104,51 @@ TEST_CASE("175b layout: d=32, 64 micro-batches, 1 layer per virtual stage", "[co
   CHECK(num_microbatches(r) == 64);
   CHECK(layers_per_chunk(r) == 1);
   CHECK(run_directory(r) == "runs/gpt3_175b/results");
+}
+
+TEST_CASE("Llama 3 recipes have Meta's shapes, NeMo's launcher settings and the published sizes", "[config]") {
+  struct Llama {
+    const char* file;
+    int64_t nodes, t, p, v, layers, hidden, ffn, heads;
+    bool sp;
+    double params;  // Meta-Llama-3-8B / -70B: every tensor of the released checkpoint
+  };
+  const Llama table[] = {
+      {"llama3_8b.yaml", 16, 2, 1, 1, 32, 4096, 14336, 32, true, 8030261248.0},
+      {"llama3_70b.yaml", 128, 4, 4, 5, 80, 8192, 28672, 64, true, 70553706496.0},
+  };
+  for (const auto& want : table) {
+    INFO(want.file);
+    const Recipe r = load_recipe(recipe_file(want.file));
+    CHECK(r.trainer.accelerator == Accelerator::kGpu);
+    CHECK(r.trainer.precision == Precision::kBf16);
+    CHECK(r.trainer.devices == 8);
+    CHECK(r.trainer.num_nodes == want.nodes);
+    CHECK(r.model.encoder_seq_length == 8192);
+    CHECK(r.model.max_position_embeddings == 8192);
+    CHECK(r.model.micro_batch_size == 1);
+    CHECK(r.model.global_batch_size == 2048);
+    CHECK(r.model.tensor_model_parallel_size == want.t);
+    CHECK(r.model.pipeline_model_parallel_size == want.p);
+    CHECK(virtual_pipeline_size(r) == want.v);
+    CHECK(r.model.sequence_parallel == want.sp);
+    CHECK(r.model.num_layers == want.layers);
+    CHECK(r.model.hidden_size == want.hidden);
+    CHECK(r.model.ffn_hidden_size == want.ffn);
+    CHECK(r.model.num_attention_heads == want.heads);
+    CHECK(r.model.num_query_groups == std::optional<int64_t>(8));
+    CHECK(r.model.normalization == loom::Normalization::kRmsNorm);
+    CHECK(r.model.position_embedding_type == loom::PositionEmbedding::kRope);
+    CHECK(r.model.rotary_base == 500000.0);
+    CHECK(r.model.activation == loom::Activation::kSwiglu);
+    CHECK_FALSE(r.model.bias);
+    CHECK_FALSE(r.model.share_embeddings_and_output_weights);
+    CHECK(r.model.use_flash_attention);
+    CHECK(r.model.attention_dropout == 0.0);
+    CHECK(r.model.tokenizer.library == TokenizerLibrary::kHuggingFace);
+    CHECK(uses_distributed_optimizer(r));
+    // Llama 3's tokenizer has 128256 tokens (a multiple of 128: no padding); the one count.
+    CHECK(padded_vocab_size(r, 128256) == 128256);
+    CHECK(recipe_model_shape(r, 128256).parameter_count() == want.params);
+  }
 }

@@ -14,7 +14,7 @@ ModelShape tiny() {
   m.num_layers = 4;
   m.hidden_size = 128;
   m.num_attention_heads = 4;
-  m.seq_length = 128;
+  m.seq_length = m.max_position_embeddings = 128;  // a position table of s rows, as its recipe
   m.vocab_size = 50304;
   return m;
 }

@@ -1,7 +1,7 @@
 // The planner against published results (docs/planner.md, "Validation"): the fitted A100 group
-// (Korthikanti et al. 2022 iteration times, Narayanan et al. 2021 TFLOP/s per GPU) and two
+// (Korthikanti et al. 2022 iteration times, Narayanan et al. 2021 TFLOP/s per GPU) and three
 // held-out groups no constant was chosen on (the Megatron-LM README's H100 weak scaling, the
-// NeMo-Megatron-Launcher README's 2022-07 5B scaling table).
+// NeMo-Megatron-Launcher README's 2022-07 5B scaling table, torchtitan's Llama 3 throughput).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,18 +25,21 @@ std::map<std::string, GroupError> by_group(const std::vector<RowCheck>& checks) 
 TEST_CASE("published results: the fitted and the held-out groups within their bounds", "[planner]") {
   const auto checks = check_published(true);
   std::cout << format_checks(checks);
-  REQUIRE(checks.size() == 18 + 9 + 7);
+  REQUIRE(checks.size() == 18 + 9 + 7 + 4);
   for (const auto& c : checks) {
     INFO(c.row.source << " " << c.row.label);
-    // The published layout must fit in memory by the planner's own model.
-    CHECK(c.published_fits);
-    // The planner's best layout for the same model, GPUs, batch and software is at least as fast.
+    // The published layout must fit in memory by the planner's own model; not checked for the
+    // FSDP rows (torchtitan): FSDP shards the parameters and gradients too, the planner's
+    // distributed optimizer only the optimizer state (docs/planner.md, "Held-out group 3").
+    if (c.row.group != "held-out Llama") CHECK(c.published_fits);
+    // The planner's best layout for the same model, GPUs, batch and software is at least as
+    // fast as a published layout that fits.
     REQUIRE(c.planner_best.step_seconds() > 0);
-    CHECK(c.planner_best.step_seconds() <= c.published_layout.step_seconds() * (1 + 1e-12));
+    if (c.published_fits) CHECK(c.planner_best.step_seconds() <= c.published_layout.step_seconds() * (1 + 1e-12));
     CHECK(c.planner_best.fits);
   }
   auto groups = by_group(checks);
-  REQUIRE(groups.size() == 3);
+  REQUIRE(groups.size() == 4);
   CHECK(groups["fitted"].rows == 18);
   CHECK(groups["fitted"].mean <= 0.04);
   CHECK(groups["fitted"].worst <= 0.10);
@@ -46,6 +49,17 @@ TEST_CASE("published results: the fitted and the held-out groups within their bo
   CHECK(groups["held-out H100"].worst <= 0.20);
   CHECK(groups["held-out 5B"].rows == 7);
   CHECK(groups["held-out 5B"].worst <= 0.06);
+  // Held-out group 3, torchtitan's Llama 3 FSDP throughput, misses the held-out targets (mean
+  // 47%, worst 80%: docs/planner.md, "Held-out group 3", says why). Its rows' errors are the
+  // figures documented there, to 0.1 point, so that a model change shows up in the docs too.
+  CHECK(groups["held-out Llama"].rows == 4);
+  const double documented[] = {0.257, 0.072, 0.748, 0.803};
+  int i = 0;
+  for (const auto& c : checks) {
+    if (c.row.group != "held-out Llama") continue;
+    INFO(c.row.label);
+    CHECK(c.relative_error == Approx(documented[i++]).margin(0.001));
+  }
 }
 
 TEST_CASE("published rows carry the configurations and numbers of their sources", "[planner]") {
@@ -56,7 +70,7 @@ TEST_CASE("published rows carry the configurations and numbers of their sources"
     CHECK(r.gpus % (r.layout.tp * r.layout.pp) == 0);
     CHECK(r.shape.num_layers % r.layout.pp == 0);
   }
-  CHECK(sources.size() == 4);
+  CHECK(sources.size() == 6);
   CHECK(rows[2].label == "175B full recompute");
   CHECK(rows[2].published == 18.13);
   CHECK(rows[2].layout.vp == 3);
@@ -71,11 +85,17 @@ TEST_CASE("published rows carry the configurations and numbers of their sources"
   CHECK((big.shape.seq_length == 4096 && big.shape.vocab_size == 131072 && big.setup.fused_attention));
   CHECK(big.gpus / (big.layout.tp * big.layout.pp) == 48);
   // NeMo launcher 2022-07: 20 nodes, 731,791 tokens/s; TP 2, micro-batch 2, global batch 1440.
-  const PublishedRow& five = rows.back();
+  const PublishedRow& five = rows[18 + 9 + 6];
   CHECK(five.published == 731791);
   CHECK((five.gpus == 160 && five.layout.tp == 2 && five.layout.micro_batch == 2 && five.setup.global_batch == 1440));
   CHECK_FALSE(five.setup.fused_attention);
-  CHECK(published_assumptions().size() == 2);
+  // torchtitan's H100 benchmark, Table 1: Llama 3.1 8B, FSDP on 8 GPUs, local batch 2: 5,762 tokens/s per GPU.
+  const PublishedRow& titan = rows[18 + 9 + 7 + 2];
+  CHECK(titan.published == 5762);
+  CHECK((titan.gpu == "H100" && titan.gpus == 8 && titan.layout.micro_batch == 2 && titan.setup.global_batch == 16));
+  CHECK(titan.shape.parameter_count() == 8030261248.0);
+  CHECK((titan.shape.seq_length == 8192 && titan.setup.fused_attention && titan.layout.distributed_optimizer));
+  CHECK(published_assumptions().size() == 3);
 }
 
 TEST_CASE("error attribution finds a term scaled in every row of a group", "[planner]") {

@@ -3,7 +3,8 @@ model"): `loom plan --validate-memory` trains the main-job recipe's model for tw
 on the stand-in device, whose allocator keeps exact counts, and sets the planner's predicted peak
 and after-step bytes of every pipeline stage beside metrics.jsonl's measured ones. CI runs the
 `ci` subset (one case each of one rank, t=2 with SP and selective recompute, p=2 1F1B, d=2 fp16
-with the distributed optimizer; under a minute on 2 cores); LOOM_MEMORY_SWEEP_FULL=1 (or
+with the distributed optimizer; under a minute on 2 cores) for the GPT recipe and for the Llama-family
+tiny recipe; LOOM_MEMORY_SWEEP_FULL=1 (or
 tools/test.sh --full) runs every case. Target: every stage within 5% of its measured peak, the
 mean within 2%."""
 import os
@@ -38,12 +39,18 @@ def parse_rows(stdout):
     return rows
 
 
-def test_memory_sweep_is_within_target(corpus, tmp_path):
+# The Llama-family tiny recipe (RMSNorm, RoPE, SwiGLU, 2 query groups for 4 heads, no biases,
+# untied output layer, no dropout): the same cases on the other architecture.
+LLAMA_RECIPE = ROOT / "recipes" / "llama_tiny.yaml"
+
+
+@pytest.mark.parametrize("recipe", [RECIPE, LLAMA_RECIPE], ids=["gpt", "llama"])
+def test_memory_sweep_is_within_target(corpus, tmp_path, recipe):
     env = dict(os.environ, LOOM_DEVICE_PLUGIN=str(standin_library()), OMP_NUM_THREADS="1")
     env.pop("LOOM_DEVICE_COLLECTIVES", None)
     done = subprocess.run(
         [str(loom_binary()), "plan", "--validate-memory", "--validate-memory-cases", "all" if FULL else "ci",
-         "--measure-dir", str(tmp_path), "--recipe", str(RECIPE), f"model.data.data_prefix=[1.0,{corpus}]",
+         "--measure-dir", str(tmp_path), "--recipe", str(recipe), f"model.data.data_prefix=[1.0,{corpus}]",
          "model.data.num_workers=0"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600 if FULL else 300)
     print(done.stdout)
