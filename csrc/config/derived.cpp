@@ -100,16 +100,6 @@ int64_t padded_vocab_size(const Recipe& r, int64_t vocab_size) {
                            r.model.tensor_model_parallel_size);
 }
 
-int64_t gpt_parameter_count(const Recipe& r, int64_t vocab_size) {
-  const int64_t v = padded_vocab_size(r, vocab_size);
-  const int64_t s = r.model.max_position_embeddings;
-  const int64_t h = r.model.hidden_size;
-  const int64_t f = r.model.ffn_hidden_size;
-  const int64_t layers = r.model.num_layers;
-  const int64_t per_layer = 4 * h * h + 2 * h * f + 9 * h + f;
-  return v * h + s * h + layers * per_layer + 2 * h;
-}
-
 bool uses_distributed_optimizer(const Recipe& r) {
   return r.model.use_distributed_optimizer ||
          r.model.optim.name == OptimizerName::kDistributedFusedAdam;

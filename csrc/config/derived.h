@@ -48,14 +48,6 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tens
 /// padded_vocab_size with the recipe's make_vocab_size_divisible_by and t.
 int64_t padded_vocab_size(const Recipe& r, int64_t vocab_size = kGpt2VocabSize);
 
-/// Analytic parameter count of Loom's GPT (learned positions, tied input/output embedding,
-/// biases everywhere, pre-LN with a final LayerNorm), with V = padded vocab, s =
-/// max_position_embeddings, h = hidden, f = ffn_hidden, L = layers:
-///   V*h + s*h + L*(4h^2 + 2hf + 9h + f) + 2h
-/// (per layer: QKV 3h^2+3h, projection h^2+h, MLP 2hf+f+h, two LayerNorms 4h; with f = 4h
-/// that is the familiar 12h^2 + 13h).
-int64_t gpt_parameter_count(const Recipe& r, int64_t vocab_size = kGpt2VocabSize);
-
 /// True when the optimizer state is sharded over DP ranks (use_distributed_optimizer, which
 /// load_recipe also sets for optim.name distributed_fused_adam).
 bool uses_distributed_optimizer(const Recipe& r);
