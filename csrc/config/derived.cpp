@@ -42,9 +42,12 @@ ModelShape recipe_model_shape(const Recipe& r, int64_t vocab_size) {
   shape.position_embedding_type = m.position_embedding_type;
   shape.rotary_base = m.rotary_base;
   shape.rotary_percentage = m.rotary_percentage;
+  shape.rope_scaling = {m.rope_scaling, m.rope_scaling_factor, m.low_freq_factor, m.high_freq_factor, m.old_context_len};
+  shape.kv_channels = m.kv_channels.value_or(0);
   shape.activation = m.activation;
   shape.num_query_groups = m.num_query_groups.value_or(0);
   shape.bias = m.bias;
+  shape.qkv_bias = m.qkv_bias;
   shape.share_embeddings_and_output_weights = m.share_embeddings_and_output_weights;
   return shape;
 }

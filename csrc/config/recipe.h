@@ -254,12 +254,20 @@ struct ModelConfig {
   /// [default] learned_absolute | rope
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;
   double rotary_base = 10000.0;               ///< [default] RoPE's base θ (rope only)
-  double rotary_percentage = 1.0;             ///< [default] only 1.0 (every head dimension)
+  double rotary_percentage = 1.0;             ///< [default] rotated fraction of each head, (0, 1]
+  bool rope_scaling = false;                  ///< [default] Llama 3.1's RoPE frequency scaling
+  double rope_scaling_factor = 8.0;           ///< [default] its factor (low frequencies / factor)
+  double low_freq_factor = 1.0;               ///< [default] wavelengths > old_context_len / this: scaled
+  double high_freq_factor = 4.0;              ///< [default] wavelengths < old_context_len / this: kept
+  int64_t old_context_len = 8192;             ///< [default] the pre-training context (positions)
+  /// [default null: hidden_size / num_attention_heads] the width of each attention head
+  std::optional<int64_t> kv_channels;
   Activation activation = Activation::kGelu;  ///< [default] gelu | fast-swiglu (gated MLP)
   /// [default null: num_attention_heads] K/V heads of grouped-query attention (1: multi-query);
   /// must divide num_attention_heads and be a multiple of tensor_model_parallel_size.
   std::optional<int64_t> num_query_groups;
   bool bias = true;                           ///< [default] biases of the linear layers and norms
+  bool qkv_bias = false;                      ///< [default] a QKV bias even with bias false (Qwen2)
   /// [default] the output layer is the word embedding (false: its own weight)
   bool share_embeddings_and_output_weights = true;
   RecomputeGranularity activations_checkpoint_granularity = RecomputeGranularity::kNone;  ///< [default]

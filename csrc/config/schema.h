@@ -129,9 +129,16 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.position_embedding_type", m.position_embedding_type, Need::kDefault);
     v("model.rotary_base", m.rotary_base, Need::kDefault);
     v("model.rotary_percentage", m.rotary_percentage, Need::kDefault);
+    v("model.rope_scaling", m.rope_scaling, Need::kDefault);
+    v("model.rope_scaling_factor", m.rope_scaling_factor, Need::kDefault);
+    v("model.low_freq_factor", m.low_freq_factor, Need::kDefault);
+    v("model.high_freq_factor", m.high_freq_factor, Need::kDefault);
+    v("model.old_context_len", m.old_context_len, Need::kDefault);
+    v("model.kv_channels", m.kv_channels, Need::kDefault);
     v("model.activation", m.activation, Need::kDefault);
     v("model.num_query_groups", m.num_query_groups, Need::kDefault);
     v("model.bias", m.bias, Need::kDefault);
+    v("model.qkv_bias", m.qkv_bias, Need::kDefault);
     v("model.share_embeddings_and_output_weights", m.share_embeddings_and_output_weights, Need::kDefault);
   }
 

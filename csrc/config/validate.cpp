@@ -158,6 +158,7 @@ void Checker::field_ranges() {
   positive_real("model.layernorm_epsilon", m.layernorm_epsilon);
   // null: one K/V head per query head (the layout rules check how groups divide heads and t).
   if (m.num_query_groups) size_in_range("model.num_query_groups", *m.num_query_groups, 1);
+  if (m.kv_channels) size_in_range("model.kv_channels", *m.kv_channels, 1);  // null: hidden_size / heads
   at_least("model.seed", m.seed, 0);
   positive_real("model.collective_timeout_s", m.collective_timeout_s);
 

@@ -11,7 +11,8 @@
 //   legal (Megatron-LM's argument checks and Megatron-Core's uneven stages, interleaving, the
 //   batch split, recomputation and fused attention; docs/design/parallel_layout.md), and the
 //   Llama-family fields' rules (rules::architecture_violations: num_query_groups dividing the
-//   heads and a multiple of t, rotary_percentage 1.0, an even head dimension under rope), then
+//   heads and a multiple of t, rotary_percentage in (0, 1], an even rotated width under rope,
+//   rope_scaling's limits), then
 //   data.seq_length == encoder_seq_length and cluster.gpus_per_node == devices on GPU.
 //   (NeMo's own recipes write recompute method block with num_layers 0, which is accepted as
 //   "none"; a method without granularity is ignored with a warning.)

@@ -109,14 +109,26 @@ std::vector<std::string> tokenizer_fields(const ImportTokenizer& t) {
 // The architecture fields of a non-GPT model (the recipe defaults are GPT's).
 std::vector<std::string> architecture_fields(const ModelShape& s) {
   if (s.is_gpt()) return {};
-  return {fmt::format("model.normalization={}", recipe_name(s.normalization)),
-          fmt::format("model.position_embedding_type={}", recipe_name(s.position_embedding_type)),
-          fmt::format("model.rotary_base={}", s.rotary_base),
-          fmt::format("model.activation={}", recipe_name(s.activation)),
-          fmt::format("model.num_query_groups={}", s.query_groups()),
-          fmt::format("model.bias={}", s.bias ? "true" : "false"),
-          fmt::format("model.share_embeddings_and_output_weights={}",
-                      s.share_embeddings_and_output_weights ? "true" : "false")};
+  std::vector<std::string> out = {
+      fmt::format("model.normalization={}", recipe_name(s.normalization)),
+      fmt::format("model.position_embedding_type={}", recipe_name(s.position_embedding_type)),
+      fmt::format("model.rotary_base={}", s.rotary_base),
+      fmt::format("model.activation={}", recipe_name(s.activation)),
+      fmt::format("model.num_query_groups={}", s.query_groups()),
+      fmt::format("model.bias={}", s.bias ? "true" : "false"),
+      fmt::format("model.qkv_bias={}", s.qkv_bias ? "true" : "false"),
+      fmt::format("model.share_embeddings_and_output_weights={}", s.share_embeddings_and_output_weights ? "true" : "false")};
+  if (s.kv_channels > 0) out.push_back(fmt::format("model.kv_channels={}", s.kv_channels));
+  if (s.rope_scaling.enabled) {
+    const RopeScaling& r = s.rope_scaling;
+    for (const std::string& f :
+         {std::string("model.rope_scaling=true"), fmt::format("model.rope_scaling_factor={}", r.factor),
+          fmt::format("model.low_freq_factor={}", r.low_freq_factor),
+          fmt::format("model.high_freq_factor={}", r.high_freq_factor),
+          fmt::format("model.old_context_len={}", r.old_context_len)})
+      out.push_back(f);
+  }
+  return out;
 }
 
 config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::json& hf_config, const Gpt2Shape& shape,

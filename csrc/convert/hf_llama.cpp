@@ -17,7 +17,7 @@ namespace {
 enum class Kind {
   kSame,       // one tensor, identical
   kVocabRows,  // one tensor, Loom's with padded vocabulary rows
-  kQkv,        // q_proj, k_proj, v_proj regrouped per query group
+  kQkv,        // q_proj, k_proj, v_proj (weights or Qwen2's biases) regrouped per query group
   kGateUp,     // gate_proj, up_proj interleaved row by row
 };
 
@@ -52,16 +52,28 @@ std::vector<Entry> entries(const Gpt2Shape& s) {
         {l + "mlp.linear_fc2.weight", {m + "mlp.down_proj.weight"}, Kind::kSame, {{h, f}}},
     };
     out.insert(out.end(), layer.begin(), layer.end());
+    if (s.qkv_bias)
+      out.push_back({l + "self_attention.linear_qkv.bias",
+                     {m + "self_attn.q_proj.bias", m + "self_attn.k_proj.bias", m + "self_attn.v_proj.bias"},
+                     Kind::kQkv,
+                     {{a * d}, {g * d}, {g * d}}});
   }
   return out;
 }
 
-std::vector<int64_t> loom_shape(const Entry& e, const Gpt2Shape& s) {
-  switch (e.kind) {
-    case Kind::kQkv: return {e.hf_shapes[0][0] + e.hf_shapes[1][0] + e.hf_shapes[2][0], s.hidden_size};
-    case Kind::kGateUp: return {2 * e.hf_shapes[0][0], s.hidden_size};
-    default: return e.hf_shapes[0];
-  }
+std::vector<int64_t> loom_shape(const Entry& e) {
+  std::vector<int64_t> out = e.hf_shapes[0];
+  if (e.kind == Kind::kQkv) out[0] += e.hf_shapes[1][0] + e.hf_shapes[2][0];
+  if (e.kind == Kind::kGateUp) out[0] *= 2;
+  return out;
+}
+
+// x with its first dimension of `rows` rows and the rest of x's dimensions (a weight's
+// columns, none for a bias).
+std::vector<int64_t> with_rows(const at::Tensor& x, int64_t rows) {
+  std::vector<int64_t> out = x.sizes().vec();
+  out[0] = rows;
+  return out;
 }
 
 std::string shape_text(at::IntArrayRef s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
@@ -91,7 +103,8 @@ bool flag(const nlohmann::json& c, const char* key, bool fallback, const std::st
 }  // namespace
 
 bool is_llama_config(const nlohmann::json& config) {
-  return config.is_object() && config.contains("model_type") && config["model_type"] == "llama";
+  return config.is_object() && config.contains("model_type") &&
+         (config["model_type"] == "llama" || config["model_type"] == "qwen2");
 }
 
 std::map<std::string, at::Tensor> loom_to_llama(const std::map<std::string, at::Tensor>& loom, const Gpt2Shape& s) {
@@ -101,7 +114,7 @@ std::map<std::string, at::Tensor> loom_to_llama(const std::map<std::string, at::
     auto it = loom.find(e.loom);
     if (it == loom.end()) throw ConvertInputError("the checkpoint has no parameter " + e.loom);
     const at::Tensor& x = it->second;
-    const std::vector<int64_t> want = loom_shape(e, s);
+    const std::vector<int64_t> want = loom_shape(e);
     const bool ok = e.kind == Kind::kVocabRows ? x.dim() == 2 && x.size(0) >= want[0] && x.size(1) == want[1]
                                                 : x.sizes().vec() == want;
     if (!ok)
@@ -110,11 +123,11 @@ std::map<std::string, at::Tensor> loom_to_llama(const std::map<std::string, at::
     switch (e.kind) {
       case Kind::kSame: out[e.hf[0]] = x.contiguous(); break;
       case Kind::kVocabRows: out[e.hf[0]] = x.narrow(0, 0, s.vocab_size).contiguous(); break;
-      case Kind::kQkv: {
-        const at::Tensor groups = x.view({g, (per_group + 2) * d, h});
-        out[e.hf[0]] = groups.narrow(1, 0, per_group * d).reshape({g * per_group * d, h}).contiguous();
-        out[e.hf[1]] = groups.narrow(1, per_group * d, d).reshape({g * d, h}).contiguous();
-        out[e.hf[2]] = groups.narrow(1, (per_group + 1) * d, d).reshape({g * d, h}).contiguous();
+      case Kind::kQkv: {  // a weight [rows, h] or a bias [rows]
+        const at::Tensor groups = x.reshape({g, (per_group + 2) * d, -1});
+        out[e.hf[0]] = groups.narrow(1, 0, per_group * d).reshape(with_rows(x, g * per_group * d)).contiguous();
+        out[e.hf[1]] = groups.narrow(1, per_group * d, d).reshape(with_rows(x, g * d)).contiguous();
+        out[e.hf[2]] = groups.narrow(1, (per_group + 1) * d, d).reshape(with_rows(x, g * d)).contiguous();
         break;
       }
       case Kind::kGateUp: {
@@ -169,9 +182,9 @@ std::map<std::string, at::Tensor> llama_to_loom(const std::map<std::string, at::
                                               "tie_word_embeddings is true", file));
         if (padded_vocab > s.vocab_size) x = at::cat({x, at::zeros({padded_vocab - s.vocab_size, h}, x.options())});
         break;
-      case Kind::kQkv:
-        x = at::cat({parts[0].reshape({g, per_group * d, h}), parts[1].reshape({g, d, h}), parts[2].reshape({g, d, h})}, 1)
-                .reshape({-1, h});
+      case Kind::kQkv:  // weights [rows, h] or biases [rows]
+        x = at::cat({parts[0].reshape({g, per_group * d, -1}), parts[1].reshape({g, d, -1}), parts[2].reshape({g, d, -1})}, 1)
+                .reshape(with_rows(parts[0], -1));
         break;
       case Kind::kGateUp: x = at::stack({parts[0], parts[1]}, 1).reshape({-1, h}); break;
     }
@@ -185,34 +198,61 @@ std::map<std::string, at::Tensor> llama_to_loom(const std::map<std::string, at::
 }
 
 nlohmann::json llama_config_json(const Gpt2Shape& s, const HfConfigExtras& x, int64_t bos_id, int64_t eos_id) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", s.vocab_size},
-          {"hidden_size", s.hidden_size},
-          {"intermediate_size", s.ffn()},
-          {"num_hidden_layers", s.num_layers},
-          {"num_attention_heads", s.num_attention_heads},
-          {"num_key_value_heads", s.query_groups()},
-          {"head_dim", s.head_dim()},
-          {"hidden_act", "silu"},
-          {"max_position_embeddings", s.max_position_embeddings},
-          {"rms_norm_eps", s.layernorm_epsilon},
-          {"rope_parameters", {{"rope_theta", s.rotary_base}, {"rope_type", "default"}}},
-          {"rope_theta", s.rotary_base},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"attention_dropout", x.attention_dropout},
-          {"initializer_range", x.init_method_std},
-          {"pretraining_tp", 1},
-          {"tie_word_embeddings", s.share_embeddings_and_output_weights},
-          {"use_cache", true},
-          {"bos_token_id", bos_id},
-          {"eos_token_id", eos_id},
-          {"dtype", x.dtype}};
+  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}},
+                      {"model_type", "llama"},
+                      {"vocab_size", s.vocab_size},
+                      {"hidden_size", s.hidden_size},
+                      {"intermediate_size", s.ffn()},
+                      {"num_hidden_layers", s.num_layers},
+                      {"num_attention_heads", s.num_attention_heads},
+                      {"num_key_value_heads", s.query_groups()},
+                      {"head_dim", s.head_dim()},
+                      {"hidden_act", "silu"},
+                      {"max_position_embeddings", s.max_position_embeddings},
+                      {"rms_norm_eps", s.layernorm_epsilon},
+                      {"rope_parameters", {{"rope_theta", s.rotary_base}, {"rope_type", "default"}}},
+                      {"rope_theta", s.rotary_base},
+                      {"attention_bias", false},
+                      {"mlp_bias", false},
+                      {"attention_dropout", x.attention_dropout},
+                      {"initializer_range", x.init_method_std},
+                      {"pretraining_tp", 1},
+                      {"tie_word_embeddings", s.share_embeddings_and_output_weights},
+                      {"use_cache", true},
+                      {"bos_token_id", bos_id},
+                      {"eos_token_id", eos_id},
+                      {"dtype", x.dtype}};
+  if (s.rope_scaling.enabled) {
+    const RopeScaling& r = s.rope_scaling;
+    const nlohmann::json llama3 = {{"rope_type", "llama3"},         {"factor", r.factor},
+                                   {"low_freq_factor", r.low_freq_factor}, {"high_freq_factor", r.high_freq_factor},
+                                   {"original_max_position_embeddings", r.old_context_len}};
+    c["rope_scaling"] = llama3;  // transformers 4 (and 5, which reads it first)
+    c["rope_parameters"] = llama3;
+    c["rope_parameters"]["rope_theta"] = s.rotary_base;
+  }
+  if (!s.qkv_bias) return c;
+  // Qwen2: the same model with Q/K/V biases; sliding-window attention off (all layers full).
+  for (const char* llama_only : {"attention_bias", "mlp_bias", "pretraining_tp"}) c.erase(llama_only);
+  c["architectures"] = {"Qwen2ForCausalLM"};
+  c["model_type"] = "qwen2";
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["max_window_layers"] = s.num_layers;
+  return c;
 }
 
 Gpt2Shape llama_shape_from_config(const nlohmann::json& c, const std::string& file) {
-  if (!is_llama_config(c)) throw ConvertInputError(file + ": model_type is not \"llama\"");
+  if (!is_llama_config(c)) throw ConvertInputError(file + ": model_type is not \"llama\" or \"qwen2\"");
+  const bool qwen2 = c["model_type"] == "qwen2";
+  if (qwen2 && flag(c, "use_sliding_window", false, file))
+    throw ConvertInputError(file + ": use_sliding_window is true; Loom's attention is full causal attention (sliding-window "
+                                   "attention is not implemented)");
+  if (qwen2 && c.contains("layer_types") && c["layer_types"].is_array())
+    for (const auto& type : c["layer_types"])
+      if (type != "full_attention")
+        throw ConvertInputError(fmt::format("{}: layer_types holds {}; Loom's attention is full causal attention in every "
+                                            "layer", file, type.dump()));
   const std::string act = c.contains("hidden_act") && c["hidden_act"].is_string() ? c["hidden_act"].get<std::string>() : "silu";
   if (act != "silu")
     throw ConvertInputError(fmt::format("{}: hidden_act \"{}\" cannot be represented: Loom's gated MLP is SwiGLU (silu)", file, act));
@@ -222,27 +262,41 @@ Gpt2Shape llama_shape_from_config(const nlohmann::json& c, const std::string& fi
     throw ConvertInputError(file + ": mlp_bias is true; Loom's Llama has no linear biases (model.bias false)");
   if (c.contains("pretraining_tp") && !c["pretraining_tp"].is_null() && c["pretraining_tp"] != 1)
     throw ConvertInputError(fmt::format("{}: pretraining_tp must be 1, found {}", file, c["pretraining_tp"].dump()));
-  // RoPE: transformers 5 writes rope_parameters, older versions rope_theta and rope_scaling.
+  // RoPE: transformers 5 writes rope_parameters, older versions rope_theta and rope_scaling
+  // (which transformers 5 still reads, over rope_parameters: so here too).
   double theta = number(c, "rope_theta", 10000.0, file);
-  auto plain_rope = [&](const nlohmann::json& p, const char* field) {
+  RopeScaling scaling;
+  auto read_rope = [&](const nlohmann::json& p, const char* field) {
     if (p.is_null()) return;
     if (!p.is_object()) throw ConvertInputError(fmt::format("{}: {} must be an object, found {}", file, field, p.dump()));
     const std::string type = p.contains("rope_type") && p["rope_type"].is_string() ? p["rope_type"].get<std::string>()
                              : p.contains("type") && p["type"].is_string()    ? p["type"].get<std::string>()
                                                                                : "default";
-    if (type != "default")
-      throw ConvertInputError(fmt::format("{}: {}.rope_type \"{}\" is not supported: Loom implements plain RoPE (rope "
-                                          "scaling such as Llama 3.1's is not implemented yet)", file, field, type));
+    if (type != "default" && type != "llama3")
+      throw ConvertInputError(fmt::format("{}: {}.rope_type \"{}\" is not supported: Loom implements plain RoPE and "
+                                          "Llama 3.1's scaling (rope_type llama3)", file, field, type));
     if (p.contains("rope_theta")) theta = number(p, "rope_theta", theta, file);
+    scaling = RopeScaling{};
+    if (type != "llama3") return;
+    auto required = [&](const char* key) {
+      if (!p.contains(key) || !p[key].is_number())
+        throw ConvertInputError(fmt::format("{}: {}.{} must be a number for rope_type llama3, found {}", file, field, key,
+                                            p.contains(key) ? p[key].dump() : "none"));
+      return p[key].get<double>();
+    };
+    scaling = {true, required("factor"), required("low_freq_factor"), required("high_freq_factor"),
+               static_cast<int64_t>(required("original_max_position_embeddings"))};
   };
-  if (c.contains("rope_scaling")) plain_rope(c["rope_scaling"], "rope_scaling");
-  if (c.contains("rope_parameters")) plain_rope(c["rope_parameters"], "rope_parameters");
+  if (c.contains("rope_parameters")) read_rope(c["rope_parameters"], "rope_parameters");
+  if (c.contains("rope_scaling")) read_rope(c["rope_scaling"], "rope_scaling");
   Gpt2Shape s;
   s.normalization = Normalization::kRmsNorm;
   s.position_embedding_type = PositionEmbedding::kRope;
   s.activation = Activation::kSwiglu;
   s.bias = false;
+  s.qkv_bias = qwen2;  // Qwen2's Q, K and V projections always have biases
   s.rotary_base = theta;
+  s.rope_scaling = scaling;
   s.num_layers = positive(c, "num_hidden_layers", std::nullopt, file);
   s.hidden_size = positive(c, "hidden_size", std::nullopt, file);
   s.num_attention_heads = positive(c, "num_attention_heads", std::nullopt, file);
@@ -253,18 +307,24 @@ Gpt2Shape llama_shape_from_config(const nlohmann::json& c, const std::string& fi
   s.seq_length = s.max_position_embeddings;
   s.layernorm_epsilon = number(c, "rms_norm_eps", 1e-6, file);
   s.share_embeddings_and_output_weights = flag(c, "tie_word_embeddings", false, file);
-  if (s.hidden_size % s.num_attention_heads != 0)
-    throw ConvertInputError(fmt::format("{}: hidden_size {} is not divisible by num_attention_heads {}", file, s.hidden_size,
-                                        s.num_attention_heads));
-  if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != s.head_dim())
-    throw ConvertInputError(fmt::format("{}: head_dim {} differs from hidden_size / num_attention_heads ({}): Loom's heads "
-                                        "split the hidden size", file, c["head_dim"].dump(), s.head_dim()));
+  // head_dim (Megatron's kv_channels): recorded when it is not hidden_size / num_attention_heads.
+  const bool head_dim_given = c.contains("head_dim") && !c["head_dim"].is_null();
+  if (!head_dim_given && s.hidden_size % s.num_attention_heads != 0)
+    throw ConvertInputError(fmt::format("{}: hidden_size {} is not divisible by num_attention_heads {} (and no head_dim)",
+                                        file, s.hidden_size, s.num_attention_heads));
+  const int64_t head_dim = positive(c, "head_dim", s.hidden_size / s.num_attention_heads, file);
+  if (head_dim * s.num_attention_heads != s.hidden_size) s.kv_channels = head_dim;
   if (s.num_attention_heads % s.num_query_groups != 0)
     throw ConvertInputError(fmt::format("{}: num_key_value_heads {} does not divide num_attention_heads {}", file,
                                         s.num_query_groups, s.num_attention_heads));
   if (s.head_dim() % 2 != 0) throw ConvertInputError(fmt::format("{}: RoPE needs an even head dimension, found {}", file, s.head_dim()));
   if (!(s.layernorm_epsilon > 0)) throw ConvertInputError(file + ": rms_norm_eps must be > 0");
   if (!(s.rotary_base > 0)) throw ConvertInputError(file + ": rope_theta must be > 0");
+  const RopeScaling& r = s.rope_scaling;
+  if (r.enabled && !(r.factor > 0 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor && r.old_context_len >= 1))
+    throw ConvertInputError(fmt::format("{}: rope scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                                        "original_max_position_embeddings >= 1, found {}, {}, {}, {}", file, r.factor,
+                                        r.low_freq_factor, r.high_freq_factor, r.old_context_len));
   return s;
 }
 

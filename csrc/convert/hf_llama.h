@@ -1,11 +1,13 @@
 // The correspondence between Loom's Llama-family decoder (model.normalization rmsnorm,
 // position_embedding_type rope, activation fast-swiglu, num_query_groups, bias false) and
-// Hugging Face's LlamaForCausalLM (docs/design/llama.md has the names). Both are Linear
+// Hugging Face's LlamaForCausalLM, or Qwen2ForCausalLM with model.qkv_bias (the same names plus
+// self_attn.{q,k,v}_proj.bias; docs/design/llama.md has the names). Both are Linear
 // [out, in]; they differ in
 //   - names: "layers.3.self_attention.linear_qkv.weight" vs "model.layers.3.self_attn.q_proj"
 //     (+ k_proj, v_proj);
 //   - the fused QKV: Loom's rows per query group [q heads of the group | k | v] (attention.h),
 //     HF's three separate projections, heads in order (query head i uses K/V head i / (a/g));
+//     Qwen2's Q/K/V biases regroup the same way;
 //   - the fused gate/up: Loom's linear_fc1 rows interleave gate and up one row at a time
 //     (mlp.h), HF has gate_proj and up_proj;
 //   - the vocabulary rows: Loom's word embedding and output layer are padded with zero rows.
@@ -22,7 +24,8 @@
 
 namespace loom::convert {
 
-/// True when config.json describes a LlamaForCausalLM (model_type "llama").
+/// True when config.json describes a LlamaForCausalLM or Qwen2ForCausalLM (model_type "llama"
+/// or "qwen2").
 bool is_llama_config(const nlohmann::json& config);
 
 /// Loom's global parameters → the LlamaForCausalLM state dict (with "lm_head.weight" only when
@@ -38,16 +41,20 @@ std::map<std::string, at::Tensor> loom_to_llama(const std::map<std::string, at::
 std::map<std::string, at::Tensor> llama_to_loom(const std::map<std::string, at::Tensor>& hf, const Gpt2Shape& shape,
                                                 int64_t padded_vocab, const std::string& file);
 
-/// config.json of a LlamaForCausalLM of `shape` (transformers 5's rope_parameters, and
-/// rope_theta for older readers).
+/// config.json of a LlamaForCausalLM of `shape`, or of a Qwen2ForCausalLM when shape.qkv_bias
+/// (sliding window off): head_dim, transformers 5's rope_parameters, and rope_theta (and
+/// rope_scaling with Llama 3.1's scaling) for older readers.
 nlohmann::json llama_config_json(const Gpt2Shape& shape, const HfConfigExtras& extras, int64_t bos_id, int64_t eos_id);
 
-/// The shape of a LlamaForCausalLM's config.json (layernorm_epsilon = rms_norm_eps). Throws
-/// ConvertInputError naming `file` and the field for a missing field or one Loom cannot
-/// represent: hidden_act other than silu, rope scaling (rope_type other than default; Llama 3.1's
-/// scaling is not implemented), attention_bias or mlp_bias true, head_dim other than
-/// hidden_size / num_attention_heads, pretraining_tp other than 1, num_key_value_heads not
-/// dividing num_attention_heads.
+/// The shape of a LlamaForCausalLM's or Qwen2ForCausalLM's config.json: layernorm_epsilon =
+/// rms_norm_eps, kv_channels = head_dim when it is not hidden_size / num_attention_heads,
+/// rope_scaling from rope_type llama3 (factor, low_freq_factor, high_freq_factor,
+/// original_max_position_embeddings = old_context_len; "rope_scaling" read over
+/// "rope_parameters", as transformers 5 does), Qwen2: qkv_bias true. Throws ConvertInputError
+/// naming `file` and the field for a missing field or one Loom cannot represent: hidden_act
+/// other than silu, a rope_type other than default and llama3, attention_bias or mlp_bias true,
+/// pretraining_tp other than 1, num_key_value_heads not dividing num_attention_heads, Qwen2's
+/// use_sliding_window true or a layer_types entry other than full_attention.
 Gpt2Shape llama_shape_from_config(const nlohmann::json& config, const std::string& file);
 
 /// Checks config.json's sizes against the tensors before anything of those sizes is built:

@@ -14,8 +14,8 @@ namespace {
 std::string prefix(int layer) { return "layers." + std::to_string(layer) + ".self_attention."; }
 double output_std(const GptConfig& c) { return c.init_method_std / std::sqrt(2.0 * c.num_layers); }
 int64_t qkv_rows(const GptConfig& c) { return (c.num_attention_heads + 2 * c.query_groups()) * c.head_dim(); }
-std::optional<at::Tensor> full_bias(const GptConfig& c, int64_t size) {
-  if (!c.bias) return std::nullopt;
+std::optional<at::Tensor> full_bias(bool present, int64_t size) {
+  if (!present) return std::nullopt;
   return at::zeros({size});  // host: full initial values, sharded then moved (init.h)
 }
 }  // namespace
@@ -28,11 +28,11 @@ ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
       qkv_(prefix(layer) + "linear_qkv",
            full_normal(config.seed, prefix(layer) + "linear_qkv.weight",
                        {qkv_rows(config), config.hidden_size}, config.init_method_std),
-           full_bias(config, qkv_rows(config)), tp, config.layout.sequence_parallel, options),
+           full_bias(config.bias || config.qkv_bias, qkv_rows(config)), tp, config.layout.sequence_parallel, options),
       proj_(prefix(layer) + "linear_proj",
             full_normal(config.seed, prefix(layer) + "linear_proj.weight",
-                        {config.hidden_size, config.hidden_size}, output_std(config)),
-            full_bias(config, config.hidden_size).value_or(at::Tensor()), tp, config.layout.sequence_parallel,
+                        {config.hidden_size, config.num_attention_heads * config.head_dim()}, output_std(config)),
+            full_bias(config.bias, config.hidden_size).value_or(at::Tensor()), tp, config.layout.sequence_parallel,
             options) {}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ParallelAttention::project_qkv(const at::Tensor& x,
@@ -82,7 +82,7 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x
     if (spec.p > 0.0) probs = ops::dropout(probs, spec);
     context = at::matmul(probs, v);
   }
-  // [b, a/t, s, d] -> [s, b, h/t]
+  // [b, a/t, s, d] -> [s, b, a·d/t]
   context = context.permute({2, 0, 1, 3}).reshape({s, b, heads_local * d});
   return proj_.forward(context);
 }

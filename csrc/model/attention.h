@@ -7,7 +7,10 @@
 // gives each rank g/t whole groups (rules::architecture_violations requires g % t == 0), and the
 // full tensor is the same for every t. Each K/V head serves the a/g query heads of its group
 // (grouped-query attention; expanded to the query heads for the core, stored once in the cache).
-// With RoPE (rotary.h) Q and K are rotated by their positions before the core.
+// With RoPE (rotary.h) Q and K are rotated by their positions before the core. The QKV bias
+// (same per-group rows) exists with model.bias or model.qkv_bias (Qwen2), the projection's with
+// model.bias only. Heads are d = head_dim() wide (model.kv_channels, else h / a); the
+// projection maps the a·d context features back to h.
 //
 // With selective recomputation the core (QKᵀ·scale, causal mask, softmax, dropout, ×V) is
 // loom::ops::core_attention, which saves only Q, K, V (docs/design/sp_sar.md). With
@@ -33,13 +36,13 @@ class ParallelAttention {
   /// `layer` is the global layer number (initialisation names and dropout keys).
   ParallelAttention(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                     const at::TensorOptions& options);
-  /// x [s(/t), b, h] (the norm's output), `rotary` the tables of the whole sequence [b, 1, s, d]
+  /// x [s(/t), b, h] (the norm's output), `rotary` the tables of the whole sequence [b, 1, s, r]
   /// (inactive: learned positions) -> (projection [s(/t), b, h] before its bias, the projection
   /// bias [h], undefined without bias).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext& dropout,
                                             const RotaryTables& rotary = {}) const;
   /// Inference (cached_forward.cpp): x [n, b, h] of n new positions (no sequence parallelism,
-  /// no dropout), `rotary` the tables of their positions [b, 1, n, d]; appends their keys and
+  /// no dropout), `rotary` the tables of their positions [b, 1, n, r]; appends their keys and
   /// values (this rank's g/t K/V heads) to `cache` and attends over every cached position with
   /// the offset causal mask (kv_cache.h). Same outputs as forward().
   std::pair<at::Tensor, at::Tensor> forward_cached(const at::Tensor& x, KvCache& cache,

@@ -91,7 +91,7 @@ at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
   }
   const RotaryTables rotary =
       config_.position_embedding_type == PositionEmbedding::kRope
-          ? rotary_tables(positions, config_.head_dim(), config_.rotary_base, x.scalar_type())
+          ? rotary_tables(positions, config_, x.scalar_type())
           : RotaryTables{};
   for (const auto& layer : layers_) x = layer->forward_cached(x, cache, rotary);
   cache.advance(n);

@@ -219,7 +219,7 @@ RotaryTables GptStage::stage_rotary(const at::Tensor& position_ids, const at::Te
               .unsqueeze(0)
               .expand({hidden.size(1), s});
   }
-  return rotary_tables(ids, config_.head_dim(), config_.rotary_base, hidden.scalar_type());
+  return rotary_tables(ids, config_, hidden.scalar_type());
 }
 
 ParamList GptStage::parameters() const {

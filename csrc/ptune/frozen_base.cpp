@@ -85,9 +85,16 @@ void adopt_base_shape(config::Recipe& recipe, const FrozenBase& base, int64_t se
   m.position_embedding_type = shape.position_embedding_type;
   m.rotary_base = shape.rotary_base;
   m.rotary_percentage = shape.rotary_percentage;
+  m.rope_scaling = shape.rope_scaling.enabled;
+  m.rope_scaling_factor = shape.rope_scaling.factor;
+  m.low_freq_factor = shape.rope_scaling.low_freq_factor;
+  m.high_freq_factor = shape.rope_scaling.high_freq_factor;
+  m.old_context_len = shape.rope_scaling.old_context_len;
+  if (shape.kv_channels > 0) m.kv_channels = shape.kv_channels;
   m.activation = shape.activation;
   m.num_query_groups = shape.query_groups();
   m.bias = shape.bias;
+  m.qkv_bias = shape.qkv_bias;
   m.share_embeddings_and_output_weights = shape.share_embeddings_and_output_weights;
   m.encoder_seq_length = seq_length;
   m.data.seq_length = seq_length;

@@ -26,6 +26,8 @@ constexpr const char* kQueryGroups = "model.num_query_groups";
 constexpr const char* kRotaryBase = "model.rotary_base";
 constexpr const char* kRotaryPercentage = "model.rotary_percentage";
 constexpr const char* kPositionType = "model.position_embedding_type";
+constexpr const char* kKvChannels = "model.kv_channels";
+constexpr const char* kRopeScaling = "model.rope_scaling";
 constexpr const char* kSequenceParallel = "model.sequence_parallel";
 constexpr const char* kMicroBatch = "model.micro_batch_size";
 constexpr const char* kGlobalBatch = "model.global_batch_size";
@@ -69,9 +71,9 @@ std::vector<Violation> tensor_parallel_violations(const ModelShape& m, int64_t t
   if (m.num_attention_heads % t != 0)
     out.push_back(violation(kHeads, fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t,
                                                 m.num_attention_heads), {kTensor}));
-  if (m.hidden_size % m.num_attention_heads != 0)
+  if (m.kv_channels == 0 && m.hidden_size % m.num_attention_heads != 0)
     out.push_back(violation(kHidden, fmt::format("expected a multiple of num_attention_heads ({}), found {}",
-                                                 m.num_attention_heads, m.hidden_size), {kHeads}));
+                                                 m.num_attention_heads, m.hidden_size), {kHeads, kKvChannels}));
   if (m.ffn() % t != 0)
     out.push_back(violation(kFfn, fmt::format("expected a multiple of tensor_model_parallel_size ({}), found {}", t,
                                               m.ffn()), {kTensor, kHidden}));
@@ -102,17 +104,37 @@ std::vector<Violation> architecture_violations(const ModelShape& m, int64_t t) {
                                                         "tensor-parallel rank holds whole key/value heads, found {}", t, g),
                               {kTensor}));
   }
-  if (m.rotary_percentage != 1.0)
-    out.push_back(violation(kRotaryPercentage, fmt::format("expected 1.0 (Loom rotates every head dimension; partial "
-                                                           "rotary embeddings are not implemented), found {}",
-                                                           m.rotary_percentage), {}));
+  if (m.kv_channels < 0)
+    out.push_back(violation(kKvChannels, fmt::format("expected null or an integer >= 1, found {}", m.kv_channels), {}));
+  if (!(m.rotary_percentage > 0.0 && m.rotary_percentage <= 1.0))
+    out.push_back(violation(kRotaryPercentage, fmt::format("expected a fraction in (0, 1], found {}", m.rotary_percentage),
+                            {}));
+  const bool head_known = m.num_attention_heads >= 1 && (m.kv_channels > 0 || m.hidden_size % m.num_attention_heads == 0);
   if (m.position_embedding_type == PositionEmbedding::kRope) {
     if (!(m.rotary_base > 0.0))
       out.push_back(violation(kRotaryBase, fmt::format("expected > 0, found {}", m.rotary_base), {}));
-    if (m.num_attention_heads >= 1 && m.hidden_size % m.num_attention_heads == 0 && m.head_dim() % 2 != 0)
-      out.push_back(violation(kPositionType, fmt::format("rope needs an even head dimension (hidden_size / "
-                                                         "num_attention_heads), found {}", m.head_dim()),
-                              {kHidden, kHeads}));
+    // Rotate-half pairs dimension i with i + r/2 of the r rotated ones.
+    if (head_known && m.rotary_percentage > 0.0 && m.rotary_percentage <= 1.0 &&
+        (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0))
+      out.push_back(violation(kPositionType, fmt::format("rope needs an even number >= 2 of rotated dimensions per head "
+                                                         "(int(head dimension {} * rotary_percentage {})), found {}",
+                                                         m.head_dim(), m.rotary_percentage, m.rotary_dim()),
+                              {kHidden, kHeads, kKvChannels, kRotaryPercentage}));
+  }
+  const RopeScaling& r = m.rope_scaling;
+  if (r.enabled) {
+    if (m.position_embedding_type != PositionEmbedding::kRope)
+      out.push_back(violation(kRopeScaling, "true needs position_embedding_type rope", {kPositionType}));
+    if (!(r.factor > 0.0))
+      out.push_back(violation("model.rope_scaling_factor", fmt::format("expected > 0, found {}", r.factor), {}));
+    if (!(r.low_freq_factor > 0.0 && r.high_freq_factor > r.low_freq_factor))
+      out.push_back(violation("model.high_freq_factor", fmt::format("expected 0 < low_freq_factor < high_freq_factor, "
+                                                                    "found {} and {}", r.low_freq_factor,
+                                                                    r.high_freq_factor),
+                              {"model.low_freq_factor"}));
+    if (r.old_context_len < 1)
+      out.push_back(violation("model.old_context_len", fmt::format("expected an integer >= 1, found {}",
+                                                                   r.old_context_len), {}));
   }
   return out;
 }

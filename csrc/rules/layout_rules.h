@@ -64,8 +64,9 @@ std::vector<Violation> tensor_parallel_violations(const ModelShape& m, int64_t t
 /// The Llama-family options (docs/design/llama.md): num_query_groups >= 1 (or 0/null = heads)
 /// dividing num_attention_heads and divisible by t (each rank holds whole K/V heads; Megatron-Core
 /// requires the same for its plain path; Loom does not replicate K/V heads over ranks when
-/// groups < t), rotary_percentage 1.0 (partial rotary is not implemented), rotary_base > 0 and an
-/// even head dimension with rope.
+/// groups < t), kv_channels null or >= 1, rotary_percentage in (0, 1], with rope rotary_base > 0
+/// and an even number >= 2 of rotated dimensions per head, and with rope_scaling: rope, factor
+/// > 0, 0 < low_freq_factor < high_freq_factor, old_context_len >= 1.
 std::vector<Violation> architecture_violations(const ModelShape& m, int64_t t);
 
 /// Pipeline split: v > 1 needs p > 1. Even (neither end stage set): num_layers % (p·v) == 0.

@@ -14,11 +14,18 @@ const char* recipe_name(Normalization n) { return n == Normalization::kRmsNorm ?
 const char* recipe_name(PositionEmbedding p) { return p == PositionEmbedding::kRope ? "rope" : "learned_absolute"; }
 const char* recipe_name(Activation a) { return a == Activation::kSwiglu ? "fast-swiglu" : "gelu"; }
 
+bool RopeScaling::is_default() const {
+  const RopeScaling off;
+  return enabled == off.enabled && factor == off.factor && low_freq_factor == off.low_freq_factor &&
+         high_freq_factor == off.high_freq_factor && old_context_len == off.old_context_len;
+}
+
 bool ModelShape::is_gpt() const {
   const ModelShape gpt;
   return normalization == gpt.normalization && position_embedding_type == gpt.position_embedding_type &&
          rotary_base == gpt.rotary_base && rotary_percentage == gpt.rotary_percentage &&
          activation == gpt.activation && query_groups() == num_attention_heads && bias == gpt.bias &&
+         qkv_bias == gpt.qkv_bias && kv_channels == gpt.kv_channels && rope_scaling.is_default() &&
          share_embeddings_and_output_weights == gpt.share_embeddings_and_output_weights;
 }
 
@@ -42,7 +49,7 @@ void ModelShape::validate() const {
   if (ffn_hidden_size < 0)
     throw std::invalid_argument(
         fmt::format("model shape: ffn_hidden_size must be >= 0 (0 = 4h), found {}", ffn_hidden_size));
-  if (hidden_size % num_attention_heads != 0)
+  if (kv_channels == 0 && hidden_size % num_attention_heads != 0)
     throw std::invalid_argument(fmt::format(
         "model shape: hidden_size {} must be divisible by num_attention_heads {}", hidden_size,
         num_attention_heads));
@@ -67,7 +74,7 @@ LayerParameters layer_parameters(const ModelShape& m) {
   const double qkv = double(qkv_width(m)), fc1 = double(fc1_width(m));
   LayerParameters p;
   p.weights = h * qkv + attention * h + h * fc1 + f * h;
-  p.split_biases = m.bias ? qkv + fc1 : 0.0;
+  p.split_biases = (m.bias || m.qkv_bias ? qkv : 0.0) + (m.bias ? fc1 : 0.0);  // qkv_bias: Qwen2's Q/K/V-only bias
   p.replicated = (m.bias ? 2 * h : 0.0) + 2 * norm_parameters(m);  // projection and fc2 biases; two norms
   return p;
 }

@@ -17,6 +17,20 @@ enum class PositionEmbedding { kLearnedAbsolute, kRope };
 /// down(silu(gate(x)) · up(x)), ffn_hidden_size the width of gate and of up).
 enum class Activation { kGelu, kSwiglu };
 
+/// Llama 3.1's rescaling of RoPE's inverse frequencies (docs/design/llama.md, "RoPE and
+/// positions"): model.rope_scaling and rope_scaling_factor (Megatron-Core's names),
+/// low_freq_factor, high_freq_factor and old_context_len (NeMo 2's Llama31Config); HF's
+/// rope_scaling {rope_type: llama3, factor, low_freq_factor, high_freq_factor,
+/// original_max_position_embeddings}.
+struct RopeScaling {
+  bool enabled = false;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t old_context_len = 8192;  ///< positions (the pre-training context)
+  bool is_default() const;         ///< every member at its default (off)
+};
+
 /// The recipe spellings: "layernorm" / "rmsnorm", "learned_absolute" / "rope", "gelu" /
 /// "fast-swiglu" (NeMo's megatron_gpt_config names).
 const char* recipe_name(Normalization n);
@@ -45,18 +59,30 @@ struct ModelShape {
   Normalization normalization = Normalization::kLayerNorm;           ///< model.normalization
   PositionEmbedding position_embedding_type = PositionEmbedding::kLearnedAbsolute;  ///< model.position_embedding_type
   double rotary_base = 10000.0;     ///< model.rotary_base: RoPE's θ (Llama 2: 1e4, Llama 3: 5e5)
-  double rotary_percentage = 1.0;   ///< model.rotary_percentage: only 1.0 (every head dim) is supported
+  /// model.rotary_percentage: the leading int(head_dim · p) dimensions of each head are rotated,
+  /// the rest pass through (Megatron-Core's rotary_percent; HF partial_rotary_factor).
+  double rotary_percentage = 1.0;
+  RopeScaling rope_scaling;         ///< Llama 3.1's frequency scaling (off by default)
   Activation activation = Activation::kGelu;  ///< model.activation
   /// model.num_query_groups: K/V heads, each shared by num_attention_heads / groups query heads
   /// (grouped-query attention; 1 = multi-query). 0 (the recipe's null): one per head.
   int64_t num_query_groups = 0;
   bool bias = true;  ///< model.bias: biases on every linear layer and norm (false: none)
+  /// model.qkv_bias (NeMo; Megatron-Core's add_qkv_bias): a bias on the QKV projection even when
+  /// bias is false (Qwen2: biases on Q, K and V only).
+  bool qkv_bias = false;
+  /// model.kv_channels (Megatron-Core; HF head_dim): the width of each attention head; 0 (the
+  /// recipe's null): hidden_size / num_attention_heads.
+  int64_t kv_channels = 0;
   /// model.share_embeddings_and_output_weights: the output layer is the word embedding (true)
   /// or its own column-parallel weight "output_layer.weight" [V_padded, h] (false).
   bool share_embeddings_and_output_weights = true;
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
+  /// The rotated dimensions of each head: int(head_dim() · rotary_percentage), as Megatron-Core
+  /// and transformers truncate it.
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percentage); }
   /// K/V heads: num_query_groups, or num_attention_heads when it is 0.
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   /// True when every architecture field has its GPT default (the shape checkpoints have always
@@ -70,7 +96,8 @@ struct ModelShape {
   int64_t padded_vocab_size(int tensor_parallel = 1) const;
 
   /// Throws std::invalid_argument naming the field ("model shape: num_layers must be a positive
-  /// integer, found 0") when a size is non-positive, ffn_hidden_size < 0 or h % a != 0.
+  /// integer, found 0") when a size is non-positive, ffn_hidden_size < 0 or h % a != 0 (without
+  /// kv_channels).
   void validate() const;
 
   /// Exact parameter count with V = padded_vocab_size(1): L layers (layer_parameters,

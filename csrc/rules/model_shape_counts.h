@@ -21,7 +21,7 @@ double norm_parameters(const ModelShape& m);
 struct LayerParameters {
   /// The four linear weights h·qkv_width + a·d·h + h·fc1_width + ffn·h, split t ways.
   double weights = 0;
-  /// The QKV and fc1 biases (model.bias: true), split t ways.
+  /// The QKV bias (model.bias or model.qkv_bias) and the fc1 bias (model.bias), split t ways.
   double split_biases = 0;
   /// Whole on every TP rank: the projection and fc2 biases (model.bias: true) and the two norms.
   double replicated = 0;

@@ -22,6 +22,13 @@ nlohmann::json model_shape_to_json(const ModelShape& shape) {
   out["activation"] = recipe_name(shape.activation);
   out["num_query_groups"] = shape.query_groups();
   out["bias"] = shape.bias;
+  out["qkv_bias"] = shape.qkv_bias;
+  if (shape.kv_channels > 0) out["kv_channels"] = shape.kv_channels;
+  if (shape.rope_scaling.enabled)
+    out["rope_scaling"] = {{"factor", shape.rope_scaling.factor},
+                           {"low_freq_factor", shape.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", shape.rope_scaling.high_freq_factor},
+                           {"old_context_len", shape.rope_scaling.old_context_len}};
   out["share_embeddings_and_output_weights"] = shape.share_embeddings_and_output_weights;
   return out;
 }
@@ -90,6 +97,20 @@ ModelShape model_shape_from_json(const nlohmann::json& model, const std::string&
   s.rotary_percentage = real("rotary_percentage", s.rotary_percentage);
   if (model.contains("num_query_groups")) s.num_query_groups = field("num_query_groups");
   s.bias = flag("bias", s.bias);
+  s.qkv_bias = flag("qkv_bias", s.qkv_bias);
+  if (model.contains("kv_channels")) s.kv_channels = field("kv_channels");
+  if (model.contains("rope_scaling")) {
+    const nlohmann::json& r = model["rope_scaling"];
+    if (!r.is_object())
+      throw std::invalid_argument(file + ": layout.model: expected an object \"rope_scaling\", found " + r.dump());
+    auto number = [&](const char* key) {
+      if (!r.contains(key) || !r[key].is_number())
+        throw std::invalid_argument(file + ": layout.model.rope_scaling: expected a number \"" + key + "\"");
+      return r[key].get<double>();
+    };
+    s.rope_scaling = {true, number("factor"), number("low_freq_factor"), number("high_freq_factor"),
+                      static_cast<int64_t>(number("old_context_len"))};
+  }
   s.share_embeddings_and_output_weights =
       flag("share_embeddings_and_output_weights", s.share_embeddings_and_output_weights);
   return s;

@@ -17,8 +17,10 @@ namespace loom {
 /// (unpadded). seq_length and make_vocab_size_divisible_by are not recorded. A shape with a
 /// non-GPT architecture (ModelShape::is_gpt false) also gets "normalization",
 /// "position_embedding_type", "activation" (recipe spellings), "rotary_base",
-/// "rotary_percentage", "num_query_groups" (resolved, never 0), "bias" and
-/// "share_embeddings_and_output_weights"; a GPT shape's object is unchanged.
+/// "rotary_percentage", "num_query_groups" (resolved, never 0), "bias", "qkv_bias" and
+/// "share_embeddings_and_output_weights", "kv_channels" when set and "rope_scaling" ({"factor",
+/// "low_freq_factor", "high_freq_factor", "old_context_len"}) when on; a GPT shape's object is
+/// unchanged.
 nlohmann::json model_shape_to_json(const ModelShape& shape);
 
 /// The shape model_shape_to_json wrote, read back from `model` (other keys are left alone: a

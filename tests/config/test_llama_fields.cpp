@@ -38,6 +38,7 @@ TEST_CASE("the architecture fields default to GPT's", "[config]") {
   CHECK(r.model.activation == loom::Activation::kGelu);
   CHECK_FALSE(r.model.num_query_groups.has_value());
   CHECK(r.model.bias);
+  CHECK_FALSE(r.model.qkv_bias);
   CHECK(r.model.share_embeddings_and_output_weights);
   const loom::ModelShape shape = recipe_model_shape(r, 50257);
   CHECK(shape.is_gpt());
@@ -57,6 +58,10 @@ TEST_CASE("a Llama recipe reads into the model shape", "[config]") {
   CHECK_FALSE(s.share_embeddings_and_output_weights);
   CHECK_FALSE(s.is_gpt());
   CHECK(r.model.layernorm_epsilon == 1e-6);
+  // Qwen2: NeMo's qkv_bias (Megatron-Core's add_qkv_bias) beside bias false.
+  const Recipe qwen2 = load_recipe_from_string(kMinimalRecipe, "min.yaml", {"model.bias=false", "model.qkv_bias=true"});
+  CHECK(recipe_model_shape(qwen2, 32000).qkv_bias);
+  CHECK_FALSE(recipe_model_shape(qwen2, 32000).is_gpt());
   // NeMo's other spelling of the gated MLP.
   CHECK(load_recipe_from_string(kMinimalRecipe, "min.yaml", {"model.activation=swiglu"}).model.activation ==
         loom::Activation::kSwiglu);
@@ -74,8 +79,15 @@ TEST_CASE("bad Llama fields are errors naming the field", "[config]") {
                                    "trainer.devices=2"}).empty());
   text = joined(errors_of(kMinimalRecipe, {"model.num_query_groups=0"}));
   CHECK(text.find("model.num_query_groups") != std::string::npos);
-  text = joined(errors_of(kMinimalRecipe, {"model.rotary_percentage=0.5"}));
-  CHECK(text.find("model.rotary_percentage: expected 1.0") != std::string::npos);
+  text = joined(errors_of(kMinimalRecipe, {"model.rotary_percentage=0"}));
+  CHECK(text.find("model.rotary_percentage: expected a fraction in (0, 1], found 0") != std::string::npos);
+  CHECK(errors_of(kMinimalRecipe, {"model.position_embedding_type=rope", "model.rotary_percentage=0.5"}).empty());
+  text = joined(errors_of(kMinimalRecipe, {"model.rope_scaling=true"}));
+  CHECK(text.find("model.rope_scaling: true needs position_embedding_type rope") != std::string::npos);
+  text = joined(errors_of(kMinimalRecipe, {"model.kv_channels=0"}));
+  CHECK(text.find("model.kv_channels") != std::string::npos);
+  // kv_channels frees the head width from hidden_size / num_attention_heads (HF head_dim).
+  CHECK(errors_of(kMinimalRecipe, {"model.hidden_size=66", "model.kv_channels=16"}).empty());
   text = joined(errors_of(kMinimalRecipe, {"model.position_embedding_type=rope", "model.rotary_base=0"}));
   CHECK(text.find("model.rotary_base: expected > 0, found 0") != std::string::npos);
   text = joined(errors_of(kMinimalRecipe, {"model.activation=relu"}));
@@ -115,7 +127,10 @@ TEST_CASE("the checkpoint codec carries the architecture, and old checkpoints re
   CHECK(r.activation == llama.activation);
   CHECK(r.num_query_groups == 2);
   CHECK_FALSE(r.bias);
+  CHECK_FALSE(r.qkv_bias);
   CHECK_FALSE(r.share_embeddings_and_output_weights);
+  llama.qkv_bias = true;
+  CHECK(loom::model_shape_from_json(loom::model_shape_to_json(llama), "metadata.json").qkv_bias);
 
   nlohmann::json bad = j;
   bad["activation"] = "relu";

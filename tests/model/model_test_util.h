@@ -43,6 +43,22 @@ inline GptConfig tiny_llama_config() {
   return c;
 }
 
+/// tiny_llama_config() with every further option of the family: Qwen2's QKV-only bias, tied
+/// embeddings, heads of kv_channels 16 (a·d = 64 != hidden 32), partial rotary (the leading 8
+/// of 16 dimensions) and Llama 3.1's rope scaling with a short original context (so that its
+/// three frequency bands all occur).
+inline GptConfig tiny_llama_extras_config() {
+  GptConfig c = tiny_llama_config();
+  c.qkv_bias = true;
+  c.share_embeddings_and_output_weights = true;
+  c.kv_channels = 16;
+  c.rotary_percentage = 0.5;
+  c.rope_scaling.enabled = true;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.old_context_len = 32;
+  return c;
+}
+
 struct Batch {
   at::Tensor tokens, positions, labels;  // [b, s]
 };

@@ -117,7 +117,10 @@ std::shared_ptr<runtime::ProcessGroups> make_groups() {
 
 LOOM_WORKER("gpt_equivalence") {
   auto groups = make_groups();
-  auto failures = check_variants(groups->tensor_ptr(), loom::test::env_str("LLAMA", "0") == "1" ? tiny_llama_config() : tiny_config());
+  const std::string arch = loom::test::env_str("LLAMA", "0");
+  auto failures = check_variants(groups->tensor_ptr(), arch == "1"       ? tiny_llama_config()
+                                                       : arch == "extras" ? tiny_llama_extras_config()
+                                                                         : tiny_config());
   std::string all;
   for (const auto& f : failures) all += "\n  " + f;
   LOOM_WCHECK(failures.empty(), + all);
@@ -147,6 +150,14 @@ TEST_CASE("Llama config, t=2: TP, TP+SP and every recompute setting equal the si
           "[model][multiprocess][llama]") {
   // 2 K/V heads over 2 ranks: one group per rank; SwiGLU's gate and up split with their rows.
   auto r = loom::test::run_ranks("gpt_equivalence", 2, {{"T", "2"}, {"LLAMA", "1"}}, 300.0);
+  INFO(r.summary());
+  CHECK(r.exit_code() == 0);
+}
+
+TEST_CASE("Llama extras (QKV bias only, tied output, kv_channels, partial rotary, rope scaling), t=2: TP, TP+SP and "
+          "every recompute setting equal the single-process model", "[model][multiprocess][llama]") {
+  // The QKV bias splits with its per-group rows; the projection's a·d input columns split by head.
+  auto r = loom::test::run_ranks("gpt_equivalence", 2, {{"T", "2"}, {"LLAMA", "extras"}}, 300.0);
   INFO(r.summary());
   CHECK(r.exit_code() == 0);
 }

@@ -7,7 +7,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "model/kv_cache.h"
 #include "model/mlp.h"
@@ -130,7 +133,9 @@ TEST_CASE("SwiGLU's interleaved fc1 rows are gate and up: fc2(silu(G x) * (U x))
 }
 
 TEST_CASE("Llama cached decode (K/V heads only, RoPE positions per row) equals the full forward", "[model][llama]") {
-  GptConfig cfg = tiny_llama_config();
+  // Also with QKV bias, kv_channels, partial rotary and rope scaling: the decode's tables are
+  // the training forward's.
+  GptConfig cfg = GENERATE(tiny_llama_config(), tiny_llama_extras_config());
   cfg.hidden_dropout = cfg.attention_dropout = 0.0;
   auto solo = runtime::Communicator::solo();
   GptStage stage(cfg, solo);
@@ -164,8 +169,15 @@ TEST_CASE("Llama config errors name the field", "[model][llama]") {
   CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("model.num_query_groups: expected a divisor of "
                                                      "num_attention_heads (4), found 3"));
   cfg = tiny_llama_config();
-  cfg.rotary_percentage = 0.5;
-  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("model.rotary_percentage: expected 1.0"));
+  cfg.rotary_percentage = 1.5;
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("model.rotary_percentage: expected a fraction in (0, 1]"));
+  cfg.rotary_percentage = 0.2;  // int(8 * 0.2) = 1 rotated dimension
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("rope needs an even number >= 2 of rotated dimensions"));
+  cfg = tiny_llama_config();
+  cfg.rope_scaling.enabled = true;
+  cfg.rope_scaling.high_freq_factor = 0.5;
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("model.high_freq_factor: expected 0 < low_freq_factor < "
+                                                     "high_freq_factor"));
   // The parameter set: no biases, no position table, RMSNorm weights only, an output layer.
   auto solo = runtime::Communicator::solo();
   std::set<std::string> names;
@@ -173,4 +185,80 @@ TEST_CASE("Llama config errors name the field", "[model][llama]") {
   CHECK(names.count("output_layer.weight"));
   CHECK_FALSE(names.count("embedding.position_embeddings.weight"));
   for (const auto& n : names) CHECK(n.find(".bias") == std::string::npos);
+}
+
+TEST_CASE("qkv_bias: a bias on the QKV projection only, kv_channels: heads wider than hidden / heads",
+          "[model][llama]") {
+  auto solo = runtime::Communicator::solo();
+  std::set<std::string> biases;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& p : GptStage(tiny_llama_extras_config(), solo).parameters()) {
+    if (p.name.find(".bias") != std::string::npos) biases.insert(p.name);
+    shapes[p.name] = p.tensor.sizes().vec();
+  }
+  CHECK(biases == std::set<std::string>{"layers.0.self_attention.linear_qkv.bias", "layers.1.self_attention.linear_qkv.bias",
+                                        "layers.2.self_attention.linear_qkv.bias"});
+  // 4 query heads and 2 K/V heads of 16: QKV [(4 + 2·2)·16, 32], projection [32, 4·16].
+  CHECK(shapes.at("layers.0.self_attention.linear_qkv.weight") == std::vector<int64_t>{128, 32});
+  CHECK(shapes.at("layers.0.self_attention.linear_qkv.bias") == std::vector<int64_t>{128});
+  CHECK(shapes.at("layers.0.self_attention.linear_proj.weight") == std::vector<int64_t>{32, 64});
+}
+
+TEST_CASE("partial rotary rotates the leading rotary_percentage of each head as Megatron-Core defines it",
+          "[model][llama]") {
+  // Megatron-Core (rotary_pos_embedding.py, _apply_rotary_pos_emb_bshd): r = int(d · p) dims,
+  // inverse frequencies base^(-2i/r), rotate-half within the r dims, the rest unchanged.
+  GptConfig cfg = tiny_llama_config();
+  cfg.kv_channels = 12;
+  cfg.rotary_percentage = 0.75;  // 9 rotated dimensions: rotate-half needs an even number
+  CHECK_THROWS_WITH(cfg.validate(1), Catch::Contains("rope needs an even number >= 2 of rotated dimensions"));
+  cfg.rotary_percentage = 0.5;
+  REQUIRE(cfg.rotary_dim() == 6);
+  CHECK_NOTHROW(cfg.validate(1));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const at::Tensor x = at::randn({2, 3, 5, 12}, gen, at::kDouble);
+  const at::Tensor pos = at::arange(5, at::kLong).add(7).unsqueeze(0).expand({2, 5}).contiguous();
+  const at::Tensor got = apply_rotary(x.to(at::kFloat), rotary_tables(pos, cfg, at::kFloat)).to(at::kDouble);
+  at::Tensor want = x.clone();
+  for (int64_t i = 0; i < 3; ++i) {
+    const double f = std::pow(cfg.rotary_base, -2.0 * i / 6.0);
+    const at::Tensor angle = (pos.to(at::kDouble) * f).unsqueeze(1);  // [2, 1, 5]
+    const at::Tensor a = x.select(-1, i), b = x.select(-1, i + 3);
+    want.select(-1, i).copy_(a * angle.cos() - b * angle.sin());
+    want.select(-1, i + 3).copy_(b * angle.cos() + a * angle.sin());
+  }
+  CHECK(at::allclose(got, want, 1e-5, 1e-5));
+  CHECK(at::equal(got.narrow(-1, 6, 6), x.narrow(-1, 6, 6).to(at::kFloat).to(at::kDouble)));  // passed through
+}
+
+TEST_CASE("Llama 3.1 rope scaling: each inverse frequency kept, interpolated or divided by its band",
+          "[model][llama]") {
+  GptConfig cfg = tiny_llama_config();
+  cfg.kv_channels = 16;
+  cfg.rotary_base = 1000.0;
+  cfg.rope_scaling = {true, 4.0, 1.0, 4.0, 32};  // wavelengths < 8 kept, > 32 divided by 4
+  const at::Tensor got = rotary_inverse_frequencies(cfg, at::kCPU).to(at::kDouble);
+  const RopeScaling off;
+  cfg.rope_scaling = off;
+  const at::Tensor plain = rotary_inverse_frequencies(cfg, at::kCPU).to(at::kDouble);
+  REQUIRE(got.size(0) == 8);
+  int kept = 0, interpolated = 0, divided = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    const double f = plain[i].item<double>(), w = 2 * M_PI / f;
+    double want = f;
+    if (w > 32.0) {
+      want = f / 4.0;
+      ++divided;
+    } else if (w >= 8.0) {
+      const double s = (32.0 / w - 1.0) / (4.0 - 1.0);
+      want = (1 - s) * f / 4.0 + s * f;
+      ++interpolated;
+    } else {
+      ++kept;
+    }
+    CHECK(got[i].item<double>() == Approx(want).epsilon(1e-6));
+  }
+  CHECK(kept >= 1);
+  CHECK(interpolated >= 1);
+  CHECK(divided >= 1);
 }

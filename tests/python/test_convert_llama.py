@@ -2,8 +2,8 @@
 random LlamaConfig built by transformers (grouped-query attention, an untied output layer, a
 tokenizer.json) imported at t=2 p=2 with transformers' fp32 logits within 1e-5; exported back
 bit-identical (HF -> Loom -> HF) and loading in transformers with Loom's logits; tied
-embeddings with plain multi-head attention; and config.json fields Loom cannot represent
-refused naming the field."""
+embeddings with plain multi-head attention; Qwen2ForCausalLM (Q/K/V biases, model.qkv_bias) the
+same ways, tied and untied; and config.json fields Loom cannot represent refused naming the field."""
 import json
 import shutil
 
@@ -15,12 +15,18 @@ from test_convert import convert, loom_logits
 from test_data_tokenizers_more import train_hf
 
 IDS = [5, 17, 250, 3, 99, 1000, 42, 7, 12, 0, 480, 31]
+# Llama 3.1's rope scaling with a short original context, so that at head_dim 16 and base 1000
+# the frequencies fall in all three bands (kept, interpolated, divided by the factor).
+LLAMA31 = {"head_dim": 16, "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}
 
 
-def random_llama(tmp_path, name, kv_heads=2, tie=False):
-    """A LlamaForCausalLM of a random LlamaConfig saved with save_pretrained, a byte-level BPE
-    tokenizer.json (trained here) of the model's vocabulary beside it."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def random_llama(tmp_path, name, kv_heads=2, tie=False, qwen2=False, **extra):
+    """A LlamaForCausalLM (Qwen2ForCausalLM with `qwen2`) of a random config saved with
+    save_pretrained, a byte-level BPE tokenizer.json (trained here) of the model's vocabulary
+    beside it. `extra`: more config fields."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if qwen2 else (LlamaConfig, LlamaForCausalLM)
     out = tmp_path / name
     out.mkdir()
     tokenizer = train_hf("llama3", False)
@@ -28,12 +34,14 @@ def random_llama(tmp_path, name, kv_heads=2, tie=False):
     (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
                                                            "eos_token": "<|endoftext|>"}))
     torch.manual_seed(11)
-    config = LlamaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=48,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=kv_heads,
-                         max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000.0,
-                         tie_word_embeddings=tie, attention_dropout=0.0)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # RMSNorm weights away from 1, so a misplaced norm shows
+    config = config_class(vocab_size=tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=48,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=kv_heads,
+                          max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000.0,
+                          tie_word_embeddings=tie, attention_dropout=0.0, **extra)
+    model = model_class(config).eval()
+    # RMSNorm weights away from 1 and Qwen2's Q/K/V biases away from 0, so a misplaced norm or
+    # bias shows.
+    with torch.no_grad():
         for n, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(torch.randn_like(p) * 0.1)
@@ -94,11 +102,82 @@ def test_import_tied_multi_head_llama_has_transformers_logits(tmp_path):
         assert torch.equal(got[name], orig[name]), name
 
 
+def test_head_dim_and_llama31_rope_scaling_have_transformers_logits_both_ways(tmp_path):
+    from transformers import LlamaForCausalLM
+    hf_dir, model = random_llama(tmp_path, "hf_llama31", **LLAMA31)
+    assert model.model.layers[0].self_attn.q_proj.weight.shape == (4 * 16, 32)  # a·d = 64 != hidden 32
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2", "--pipeline-parallel", "2")
+    recipe = (run / "config.yaml").read_text()
+    for line in ("kv_channels: 16", "rope_scaling: true", "rope_scaling_factor: 4", "old_context_len: 32"):
+        assert line in recipe, line
+    ours = loom_logits(run, IDS, tmp_path)
+    want = hf_logits(model, IDS)
+    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+    # Without the scaling the logits differ: the test sees it.
+    plain, _ = random_llama(tmp_path, "hf_plain", head_dim=16)
+    assert (hf_logits(LlamaForCausalLM.from_pretrained(plain, local_files_only=True).eval(), IDS) - want).abs().max() > 1e-4
+
+    back = tmp_path / "back"
+    convert("--to", "hf", back, "--checkpoint", run)
+    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
+    assert sorted(got) == sorted(orig)
+    for name in orig:
+        assert torch.equal(got[name], orig[name]), name
+    config = json.loads((back / "config.json").read_text())
+    assert config["head_dim"] == 16 and config["rope_parameters"]["rope_type"] == "llama3"
+    reloaded = LlamaForCausalLM.from_pretrained(back, local_files_only=True).eval()
+    assert reloaded.config.rope_parameters["original_max_position_embeddings"] == 32
+    assert (hf_logits(reloaded, IDS) - ours).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("tie,layout", [(False, ("--tensor-parallel", "2", "--pipeline-parallel", "2")),
+                                        (True, ("--tensor-parallel", "2"))])
+def test_qwen2_imports_with_transformers_logits_and_exports_bit_identical(tmp_path, tie, layout):
+    from transformers import Qwen2ForCausalLM
+    hf_dir, model = random_llama(tmp_path, "hf_qwen2", tie=tie, qwen2=True)
+    assert "model.layers.0.self_attn.q_proj.bias" in load_file(str(hf_dir / "model.safetensors"))
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, *layout)
+    recipe = (run / "config.yaml").read_text()
+    for line in ("bias: false", "qkv_bias: true", "num_query_groups: 2",
+                 f"share_embeddings_and_output_weights: {'true' if tie else 'false'}"):
+        assert line in recipe, line
+    ours = loom_logits(run, IDS, tmp_path)
+    want = hf_logits(model, IDS)
+    assert ours.shape == want.shape
+    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+
+    back = tmp_path / "back"
+    convert("--to", "hf", back, "--checkpoint", run)
+    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
+    assert sorted(got) == sorted(orig)
+    for name in orig:
+        assert got[name].dtype == orig[name].dtype, name
+        assert torch.equal(got[name], orig[name]), name
+    config = json.loads((back / "config.json").read_text())
+    assert config["model_type"] == "qwen2" and config["architectures"] == ["Qwen2ForCausalLM"]
+    assert config["tie_word_embeddings"] is tie
+    reloaded = Qwen2ForCausalLM.from_pretrained(back, local_files_only=True).eval()
+    assert (hf_logits(reloaded, IDS) - ours).abs().max().item() <= 1e-5
+
+
+def test_qwen2_sliding_window_refused_naming_the_field(tmp_path):
+    hf_dir, _ = random_llama(tmp_path, "hf_qwen2", qwen2=True)
+    config = json.loads((hf_dir / "config.json").read_text())
+    config["use_sliding_window"] = True
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    done = convert("--from", "hf", hf_dir, "--output", tmp_path / "run", check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "config.json" in done.stderr and "use_sliding_window" in done.stderr, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("field,value,needle", [
-    ("rope_parameters", {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}, "rope_parameters.rope_type"),
+    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0}, "rope_parameters.rope_type"),
+    ("rope_parameters", {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}, "low_freq_factor"),
     ("hidden_act", "gelu", "hidden_act"),
     ("attention_bias", True, "attention_bias"),
-    ("head_dim", 16, "head_dim"),
+    ("head_dim", 16, "q_proj.weight has shape [32, 32], expected [64, 32]"),
 ])
 def test_import_unrepresentable_llama_config_named(tmp_path, field, value, needle):
     hf_dir, _ = random_llama(tmp_path, "hf_bad")

@@ -155,18 +155,20 @@ metric_list:
 """
 
 
-def test_lm_evaluation_harness_gives_the_same_numbers(model, tmp_path):
+def require_harness():
+    """lm_eval's task folder; skips the test when lm-eval is not installed."""
     try:
         import lm_eval  # noqa: F401  (tools/requirements-test.txt pins it)
     except ImportError as e:
         pytest.skip(f"lm-eval is not installed ({e}); tools/setup.sh installs tools/requirements-test.txt")
-    harness_tasks = pathlib_of(lm_eval) / "tasks"
+    return pathlib_of(lm_eval) / "tasks"
 
-    hf = tmp_path / "hf"
-    done = subprocess.run([str(loom_binary()), "convert", "--to", "hf", str(hf), "--checkpoint", str(model)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"loom convert --to hf failed:\n{done.stderr[-4000:]}"
 
+def run_harness(hf, tmp_path, names, iters, limit=None):
+    """lm-evaluation-harness's `hf` model on the folder `hf` (fp32, CPU, offline) over our task
+    files `names` as custom tasks that include the harness's own task YAMLs; its results and
+    n-samples."""
+    harness_tasks = require_harness()
     tasks_dir = tmp_path / "tasks"
     tasks_dir.mkdir()
     for name, (base, split) in HARNESS_TASKS.items():
@@ -185,7 +187,6 @@ def test_lm_evaluation_harness_gives_the_same_numbers(model, tmp_path):
             """))
     (tasks_dir / "shakespeare_speaker.yaml").write_text(SPEAKER_YAML.format(path=EVAL / "shakespeare_speaker.jsonl"))
 
-    iters = 2000
     out = tmp_path / "harness.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_DATASETS_CACHE=str(tmp_path / "datasets_cache"), TOKENIZERS_PARALLELISM="false")
@@ -196,21 +197,21 @@ def test_lm_evaluation_harness_gives_the_same_numbers(model, tmp_path):
         from lm_eval import simple_evaluate
         from lm_eval.tasks import TaskManager
         r = simple_evaluate(model="hf", model_args="pretrained={hf},dtype=float32", device="cpu", batch_size=8,
-                            tasks={sorted(TASKS)!r}, bootstrap_iters={iters}, log_samples=False,
+                            tasks={sorted(names)!r}, bootstrap_iters={iters}, log_samples=False, limit={limit!r},
                             task_manager=TaskManager(include_path={str(tasks_dir)!r}))
         json.dump({{"results": r["results"], "n-samples": r["n-samples"]}}, open({str(out)!r}, "w"))
         """)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1800)
     assert done.returncode == 0, f"lm_eval failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    harness = json.loads(out.read_text())
+    return json.loads(out.read_text())
 
-    loom_out = tmp_path / "loom.json"
-    loom_eval(model, "--tasks", task_spec(), "--bootstrap-iters", iters, "--output", loom_out, "--batch-size", 8)
-    ours = json.loads(loom_out.read_text())
 
+def assert_harness_numbers(harness, ours, names):
+    """Loom's results equal the harness's: identical accuracies, the rest within 1e-4 relative,
+    no metric of ours the harness lacks. Returns how many values were compared."""
     compared = 0
-    for name in TASKS:
+    for name in names:
         theirs, mine = harness["results"][name], ours["results"][name]
         assert harness["n-samples"][name]["effective"] == ours["n-samples"][name]["effective"]
         for key, value in theirs.items():
@@ -225,6 +226,20 @@ def test_lm_evaluation_harness_gives_the_same_numbers(model, tmp_path):
             compared += 1
         missing = {k for k in mine if k != "alias"} - set(theirs)
         assert not missing, (name, missing)
+    return compared
+
+
+def test_lm_evaluation_harness_gives_the_same_numbers(model, tmp_path):
+    require_harness()
+    hf = tmp_path / "hf"
+    done = subprocess.run([str(loom_binary()), "convert", "--to", "hf", str(hf), "--checkpoint", str(model)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"loom convert --to hf failed:\n{done.stderr[-4000:]}"
+    iters = 2000
+    harness = run_harness(hf, tmp_path, TASKS, iters)
+    loom_out = tmp_path / "loom.json"
+    loom_eval(model, "--tasks", task_spec(), "--bootstrap-iters", iters, "--output", loom_out, "--batch-size", 8)
+    compared = assert_harness_numbers(harness, json.loads(loom_out.read_text()), TASKS)
     assert compared == 4 + 4 + 4 + 6, compared  # lambada, two multiple-choice, wikitext: each metric and its stderr
 
 

@@ -44,10 +44,11 @@ def closed_form_parameters():
     return L * (weights + 2 * H) + V * H + H + V * H
 
 
-@pytest.mark.parametrize("t,p,d", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2)])
-def test_planner_parameters_and_flops_equal_the_trained_llama(corpus, tmp_path, t, p, d):
+def train_and_plan(corpus, tmp_path, t, p, d, shape_overrides=()):
+    """Trains one step and plans the same recipe and layout: (parameters on rank 0, the step's
+    model FLOPs behind MFU, the planner's parameters per GPU by stage, its model FLOPs per step)."""
     run = tmp_path / "run"
-    overrides = layout_overrides(t, p, d) + [
+    overrides = layout_overrides(t, p, d) + list(shape_overrides) + [
         "trainer.max_steps=1", "trainer.log_every_n_steps=1", "trainer.val_check_interval=1",
         "trainer.limit_val_batches=0", f"exp_manager.explicit_log_dir={run}",
         "exp_manager.checkpoint_callback_params.every_n_steps=100", f"model.data.data_prefix=[1.0,{corpus}]",
@@ -64,13 +65,29 @@ def test_planner_parameters_and_flops_equal_the_trained_llama(corpus, tmp_path, 
     assert "rmsnorm rope fast-swiglu no-bias untied" in plan.stderr
     m = re.search(r"parameters per GPU by stage: ([\d, ]+); model FLOPs per step: (\S+)", plan.stderr)
     assert m, plan.stderr[-4000:]
-    per_stage = [int(x) for x in m[1].split(", ")]
-    planned_flops = float(m[2])
+    return trained, flops, [int(x) for x in m[1].split(", ")], float(m[2])
 
+
+@pytest.mark.parametrize("t,p,d", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2)])
+def test_planner_parameters_and_flops_equal_the_trained_llama(corpus, tmp_path, t, p, d):
+    trained, flops, per_stage, planned_flops = train_and_plan(corpus, tmp_path, t, p, d)
     assert len(per_stage) == p
     assert per_stage[0] == trained, (per_stage, trained)
     if t == 1 and p == 1:
         assert trained == closed_form_parameters()
     global_batch = 4 * d
     assert planned_flops == pytest.approx(closed_form_flops_per_sample(t) * global_batch, rel=1e-9)
+    assert flops == pytest.approx(planned_flops, rel=1e-9)
+
+
+def test_planner_counts_qwen2_biases_and_a_narrower_head(corpus, tmp_path):
+    """Q/K/V-only biases (model.qkv_bias, split with the projection at t=2) and heads of 16
+    instead of hidden / heads = 32 (model.kv_channels): planned = built, and the FLOPs behind
+    MFU = the planner's."""
+    trained, flops, per_stage, planned_flops = train_and_plan(
+        corpus, tmp_path, 2, 1, 1, ["model.qkv_bias=true", "model.kv_channels=16"])
+    assert per_stage[0] == trained, (per_stage, trained)
+    narrow = 16 * (HEADS + 2 * GROUPS)
+    weights = H * narrow + HEADS * 16 * H + 3 * H * FFN
+    assert trained == (L * (weights + narrow) // 2 + L * 2 * H + V * H // 2 + H + V * H // 2)
     assert flops == pytest.approx(planned_flops, rel=1e-9)
