@@ -13,6 +13,8 @@
 #include <stdexcept>
 
 #include "generate/request_checks.h"
+#include "generate/sampling_batch.h"
+#include "model/mappings.h"
 #include "generate/token_generator.h"
 #include "serve/control_messages.h"
 
@@ -247,20 +249,34 @@ at::Tensor GenerationEngine::full_logits(const at::Tensor& logits, int64_t row, 
                                        stage_.config().vocab_size);
 }
 
-GenerationEngine::Choice GenerationEngine::choose(Running& r, const float* z) {
-  const int64_t vocab = stage_.config().vocab_size;
-  std::vector<float> processed(z, z + vocab);  // z stays raw: the log-probabilities are the model's
-  Choice c;
-  try {
-    const int64_t token =
-        r.sampler.next_token(processed.data(), vocab, r.context, r.generated, options_.eod_id, r.spec.min_new_tokens);
-    c.token = token_logprob(z, vocab, token, r.spec.logprobs ? r.spec.top_logprobs : 0);
-  } catch (const std::invalid_argument& e) {  // a non-finite logit: this request fails alone
-    c.token.token = -1;
-    c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the model "
-                          "gave a non-finite logit)", r.generated, e.what());
+// Last stage: the next token of every choosing request in one batched call on the logits'
+// device (generate/sampling_batch.h): their last positions' logits gathered over the
+// vocabulary there, each request's uniform drawn by its own sampler on the host, one copy of
+// the choices back.
+generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>& batch,
+                                                      const std::vector<int64_t>& choosing,
+                                                      const std::vector<int64_t>& first_logit,
+                                                      const at::Tensor& logits) {
+  if (choosing.empty()) return {};
+  std::vector<int64_t> last;
+  std::vector<generate::SampleRow> rows;
+  for (int64_t i : choosing) {
+    const Segment& s = batch[static_cast<size_t>(i)];
+    Running& r = *s.request;
+    last.push_back(first_logit[static_cast<size_t>(i)] + s.count - 1);
+    generate::SampleRow row;
+    row.options = r.spec.sampling;
+    row.penalized = &r.context;
+    row.banned_token = r.generated < r.spec.min_new_tokens ? options_.eod_id : -1;
+    row.uniform = r.spec.sampling.greedy ? 0.0 : r.sampler.draw_uniform();
+    row.top_logprobs = r.spec.logprobs ? r.spec.top_logprobs : 0;
+    rows.push_back(row);
   }
-  return c;
+  const at::Tensor picked =
+      logits.select(1, 0).index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong).device(logits.device())));
+  const at::Tensor full = model::gather_from_tensor_model_parallel_region(picked.contiguous(), groups_.tp)
+                              .narrow(-1, 0, stage_.config().vocab_size);  // [m, V] on the device
+  return generate::sample_rows(full, rows);
 }
 
 void GenerationEngine::finish(Running& r, FinishReason reason, RequestProgress& progress) {
@@ -491,15 +507,7 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
   for (size_t i = 0; i < batch.size(); ++i)
     if (echo[i]) score_prompt(*batch[i].request, logits, first_logit[i], batch[i].request->computed - batch[i].count,
                               batch[i].count);
-  // The choosing requests' last positions, gathered over the vocabulary at once.
-  at::Tensor full;
-  if (!choosing.empty()) {
-    std::vector<int64_t> last;
-    for (int64_t i : choosing) last.push_back(first_logit[static_cast<size_t>(i)] + counts[static_cast<size_t>(i)] - 1);
-    const at::Tensor picked =
-        logits.select(1, 0).index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong).device(logits.device())));
-    full = generate::gather_vocab_logits(picked, groups_.tp, stage_.config().vocab_size);
-  }
+  const generate::SampledRows sampled = choose_tokens(batch, choosing, first_logit, logits);
   for (size_t i = 0, k = 0; i < batch.size(); ++i) {
     Running& r = *batch[i].request;
     const bool chooses = k < choosing.size() && choosing[k] == static_cast<int64_t>(i);
@@ -508,9 +516,16 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
     if (completes[i] && echo[i]) c.prompt = std::move(r.prompt_scores);
     r.prompt_scores.clear();
     if (chooses) {
-      Choice chosen = choose(r, full[static_cast<int64_t>(k++)].data_ptr<float>());
-      c.token = chosen.token;
-      c.error = std::move(chosen.error);
+      const size_t j = k++;
+      if (sampled.errors[j].empty()) {
+        c.token.token = sampled.tokens[j];
+        c.token.logprob = sampled.logprobs[j];
+        c.token.top = sampled.top[j];
+      } else {  // a non-finite logit: this request fails alone
+        c.token.token = -1;
+        c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the model "
+                              "gave a non-finite logit)", r.generated, sampled.errors[j]);
+      }
     } else {
       c.token.token = -1;  // echo with max_tokens 0: nothing generated
     }

@@ -22,9 +22,11 @@
 // owns the intake and sends each step's plan (new requests, cancellations, stop) to every rank
 // over the control group; every rank then runs the same deterministic scheduler on the same
 // request table and block pool. The
-// last stage's TP ranks gather the logits and choose tokens with per-request samplers (same
-// request and seed: same tokens whatever else is in the batch); with p > 1 its TP rank 0
-// broadcasts the choices. Greedy results equal generate::generate_tokens one at a time.
+// last stage's TP ranks gather the logits on their device and choose every request's token in
+// one batched call there, with one device-to-host copy of the chosen tokens and
+// log-probabilities per step (generate/sampling_batch.h; per-request seeds: same request and
+// seed, same tokens whatever else is in the batch); with p > 1 its TP rank 0 broadcasts the
+// choices. Greedy results equal generate::generate_tokens one at a time.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "generate/sampling.h"
+#include "generate/sampling_batch.h"
 #include "generate/stop_reason.h"
 #include "model/gpt_stage.h"
 #include "model/kv_cache.h"
@@ -171,12 +174,13 @@ class GenerationEngine {
   // Last stage: the full-vocabulary logits [count, V] of positions [first, first + count) of
   // batch row `row` of `logits`.
   at::Tensor full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count);
-  Choice choose(Running& r, const float* z);
   // A request's next positions in this step's flat batch.
   struct Segment {
     Running* request;
     int64_t count;
   };
+  generate::SampledRows choose_tokens(const std::vector<Segment>& batch, const std::vector<int64_t>& choosing,
+                                      const std::vector<int64_t>& first_logit, const at::Tensor& logits);
   void finish(Running& r, FinishReason reason, RequestProgress& progress);
   // The parts of step(), in order.
   using Choices = std::map<uint64_t, Choice>;
