@@ -101,12 +101,14 @@ std::vector<double> TokenSampler::distribution(const float* logits, int64_t n) c
   return out;
 }
 
+double TokenSampler::draw_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
 int64_t TokenSampler::next(const float* logits, int64_t n) {
   std::vector<int64_t> ids;
   std::vector<double> probs;
   candidates(logits, n, ids, probs);
   if (options_.greedy) return ids[0];
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;  // [0, 1)
+  const double u = draw_uniform();
   double cumulative = 0.0;
   for (size_t i = 0; i < ids.size(); ++i) {
     cumulative += probs[i];

@@ -54,6 +54,11 @@ class TokenSampler {
   int64_t next_token(float* logits, int64_t n, const std::vector<int64_t>& context, int64_t generated,
                      int64_t stop_token, int64_t min_new_tokens);
 
+  /// The uniform u in [0, 1) (53 random bits) next() draws for a sampled (not greedy) token,
+  /// advancing the generator as next() does: the batched sampler (sampling_batch.h) draws each
+  /// request's u here, on the host, so a request's tokens do not depend on how it is sampled.
+  double draw_uniform();
+
   /// The renormalised probabilities next() would draw from (0 for filtered tokens); for tests.
   std::vector<double> distribution(const float* logits, int64_t n) const;
 

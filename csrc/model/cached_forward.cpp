@@ -54,8 +54,8 @@ KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
                  at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
 }
 
-at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
-                                    const PromptSplice& prompt) const {
+at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache, const PromptSplice& prompt,
+                                    const at::Tensor& output_rows) const {
   if (config_.layout.sequence_parallel)
     throw std::invalid_argument(
         "GptStage::forward_cached: inference runs without sequence parallelism; build the "
@@ -71,10 +71,10 @@ at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
         std::string(tokens_in ? "tokens [" : "hidden [n >= 1, ") + std::to_string(cache.batch()) +
         (tokens_in ? ", n >= 1]" : ", " + std::to_string(config_.hidden_size) + "]") + ", found " +
         c10::str(input.sizes()));
-  const int64_t past = cache.length();
-  if (past + n > config_.max_position_embeddings)
+  const int64_t end = cache.end_position(n);  // flat batches: each row's own new positions
+  if (end > config_.max_position_embeddings)
     throw std::invalid_argument("GptStage::forward_cached: positions up to " +
-                                std::to_string(past + n) + " exceed max_position_embeddings " +
+                                std::to_string(end) + " exceed max_position_embeddings " +
                                 std::to_string(config_.max_position_embeddings));
   at::NoGradGuard no_grad;
   const at::Device device = tokens_in ? embedding_->word_weight().device() : input.device();
@@ -96,6 +96,7 @@ at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache,
   for (const auto& layer : layers_) x = layer->forward_cached(x, cache, rotary);
   cache.advance(n);
   if (!layout_.post_process) return x;
+  if (output_rows.defined()) x = x.index_select(0, output_rows);  // [m, b, h]: the head runs on these only
   x = final_ln_->forward(x);
   return at::linear(copy_to_tensor_model_parallel_region(x, tp_), output_weight());
 }

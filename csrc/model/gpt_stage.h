@@ -88,10 +88,13 @@ class GptStage {
   /// (up to rounding) to the rows of forward() over each row's whole sequence so far, another
   /// stage the hidden [n, b, h] for the next. An active `prompt` splices virtual tokens among
   /// the n new positions (prompt_splice.h; its seq_index counts from 0 at the first new
-  /// position). Throws std::invalid_argument for a bad input shape, sequence parallelism at
-  /// t > 1, or positions past max_position_embeddings.
-  at::Tensor forward_cached(const at::Tensor& input, KvCache& cache,
-                            const PromptSplice& prompt = {}) const;
+  /// position). A defined `output_rows` (int64 [m] on the stage's device, indices into the n
+  /// new positions) makes a last stage return the logits of those positions only, [m, b,
+  /// V_padded/t] (the serving engine needs a chunk's last position, not all n). Throws
+  /// std::invalid_argument for a bad input shape, sequence parallelism at t > 1, or positions
+  /// past max_position_embeddings.
+  at::Tensor forward_cached(const at::Tensor& input, KvCache& cache, const PromptSplice& prompt = {},
+                            const at::Tensor& output_rows = {}) const;
 
   /// This stage's parameters with their parallel attributes, in a fixed order.
   ParamList parameters() const;

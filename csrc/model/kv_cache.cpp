@@ -110,9 +110,37 @@ void KvCache::select_rows(const std::vector<int64_t>& rows) {
     seen[static_cast<size_t>(r)] = true;
   }
   selected_ = rows;
+  counts_.clear();
   paged_index_.n = -1;
   if (selected_.empty())
     for (int64_t r = 0; r < batch_; ++r) selected_.push_back(r);
+}
+
+void KvCache::select_flat(const std::vector<int64_t>& rows, const std::vector<int64_t>& counts) {
+  if (!is_paged()) throw std::logic_error("KvCache::select_flat: the cache is not paged");
+  if (rows.empty() || rows.size() != counts.size())
+    throw std::out_of_range("KvCache::select_flat: expected one count per row and at least one row, found " +
+                            std::to_string(rows.size()) + " rows and " + std::to_string(counts.size()) + " counts");
+  for (int64_t c : counts)
+    if (c < 0) throw std::out_of_range("KvCache::select_flat: a row's count of new positions is " + std::to_string(c));
+  select_rows(rows);
+  counts_ = counts;
+}
+
+int64_t KvCache::end_position(int64_t n) const {
+  int64_t end = 0;
+  for (size_t i = 0; i < selected_.size(); ++i)
+    end = std::max(end, lengths_[static_cast<size_t>(selected_[i])] + new_count(i, n));
+  return end;
+}
+
+void KvCache::check_flat_total(int64_t n, const char* what) const {
+  if (counts_.empty()) return;
+  int64_t total = 0;
+  for (int64_t c : counts_) total += c;
+  if (n != total)
+    throw std::invalid_argument(std::string("KvCache::") + what + ": the flat batch holds " + std::to_string(total) +
+                                " new positions, not " + std::to_string(n));
 }
 
 void KvCache::reset() {
@@ -121,6 +149,13 @@ void KvCache::reset() {
 }
 
 at::Tensor KvCache::positions(int64_t n, const at::TensorOptions& options) const {
+  if (is_flat()) {
+    check_flat_total(n, "positions");
+    std::vector<int64_t> flat;
+    for (size_t i = 0; i < selected_.size(); ++i)
+      for (int64_t k = 0; k < counts_[i]; ++k) flat.push_back(lengths_[static_cast<size_t>(selected_[i])] + k);
+    return at::tensor(flat, options.dtype(at::kLong)).view({1, n});
+  }
   std::vector<int64_t> start;
   for (int64_t r : selected_) start.push_back(lengths_[static_cast<size_t>(r)]);
   const auto long_options = options.dtype(at::kLong);
@@ -128,6 +163,7 @@ at::Tensor KvCache::positions(int64_t n, const at::TensorOptions& options) const
 }
 
 std::optional<at::Tensor> KvCache::attention_mask(int64_t n, const at::Device& device) const {
+  if (is_flat()) throw std::logic_error("KvCache::attention_mask: the flat form reads the cache through paged_attention");
   if (one_length()) return std::nullopt;
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
   const at::Tensor last_visible = positions(n, long_options).view({batch(), 1, n, 1});   // query i of row r
@@ -183,24 +219,26 @@ std::pair<at::Tensor, at::Tensor> KvCache::append(int layer, const at::Tensor& k
 
 const KvCache::PagedIndex& KvCache::paged_index(int64_t n, const at::Device& device) {
   if (paged_index_.n == n && paged_index_.blocks.device() == device) return paged_index_;
-  std::vector<int64_t> blocks, offsets, lengths;
+  check_flat_total(n, "attend");
+  std::vector<int64_t> blocks, offsets, lengths, starts{0};
   size_t widest = 1;
   for (int64_t r : selected_) widest = std::max(widest, tables_[static_cast<size_t>(r)].size());
   std::vector<int64_t> tables(selected_.size() * widest, 0);  // padding is never read
   for (size_t i = 0; i < selected_.size(); ++i) {
     const auto& table = tables_[static_cast<size_t>(selected_[i])];
-    const int64_t length = lengths_[static_cast<size_t>(selected_[i])];
-    if (length + n > static_cast<int64_t>(table.size()) * block_size_)
+    const int64_t length = lengths_[static_cast<size_t>(selected_[i])], count = new_count(i, n);
+    if (length + count > static_cast<int64_t>(table.size()) * block_size_)
       throw std::out_of_range("KvCache: row " + std::to_string(selected_[i]) + " holds " + std::to_string(length) +
                               " positions and has room for " +
                               std::to_string(static_cast<int64_t>(table.size()) * block_size_) + ", not " +
-                              std::to_string(n) + " more");
-    for (int64_t t = length; t < length + n; ++t) {
+                              std::to_string(count) + " more");
+    for (int64_t t = length; t < length + count; ++t) {
       blocks.push_back(table[static_cast<size_t>(t / block_size_)]);
       offsets.push_back(t % block_size_);
     }
     std::copy(table.begin(), table.end(), tables.begin() + static_cast<int64_t>(i * widest));
-    lengths.push_back(length + n);
+    lengths.push_back(length + count);
+    starts.push_back(starts.back() + count);
   }
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
   const int64_t b = static_cast<int64_t>(selected_.size());
@@ -208,6 +246,7 @@ const KvCache::PagedIndex& KvCache::paged_index(int64_t n, const at::Device& dev
   paged_index_.offsets = at::tensor(offsets, long_options);
   paged_index_.tables = at::tensor(tables, long_options).view({b, static_cast<int64_t>(widest)});
   paged_index_.lengths = at::tensor(lengths, long_options);
+  paged_index_.starts = is_flat() ? at::tensor(starts, long_options) : at::Tensor();
   paged_index_.n = n;
   return paged_index_;
 }
@@ -239,26 +278,31 @@ at::Tensor KvCache::attend(int layer, const at::Tensor& q, const at::Tensor& k, 
   check_new(k, v);
   const PagedIndex& at_slots = paged_index(n, k.device());
   using at::indexing::Slice;
-  // [b, kv, n, d] -> [b·n, kv, d], one row per slot, in the order of the slot lists.
+  // [b, kv, n, d] -> [b·n, kv, d], one row per slot, in the order of the slot lists (flat: b = 1
+  // and the slots run row after row, as the positions do).
   const int64_t rows = k.size(0) * n;
   keys_[index].index_put_({at_slots.blocks, Slice(), at_slots.offsets},
                           k.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
   values_[index].index_put_({at_slots.blocks, Slice(), at_slots.offsets},
                             v.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
-  return ops::paged_attention(q, keys_[index], values_[index], at_slots.tables, at_slots.lengths, scale);
+  const std::optional<at::Tensor> starts =
+      at_slots.starts.defined() ? std::optional<at::Tensor>(at_slots.starts) : std::nullopt;
+  return ops::paged_attention(q, keys_[index], values_[index], at_slots.tables, at_slots.lengths, scale, starts);
 }
 
 void KvCache::advance(int64_t n) {
   paged_index_.n = -1;
   if (is_paged()) {
-    for (int64_t r : selected_) {
+    check_flat_total(n, "advance");
+    for (size_t i = 0; i < selected_.size(); ++i) {
+      const int64_t r = selected_[i], count = new_count(i, n);
       const int64_t room = static_cast<int64_t>(tables_[static_cast<size_t>(r)].size()) * block_size_;
-      if (n < 0 || lengths_[static_cast<size_t>(r)] + n > room)
-        throw std::out_of_range("KvCache: cannot advance row " + std::to_string(r) + " by " + std::to_string(n) +
+      if (count < 0 || lengths_[static_cast<size_t>(r)] + count > room)
+        throw std::out_of_range("KvCache: cannot advance row " + std::to_string(r) + " by " + std::to_string(count) +
                                 " positions from " + std::to_string(lengths_[static_cast<size_t>(r)]) +
                                 " (its blocks hold " + std::to_string(room) + ")");
     }
-    for (int64_t r : selected_) lengths_[static_cast<size_t>(r)] += n;
+    for (size_t i = 0; i < selected_.size(); ++i) lengths_[static_cast<size_t>(selected_[i])] += new_count(i, n);
     return;
   }
   const int64_t longest = length();

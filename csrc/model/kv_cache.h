@@ -17,7 +17,10 @@
 // owner (serve/kv_block_pool.h decides which blocks) gives each row its block table and length
 // with set_row(); new positions are written to the slots of the row's blocks, and attend()
 // reads them through the block tables with loom::ops::paged_attention (no mask is built: each
-// row's causal limit comes from its own length).
+// row's causal limit comes from its own length). select_flat() feeds rows with different
+// numbers of new positions in one forward without padding (chunked prefill beside decodes,
+// docs/serving.md "Chunked prefill"): the forward's one batch row holds every selected row's new
+// positions one after another, and paged_attention's flat form splits them by row.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -65,14 +68,25 @@ class KvCache {
   /// different lengths were used).
   int64_t length() const;
   int64_t capacity() const { return capacity_; }  ///< most positions a row can hold
-  /// Rows a forward call feeds: the selected ones (select_rows), else every row.
-  int64_t batch() const { return static_cast<int64_t>(selected_.size()); }
+  /// Batch rows of a forward call: the selected rows (select_rows), else every row; 1 after
+  /// select_flat (one row of every selected row's new positions).
+  int64_t batch() const { return counts_.empty() ? static_cast<int64_t>(selected_.size()) : 1; }
   int64_t rows() const { return batch_; }  ///< rows allocated
 
   /// The next calls (append, advance, positions, attention_mask) act on cache rows `rows`
   /// (distinct, in [0, rows())), batch row i being cache row rows[i]; empty: every row in
   /// order. Throws std::out_of_range naming a bad row.
   void select_rows(const std::vector<int64_t>& rows);
+  /// Paged layout: the next forward call (positions, attend, advance with n = the sum of
+  /// `counts`) feeds one batch row holding counts[0] new positions of cache row rows[0], then
+  /// counts[1] of rows[1], ... (rows distinct; a count may be 0). select_rows() ends it. Throws
+  /// std::out_of_range naming a bad row or a negative count, std::logic_error on the
+  /// contiguous layout.
+  void select_flat(const std::vector<int64_t>& rows, const std::vector<int64_t>& counts);
+  bool is_flat() const { return !counts_.empty(); }
+  /// One past the last position n new positions of each selected row reach (the largest
+  /// row_length(r) + n; flat: row_length(rows[i]) + counts[i]).
+  int64_t end_position(int64_t n) const;
   int64_t row_length(int64_t row) const { return lengths_.at(static_cast<size_t>(row)); }
   /// Forgets row `row`'s positions (a new sequence takes the row).
   void clear_row(int64_t row) {
@@ -81,11 +95,13 @@ class KvCache {
   }
 
   /// Position ids [batch(), n] int64 (on `options`' device) of n new positions of each
-  /// selected row: row_length(r) + [0, n).
+  /// selected row: row_length(r) + [0, n). Flat: [1, n], row rows[i]'s row_length + [0, counts[i])
+  /// one after another (n must be the sum of the counts).
   at::Tensor positions(int64_t n, const at::TensorOptions& options) const;
   /// nullopt when the selected rows have one length (the offset causal mask is exact);
   /// otherwise the bool mask [batch(), 1, n, length() + n] (true = hidden) that hides key j
-  /// from new query i of row r when j > row_length(r) + i, on `device`.
+  /// from new query i of row r when j > row_length(r) + i, on `device`. Not for the flat form
+  /// (std::logic_error).
   std::optional<at::Tensor> attention_mask(int64_t n, const at::Device& device) const;
 
   /// Stores k, v [batch(), heads_local, n, head_dim] at positions [row_length(r), + n) of each
@@ -97,7 +113,8 @@ class KvCache {
   std::pair<at::Tensor, at::Tensor> append(int layer, const at::Tensor& k, const at::Tensor& v);
 
   /// Both layouts: stores k, v [batch(), kv_heads_local, n, head_dim] of the n new positions of
-  /// each selected row of global layer `layer` (as append) and returns the causal attention of
+  /// each selected row of global layer `layer` (as append; flat: [1, kv_heads_local, sum of
+  /// counts, head_dim], each row's positions in turn) and returns the causal attention of
   /// q [batch(), heads, n, head_dim] (heads a multiple of kv_heads_local: grouped-query
   /// attention shares each key/value head among heads / kv_heads_local queries) over each row's positions [0, row_length + n), scores
   /// scaled by `scale`: [batch(), heads, n, head_dim]. Errors as append; paged: a row without
@@ -105,8 +122,9 @@ class KvCache {
   at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     double scale);
 
-  /// Commits n positions of every selected row once every layer has appended them. Throws
-  /// std::out_of_range past the capacity (paged: past a row's blocks).
+  /// Commits n positions of every selected row once every layer has appended them (flat: n is
+  /// the sum of the counts, and each row commits its count). Throws std::out_of_range past the
+  /// capacity (paged: past a row's blocks).
   void advance(int64_t n);
   /// Forgets every position of every row (the buffers are reused) and selects every row.
   void reset();
@@ -117,12 +135,15 @@ class KvCache {
   bool one_length() const;    // the selected rows have one length
   int index_of(int layer) const;
   void check_new(const at::Tensor& k, const at::Tensor& v) const;
+  void check_flat_total(int64_t n, const char* what) const;  // flat: n is the sum of the counts
+  int64_t new_count(size_t i, int64_t n) const { return counts_.empty() ? n : counts_[i]; }
   // Paged: the slots of the selected rows' next n positions and their tables, made once per
   // forward call (every layer writes the same slots).
   struct PagedIndex {
     int64_t n = -1;
     at::Tensor blocks, offsets;         // [b · n] the slot of each new position
     at::Tensor tables, lengths;         // [b, max_blocks], [b] (the n new ones included)
+    at::Tensor starts;                  // flat: [b + 1] query starts; else undefined
   };
   const PagedIndex& paged_index(int64_t n, const at::Device& device);
   int first_layer_;
@@ -132,6 +153,7 @@ class KvCache {
   PagedIndex paged_index_;
   std::vector<int64_t> lengths_;   // per row
   std::vector<int64_t> selected_;  // rows of the next forward
+  std::vector<int64_t> counts_;    // flat: new positions of each selected row; empty otherwise
   std::vector<at::Tensor> keys_, values_;
 };
 

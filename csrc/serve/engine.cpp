@@ -13,6 +13,8 @@
 #include <stdexcept>
 
 #include "generate/request_checks.h"
+#include "generate/sampling_batch.h"
+#include "model/mappings.h"
 #include "generate/token_generator.h"
 #include "serve/control_messages.h"
 
@@ -59,7 +61,9 @@ TokenLogprob logprob_from_json(const nlohmann::json& j) {
   return t;
 }
 
-EngineOptions resolved(EngineOptions o, int64_t context) {
+}  // namespace
+
+EngineOptions resolve_engine_options(EngineOptions o, int64_t context) {
   if (o.max_batch < 1)
     throw std::invalid_argument("--max-batch: expected an integer >= 1, found " + std::to_string(o.max_batch));
   if (o.max_kv_tokens < 0)
@@ -67,8 +71,17 @@ EngineOptions resolved(EngineOptions o, int64_t context) {
   if (o.block_size < 1)
     throw std::invalid_argument("block_size: expected an integer >= 1, found " + std::to_string(o.block_size));
   if (o.max_kv_tokens == 0) o.max_kv_tokens = o.max_batch * context;
+  if (o.max_num_batched_tokens == 0) o.max_num_batched_tokens = std::max(kDefaultMaxNumBatchedTokens, o.max_batch);
+  // Every running request decodes in every step: the budget holds one token of each.
+  if (o.max_num_batched_tokens < o.max_batch)
+    throw std::invalid_argument(fmt::format(
+        "--max-num-batched-tokens: expected an integer >= --max-batch ({}) so that every running request decodes "
+        "in every step (0: the default, max({}, --max-batch)), found {}",
+        o.max_batch, kDefaultMaxNumBatchedTokens, o.max_num_batched_tokens));
   return o;
 }
+
+namespace {
 
 // The paged cache of this rank's layers and heads, in the parameters' dtype and device.
 model::KvCache paged_cache(const model::GptStage& stage, int tp, const EngineOptions& o, const KvBlockPool& pool) {
@@ -92,7 +105,8 @@ struct GenerationEngine::Running {
   generate::TokenSampler sampler;
   std::vector<int64_t> context;  // prompt, then every generated token
   int64_t generated = 0;
-  bool prefilled = false;        // in this admission
+  bool prefilled = false;        // its whole context is computed, in this admission
+  std::vector<TokenLogprob> prompt_scores;  // last stage, echo: the prompt's so far (chunked prefill)
   bool prompt_reported = false;  // its prompt's log-probabilities went out (echo)
   RequestBlocks blocks;
   int64_t computed = 0;          // positions whose keys and values the cache holds
@@ -112,7 +126,7 @@ GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups gr
                                    EngineOptions options)
     : stage_(stage),
       groups_(std::move(groups)),
-      options_(resolved(std::move(options), stage.config().max_position_embeddings)),
+      options_(resolve_engine_options(std::move(options), stage.config().max_position_embeddings)),
       pool_((options_.max_kv_tokens + options_.block_size - 1) / options_.block_size, options_.block_size,
             options_.prefix_caching),
       cache_(paged_cache(stage, groups_.tp->size(), options_, pool_)) {
@@ -207,40 +221,23 @@ nlohmann::json GenerationEngine::plan_step(bool stop) {
   return plan;
 }
 
-model::PromptSplice GenerationEngine::prompt_splice(const RequestSpec& spec, int64_t from) const {
-  model::PromptSplice splice;
-  if (spec.prompt_task < 0 || !first_stage()) return splice;
-  // Virtual positions before `from` are in cached blocks already (keyed by the task).
-  std::vector<int64_t> at, rows;
-  for (size_t i = 0; i < spec.virtual_positions.size(); ++i)
-    if (spec.virtual_positions[i] >= from) {
-      at.push_back(spec.virtual_positions[i] - from);
-      rows.push_back(static_cast<int64_t>(i));
-    }
-  if (at.empty()) return splice;
-  const auto on_device = at::TensorOptions().dtype(at::kLong).device(groups_.tp->device());
-  splice.seq_index = at::tensor(at, on_device);
-  splice.batch_index = at::zeros({static_cast<int64_t>(at.size())}, on_device);
-  const at::Tensor& table = options_.prompt_tables[static_cast<size_t>(spec.prompt_task)];
-  splice.vectors = rows.size() == spec.virtual_positions.size() ? table : table.index_select(0, at::tensor(rows, on_device));
-  return splice;
-}
-
-at::Tensor GenerationEngine::forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n,
-                                     const model::PromptSplice& splice) {
-  const int64_t b = static_cast<int64_t>(tokens.size());
+at::Tensor GenerationEngine::forward(const std::vector<int64_t>& tokens, const model::PromptSplice& splice,
+                                     const std::vector<int64_t>& output_rows) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
   at::Tensor input;
   const auto device = groups_.tp->device();
   if (first_stage()) {
-    std::vector<int64_t> flat;
-    for (const auto& row : tokens) flat.insert(flat.end(), row.begin(), row.end());
-    input = at::tensor(flat, at::TensorOptions().dtype(at::kLong).device(device)).view({b, n});
+    input = at::tensor(tokens, at::TensorOptions().dtype(at::kLong).device(device)).view({1, n});
   } else {
     const auto dtype = model::scalar_type(stage_.config().params_dtype);
-    input = at::empty({n, b, stage_.config().hidden_size}, at::TensorOptions().dtype(dtype).device(device));
+    input = at::empty({n, 1, stage_.config().hidden_size}, at::TensorOptions().dtype(dtype).device(device));
     groups_.links->recv(input, groups_.links->rank() - 1);
   }
-  at::Tensor out = stage_.forward_cached(input, cache_, splice);
+  // No position wanted (every chunk has more to come): one row anyway, no empty tensors in the head.
+  const at::Tensor rows = last_stage() ? at::tensor(output_rows.empty() ? std::vector<int64_t>{0} : output_rows,
+                                                    at::TensorOptions().dtype(at::kLong).device(device))
+                                       : at::Tensor();
+  at::Tensor out = stage_.forward_cached(input, cache_, splice, rows);
   if (last_stage()) return out;
   out = out.contiguous();
   groups_.links->isend(out, groups_.links->rank() + 1)->wait();
@@ -252,20 +249,34 @@ at::Tensor GenerationEngine::full_logits(const at::Tensor& logits, int64_t row, 
                                        stage_.config().vocab_size);
 }
 
-GenerationEngine::Choice GenerationEngine::choose(Running& r, const float* z) {
-  const int64_t vocab = stage_.config().vocab_size;
-  std::vector<float> processed(z, z + vocab);  // z stays raw: the log-probabilities are the model's
-  Choice c;
-  try {
-    const int64_t token =
-        r.sampler.next_token(processed.data(), vocab, r.context, r.generated, options_.eod_id, r.spec.min_new_tokens);
-    c.token = token_logprob(z, vocab, token, r.spec.logprobs ? r.spec.top_logprobs : 0);
-  } catch (const std::invalid_argument& e) {  // a non-finite logit: this request fails alone
-    c.token.token = -1;
-    c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the model "
-                          "gave a non-finite logit)", r.generated, e.what());
+// Last stage: the next token of every choosing request in one batched call on the logits'
+// device (generate/sampling_batch.h): their last positions' logits gathered over the
+// vocabulary there, each request's uniform drawn by its own sampler on the host, one copy of
+// the choices back.
+generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>& batch,
+                                                      const std::vector<int64_t>& choosing,
+                                                      const std::vector<int64_t>& first_logit,
+                                                      const at::Tensor& logits) {
+  if (choosing.empty()) return {};
+  std::vector<int64_t> last;
+  std::vector<generate::SampleRow> rows;
+  for (int64_t i : choosing) {
+    const Segment& s = batch[static_cast<size_t>(i)];
+    Running& r = *s.request;
+    last.push_back(first_logit[static_cast<size_t>(i)] + s.count - 1);
+    generate::SampleRow row;
+    row.options = r.spec.sampling;
+    row.penalized = &r.context;
+    row.banned_token = r.generated < r.spec.min_new_tokens ? options_.eod_id : -1;
+    row.uniform = r.spec.sampling.greedy ? 0.0 : r.sampler.draw_uniform();
+    row.top_logprobs = r.spec.logprobs ? r.spec.top_logprobs : 0;
+    rows.push_back(row);
   }
-  return c;
+  const at::Tensor picked =
+      logits.select(1, 0).index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong).device(logits.device())));
+  const at::Tensor full = model::gather_from_tensor_model_parallel_region(picked.contiguous(), groups_.tp)
+                              .narrow(-1, 0, stage_.config().vocab_size);  // [m, V] on the device
+  return generate::sample_rows(full, rows);
 }
 
 void GenerationEngine::finish(Running& r, FinishReason reason, RequestProgress& progress) {
@@ -306,6 +317,7 @@ void GenerationEngine::preempt(std::map<uint64_t, std::unique_ptr<Running>>::ite
   pool_.release(r.blocks);  // its full blocks stay cached (free, hashed) until reused
   r.computed = 0;
   r.prefilled = false;
+  r.prompt_scores.clear();  // a prefill cut short: echo starts over
   cache_.clear_row(r.row);
   free_rows_.push_back(r.row);
   r.row = -1;
@@ -323,6 +335,7 @@ std::vector<GenerationEngine::Running*> GenerationEngine::make_room(bool& preemp
     auto it = running_.find(id);
     if (it == running_.end()) continue;
     Running& r = *it->second;
+    if (!r.prefilled) continue;  // a prefill in progress holds the blocks of its whole context
     // Its last token goes to position `computed`. Only requests after this one can be the
     // newest, so the ones already in `decoding` stay.
     bool here = true;
@@ -336,102 +349,187 @@ std::vector<GenerationEngine::Running*> GenerationEngine::make_room(bool& preemp
   return decoding;
 }
 
-// Waiting requests join in order while a row and the blocks for their whole context (less its
-// cached prefix) are free; each gets its cached prefix and blocks. Returns them in order.
-std::vector<GenerationEngine::Running*> GenerationEngine::admit() {
-  std::vector<Running*> joined;
+// The next waiting request joins when a row and the blocks for its whole context (less its
+// cached prefix) are free: it gets its cached prefix and blocks. Null when it does not fit
+// (joining is in order: the ones behind it wait too).
+GenerationEngine::Running* GenerationEngine::admit_next() {
+  if (waiting_.empty() || free_rows_.empty()) return nullptr;
   const int64_t bs = pool_.block_size();
-  while (!waiting_.empty() && !free_rows_.empty()) {
-    Running& r = *waiting_.front();
-    const int64_t n = static_cast<int64_t>(r.context.size());
-    const int64_t extra = extra_key(r.spec);
-    // The last position is always computed (its logits choose the next token); echo needs
-    // every prompt position's logits once.
-    const int64_t max_hits = r.spec.prompt_logprobs && !r.prompt_reported ? 0 : (n - 1) / bs;
-    if (pool_.blocks_needed(r.context, extra, max_hits, n) > pool_.num_free()) break;
-    r.computed = pool_.attach_prefix(r.blocks, r.context, extra, max_hits);
-    if (!pool_.grow(r.blocks, n)) throw std::logic_error("serve: a joining request's blocks were counted free");
-    r.row = free_rows_.back();
-    free_rows_.pop_back();
-    r.prefilled = false;
-    joined.push_back(&r);
-    running_.emplace(r.id, std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
-  return joined;
+  Running& r = *waiting_.front();
+  const int64_t n = static_cast<int64_t>(r.context.size());
+  const int64_t extra = extra_key(r.spec);
+  // The last position is always computed (its logits choose the next token); echo needs
+  // every prompt position's logits once.
+  const int64_t max_hits = echo_pending(r) ? 0 : (n - 1) / bs;
+  if (pool_.blocks_needed(r.context, extra, max_hits, n) > pool_.num_free()) return nullptr;
+  r.computed = pool_.attach_prefix(r.blocks, r.context, extra, max_hits);
+  if (!pool_.grow(r.blocks, n)) throw std::logic_error("serve: a joining request's blocks were counted free");
+  r.row = free_rows_.back();
+  free_rows_.pop_back();
+  r.prefilled = false;
+  r.prompt_scores.clear();
+  running_.emplace(r.id, std::move(waiting_.front()));
+  waiting_.pop_front();
+  return &r;
 }
 
-// One batched forward of the last token of every request in `decoding`; the last stage
-// chooses each one's next token.
-void GenerationEngine::decode(const std::vector<Running*>& decoding, Choices& choices) {
-  if (decoding.empty()) return;
-  std::vector<int64_t> rows;
-  std::vector<std::vector<int64_t>> tokens;
+bool GenerationEngine::echo_pending(const Running& r) { return r.spec.prompt_logprobs && !r.prompt_reported; }
+
+// This step's flat batch, within the token budget: every decoding request's next token first,
+// then the next chunk of each prefill begun in an earlier step (oldest request first), then
+// the first chunk of each request that joins now (none join in a step that had to preempt).
+std::vector<GenerationEngine::Segment> GenerationEngine::schedule(const std::vector<Running*>& decoding,
+                                                                  bool preempted) {
+  std::vector<Segment> batch;
+  int64_t budget = options_.max_num_batched_tokens;
+  auto add_chunk = [&](Running* r) {
+    const int64_t count = std::min(budget, static_cast<int64_t>(r->context.size()) - r->computed);
+    batch.push_back({r, count});
+    budget -= count;
+  };
   for (Running* r : decoding) {
-    bind_row(*r);
-    rows.push_back(r->row);
-    tokens.push_back({r->context.back()});
+    batch.push_back({r, 1});
+    budget -= 1;
   }
-  cache_.select_rows(rows);
-  const at::Tensor logits = forward(tokens, 1);
-  for (Running* r : decoding) {
-    r->computed += 1;
-    pool_.commit(r->blocks, r->context, r->computed, extra_key(r->spec));
+  for (auto& [id, r] : running_)
+    if (!r->prefilled && budget > 0) add_chunk(r.get());
+  if (preempted) return batch;
+  while (budget > 0) {
+    Running* r = admit_next();
+    if (r == nullptr) break;
+    if (r->spec.max_new_tokens == 0 && !echo_pending(*r)) {
+      r->prefilled = true;  // nothing to compute or choose: it ends with kLength this step
+      continue;
+    }
+    add_chunk(r);
+  }
+  return batch;
+}
+
+void GenerationEngine::add_prompt_splice(const RequestSpec& spec, int64_t from, int64_t count, int64_t offset,
+                                         std::vector<int64_t>& at, std::vector<at::Tensor>& vectors) const {
+  if (spec.prompt_task < 0 || !first_stage()) return;
+  // Virtual positions before `from` are in the cache already (cached blocks keyed by the task,
+  // or earlier chunks); those past the chunk come in later chunks.
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < spec.virtual_positions.size(); ++i) {
+    const int64_t v = spec.virtual_positions[i];
+    if (v >= from && v < from + count) {
+      at.push_back(offset + v - from);
+      rows.push_back(static_cast<int64_t>(i));
+    }
+  }
+  if (rows.empty()) return;
+  const at::Tensor& table = options_.prompt_tables[static_cast<size_t>(spec.prompt_task)];
+  vectors.push_back(rows.size() == spec.virtual_positions.size()
+                        ? table
+                        : table.index_select(0, at::tensor(rows, table.options().dtype(at::kLong))));
+}
+
+// Last stage: appends to r's prompt scores the log-probabilities of the prompt tokens that
+// positions [from, from + count) predict (rows [start, start + count) of `logits`), led by
+// the first token's NaN when the chunk starts the prompt; a chunk of positions at a time.
+void GenerationEngine::score_prompt(Running& r, const at::Tensor& logits, int64_t start, int64_t from,
+                                    int64_t count) {
+  const auto& prompt = r.spec.prompt;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (from == 0) {
+    TokenLogprob first;
+    first.token = prompt[0];
+    first.logprob = std::nan("");
+    r.prompt_scores.push_back(first);
+  }
+  const int64_t scored = std::min(count, n - 1 - from);  // position n - 1 predicts no prompt token
+  for (int64_t at = 0; at < scored; at += kPromptLogitChunk) {
+    const int64_t rows = std::min(kPromptLogitChunk, scored - at);
+    const at::Tensor full = full_logits(logits, 0, start + at, rows);
+    for (int64_t i = 0; i < rows; ++i)
+      r.prompt_scores.push_back(token_logprob(full[i].data_ptr<float>(), full.size(1), prompt[from + at + i + 1],
+                                              r.spec.top_logprobs));
+  }
+}
+
+// One forward over the flat batch (docs/serving.md, "Chunked prefill"): each segment's next
+// positions, every request's from its own length. A request whose context is then computed
+// (a decode, or a prefill's last chunk) gets its next token chosen on the last stage (none once
+// max_tokens is reached) and, at the end of a first prefill that asked, its prompt's
+// log-probabilities.
+void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& choices) {
+  last_step_tokens_ = 0;
+  if (batch.empty()) return;
+  std::vector<int64_t> rows, counts, starts, flat, splice_at;
+  std::vector<at::Tensor> splice_vectors;
+  for (const Segment& s : batch) {
+    Running& r = *s.request;
+    bind_row(r);
+    rows.push_back(r.row);
+    counts.push_back(s.count);
+    starts.push_back(static_cast<int64_t>(flat.size()));
+    add_prompt_splice(r.spec, r.computed, s.count, static_cast<int64_t>(flat.size()), splice_at, splice_vectors);
+    flat.insert(flat.end(), r.context.begin() + r.computed, r.context.begin() + r.computed + s.count);
+  }
+  model::PromptSplice splice;
+  if (!splice_at.empty()) {
+    const auto on_device = at::TensorOptions().dtype(at::kLong).device(groups_.tp->device());
+    splice.seq_index = at::tensor(splice_at, on_device);
+    splice.batch_index = at::zeros({static_cast<int64_t>(splice_at.size())}, on_device);
+    splice.vectors = splice_vectors.size() == 1 ? splice_vectors.front() : at::cat(splice_vectors);
+  }
+  // Which requests this forward completes (a decode, or a prefill's last chunk), which of
+  // them choose a token, and which chunks are scored (echo): only those positions' logits are
+  // made. Segment i's flat position starts[i] + k has logits row first_logit[i] + k.
+  std::vector<int64_t> choosing, output_rows;  // batch indices; flat positions
+  std::vector<int64_t> first_logit(batch.size(), 0);
+  std::vector<bool> echo(batch.size(), false), completes(batch.size(), false);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Running& r = *batch[i].request;
+    echo[i] = echo_pending(r);
+    const bool computed_all = r.computed + batch[i].count == static_cast<int64_t>(r.context.size());
+    completes[i] = computed_all && !r.prefilled;
+    const bool chooses = computed_all && r.spec.max_new_tokens > r.generated;
+    if (chooses) choosing.push_back(static_cast<int64_t>(i));
+    const int64_t first = echo[i] ? 0 : chooses ? batch[i].count - 1 : batch[i].count;  // of the chunk
+    first_logit[i] = static_cast<int64_t>(output_rows.size()) - first;
+    for (int64_t k = first; k < batch[i].count; ++k) output_rows.push_back(starts[i] + k);
+  }
+  cache_.select_flat(rows, counts);
+  const at::Tensor logits = forward(flat, splice, output_rows);  // last stage: [output rows, 1, V/t]
+  last_step_tokens_ = static_cast<int64_t>(flat.size());
+  for (size_t i = 0; i < batch.size(); ++i) {  // every rank: the new positions are computed
+    Running& r = *batch[i].request;
+    r.computed += batch[i].count;
+    pool_.commit(r.blocks, r.context, r.computed, extra_key(r.spec));
+    if (r.computed < static_cast<int64_t>(r.context.size())) continue;  // more chunks to come
+    r.prefilled = true;
+    if (echo[i]) r.prompt_reported = true;
   }
   if (!last_stage()) return;
-  const int64_t b = static_cast<int64_t>(decoding.size());
-  const at::Tensor full = generate::gather_vocab_logits(logits.select(0, 0), groups_.tp, stage_.config().vocab_size);
-  for (int64_t i = 0; i < b; ++i) choices[decoding[i]->id] = choose(*decoding[i], full[i].data_ptr<float>());
-}
-
-// Last stage: the log-probability of every prompt token after the first (the first has none),
-// from the prefill's logits [n, 1, V/t], gathered a chunk of positions at a time.
-std::vector<TokenLogprob> GenerationEngine::prompt_logprobs(const Running& r, const at::Tensor& logits) {
-  const int64_t n = static_cast<int64_t>(r.spec.prompt.size());
-  std::vector<TokenLogprob> out;
-  TokenLogprob first;
-  first.token = r.spec.prompt[0];
-  first.logprob = std::nan("");
-  out.push_back(first);
-  for (int64_t at = 0; at + 1 < n; at += kPromptLogitChunk) {
-    const int64_t count = std::min(kPromptLogitChunk, n - 1 - at);
-    const at::Tensor full = full_logits(logits, 0, at, count);
-    for (int64_t i = 0; i < count; ++i)
-      out.push_back(token_logprob(full[i].data_ptr<float>(), full.size(1), r.spec.prompt[at + i + 1],
-                                  r.spec.top_logprobs));
-  }
-  return out;
-}
-
-// One forward per joining request over its context past its cached prefix (the prompt, or for
-// a preempted request the prompt and the tokens it generated); the last stage chooses its next
-// token (none when max_new_tokens is reached) and, the first time when asked, the prompt's
-// log-probabilities (then nothing was cached: every position is computed).
-void GenerationEngine::prefill(const std::vector<Running*>& joined, Choices& choices) {
-  for (Running* r : joined) {
-    const int64_t n = static_cast<int64_t>(r->context.size()), from = r->computed;
-    const bool echo = r->spec.prompt_logprobs && !r->prompt_reported;
-    r->prefilled = true;
-    r->prompt_reported = r->prompt_reported || r->spec.prompt_logprobs;
-    if (r->spec.max_new_tokens == 0 && !echo) continue;
-    bind_row(*r);
-    cache_.select_rows({r->row});
-    const std::vector<int64_t> rest(r->context.begin() + from, r->context.end());
-    const at::Tensor logits = forward({rest}, n - from, prompt_splice(r->spec, from));
-    r->computed = n;
-    pool_.commit(r->blocks, r->context, r->computed, extra_key(r->spec));
-    if (!last_stage()) continue;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (echo[i]) score_prompt(*batch[i].request, logits, first_logit[i], batch[i].request->computed - batch[i].count,
+                              batch[i].count);
+  const generate::SampledRows sampled = choose_tokens(batch, choosing, first_logit, logits);
+  for (size_t i = 0, k = 0; i < batch.size(); ++i) {
+    Running& r = *batch[i].request;
+    const bool chooses = k < choosing.size() && choosing[k] == static_cast<int64_t>(i);
+    if (!chooses && !completes[i]) continue;
     Choice c;
-    if (echo) c.prompt = prompt_logprobs(*r, logits);
-    if (r->spec.max_new_tokens > r->generated) {
-      const at::Tensor last = full_logits(logits, 0, n - from - 1, 1);
-      Choice chosen = choose(*r, last[0].data_ptr<float>());
-      c.token = chosen.token;
-      c.error = std::move(chosen.error);
+    if (completes[i] && echo[i]) c.prompt = std::move(r.prompt_scores);
+    r.prompt_scores.clear();
+    if (chooses) {
+      const size_t j = k++;
+      if (sampled.errors[j].empty()) {
+        c.token.token = sampled.tokens[j];
+        c.token.logprob = sampled.logprobs[j];
+        c.token.top = sampled.top[j];
+      } else {  // a non-finite logit: this request fails alone
+        c.token.token = -1;
+        c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the model "
+                              "gave a non-finite logit)", r.generated, sampled.errors[j]);
+      }
     } else {
-      c.token.token = -1;
+      c.token.token = -1;  // echo with max_tokens 0: nothing generated
     }
-    choices[r->id] = std::move(c);
+    choices[r.id] = std::move(c);
   }
 }
 
@@ -509,14 +607,12 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
   apply_cancellations(plan, progress);
   for (const auto& a : plan.at("arrive"))
     waiting_.push_back(std::make_unique<Running>(a.at("id").get<uint64_t>(), request_from_json(a.at("spec"))));
-  // Decode first (the requests already running, each with a slot for its next token), then
-  // prefill the ones joining; none join in a step that had to preempt.
+  // One forward: the decoding requests (each with a slot for its next token), then prefill
+  // chunks, within the token budget; none join in a step that had to preempt.
   bool preempted = false;
   const std::vector<Running*> decoding = make_room(preempted);
-  const std::vector<Running*> joined = preempted ? std::vector<Running*>{} : admit();
   Choices choices;
-  decode(decoding, choices);
-  prefill(joined, choices);
+  run_batch(schedule(decoding, preempted), choices);
   cache_.select_rows({});
   share_choices(choices);
   apply_choices(choices, progress);

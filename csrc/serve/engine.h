@@ -2,24 +2,31 @@
 // different lengths decode together with one paged KV cache (model/kv_cache.h, KvCache::paged)
 // whose blocks a pool hands out (serve/kv_block_pool.h), under tensor parallelism (each
 // stage's TP group) and pipeline parallelism (stages kept apart, hidden states over
-// runtime/pipeline_links.h). Continuous batching: between decode steps finished requests
-// leave and waiting ones join (their prompt is prefilled, then they decode with the rest); at
-// most max_batch requests run. A request takes blocks as it grows and frees them the moment it
+// runtime/pipeline_links.h). Continuous batching: between steps finished requests leave and
+// waiting ones join; at most max_batch requests run. Each step is ONE forward over a flat batch
+// of tokens (chunked prefill, docs/serving.md "Chunked prefill"): the next token of every
+// decoding request first, then chunks of the prompts being prefilled, at most
+// max_num_batched_tokens in all, each sequence at its own positions (no padding: the paged
+// attention reads each one's keys and values through its block table). A long prompt is split
+// over steps, so the requests decoding beside it get a token in every step. A request takes blocks as it grows and frees them the moment it
 // ends. With prefix caching (on by default) a joining request reuses the cached full blocks of
 // a prefix it shares with earlier requests and prefills only the rest. When the pool has no
 // block for a running request's next token, the newest running request is preempted: its
 // blocks are freed and it waits at the head of the queue, to be recomputed (prompt and the
 // tokens it generated) when it fits again. Joining is in order: a request that does not fit
 // waits, and so do the ones behind it; one that could never fit (prompt + max_tokens past
-// max_kv_tokens) is refused at submit().
+// max_kv_tokens) is refused at submit(). A joining request takes the blocks of its whole
+// context at once, its prefill then runs over as many steps as the budget needs.
 //
 // Every rank runs step() in lockstep. World rank 0 (first stage, TP rank 0: the serving rank)
 // owns the intake and sends each step's plan (new requests, cancellations, stop) to every rank
 // over the control group; every rank then runs the same deterministic scheduler on the same
 // request table and block pool. The
-// last stage's TP ranks gather the logits and choose tokens with per-request samplers (same
-// request and seed: same tokens whatever else is in the batch); with p > 1 its TP rank 0
-// broadcasts the choices. Greedy results equal generate::generate_tokens one at a time.
+// last stage's TP ranks gather the logits on their device and choose every request's token in
+// one batched call there, with one device-to-host copy of the chosen tokens and
+// log-probabilities per step (generate/sampling_batch.h; per-request seeds: same request and
+// seed, same tokens whatever else is in the batch); with p > 1 its TP rank 0 broadcasts the
+// choices. Greedy results equal generate::generate_tokens one at a time.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -37,6 +44,7 @@
 #include <vector>
 
 #include "generate/sampling.h"
+#include "generate/sampling_batch.h"
 #include "generate/stop_reason.h"
 #include "model/gpt_stage.h"
 #include "model/kv_cache.h"
@@ -80,8 +88,15 @@ struct EngineGroups {
   int last_stage_root = 0;           ///< control rank of the last stage's TP rank 0
 };
 
+/// The default token budget of one step (--max-num-batched-tokens 0), raised to max_batch.
+inline constexpr int64_t kDefaultMaxNumBatchedTokens = 512;
+
 struct EngineOptions {
   int64_t max_batch = 16;      ///< requests decoding together (cache rows)
+  /// Tokens one step's forward holds at most (vLLM's max_num_batched_tokens): a token of each
+  /// decoding request, the rest prompt chunks. 0: max(kDefaultMaxNumBatchedTokens, max_batch);
+  /// must be >= max_batch.
+  int64_t max_num_batched_tokens = 0;
   /// KV-cache positions of the block pool, rounded up to whole blocks (0: max_batch · context);
   /// a request's prompt + max_tokens must fit in it.
   int64_t max_kv_tokens = 0;
@@ -96,12 +111,18 @@ struct EngineOptions {
   std::vector<at::Tensor> prompt_tables;
 };
 
+/// `o` with its defaults filled in for a model of `context` positions (max_kv_tokens 0:
+/// max_batch · context; max_num_batched_tokens 0: max(kDefaultMaxNumBatchedTokens,
+/// max_batch)). Throws std::invalid_argument naming the flag: max_batch < 1, max_kv_tokens < 0,
+/// block_size < 1, max_num_batched_tokens below max_batch.
+EngineOptions resolve_engine_options(EngineOptions o, int64_t context);
+
 class GenerationEngine {
  public:
   /// `stage` is this rank's pipeline stage of the model (built without sequence parallelism),
   /// kept by reference. Allocates the paged KV cache: ceil(max_kv_tokens / block_size) blocks
-  /// per layer. Throws std::invalid_argument for max_batch < 1, max_kv_tokens < 0 or
-  /// block_size < 1.
+  /// per layer. Throws std::invalid_argument for max_batch < 1, max_kv_tokens < 0,
+  /// block_size < 1 or max_num_batched_tokens below max_batch (or negative).
   GenerationEngine(const model::GptStage& stage, EngineGroups groups, EngineOptions options);
   ~GenerationEngine();
 
@@ -118,8 +139,8 @@ class GenerationEngine {
   /// Serving rank: requests queued or running.
   bool busy() const;
 
-  /// Collective over every rank: one step (join, prefill, one decode token for the running
-  /// requests). `stop` (serving rank's word) ends every rank's loop: returns false then.
+  /// Collective over every rank: one step (join, then one forward: a token of every decoding
+  /// request and prompt chunks, within the token budget). `stop` (serving rank's word) ends every rank's loop: returns false then.
   /// Progress of the serving rank's requests goes to `report` (serving rank only).
   bool step(bool stop, const std::function<void(const RequestProgress&)>& report = {});
 
@@ -131,24 +152,35 @@ class GenerationEngine {
   int64_t kv_blocks_used() const { return pool_.num_blocks() - pool_.num_free(); }
   int64_t kv_blocks() const { return pool_.num_blocks(); }
   int64_t preemptions() const { return preemptions_; }
+  /// Step thread: tokens in the last step's forward (0: none ran).
+  int64_t last_step_tokens() const { return last_step_tokens_; }
 
  private:
   struct Running;
   struct Choice;
   void validate(const RequestSpec& spec) const;
   nlohmann::json plan_step(bool stop);
-  // Runs n new positions of the cache's selected rows through this stage and the pipeline;
-  // returns the logits [n, b, V/t] on the last stage, undefined elsewhere.
-  at::Tensor forward(const std::vector<std::vector<int64_t>>& tokens, int64_t n, const model::PromptSplice& splice = {});
-  // The splice of a learned-prompt request's prefill from position `from` on (inactive for a
-  // plain one or off the first stage).
-  model::PromptSplice prompt_splice(const RequestSpec& spec, int64_t from) const;
+  // Runs the flat batch `tokens` (the cache's select_flat rows) through this stage and the
+  // pipeline; returns the logits [output_rows, 1, V/t] of those flat positions on the last
+  // stage, undefined elsewhere.
+  at::Tensor forward(const std::vector<int64_t>& tokens, const model::PromptSplice& splice,
+                     const std::vector<int64_t>& output_rows);
+  // First stage, learned-prompt request: the virtual positions among [from, from + count) (its
+  // chunk, at flat offset `offset`) and their vectors, appended to at / vectors.
+  void add_prompt_splice(const RequestSpec& spec, int64_t from, int64_t count, int64_t offset,
+                         std::vector<int64_t>& at, std::vector<at::Tensor>& vectors) const;
   // The prefix-cache key besides the tokens: -1, or the learned-prompt task and its positions.
   static int64_t extra_key(const RequestSpec& spec);
   // Last stage: the full-vocabulary logits [count, V] of positions [first, first + count) of
   // batch row `row` of `logits`.
   at::Tensor full_logits(const at::Tensor& logits, int64_t row, int64_t first, int64_t count);
-  Choice choose(Running& r, const float* z);
+  // A request's next positions in this step's flat batch.
+  struct Segment {
+    Running* request;
+    int64_t count;
+  };
+  generate::SampledRows choose_tokens(const std::vector<Segment>& batch, const std::vector<int64_t>& choosing,
+                                      const std::vector<int64_t>& first_logit, const at::Tensor& logits);
   void finish(Running& r, FinishReason reason, RequestProgress& progress);
   // The parts of step(), in order.
   using Choices = std::map<uint64_t, Choice>;
@@ -157,12 +189,14 @@ class GenerationEngine {
   // pool is full; returns the requests that decode this step.
   std::vector<Running*> make_room(bool& preempted);
   void preempt(std::map<uint64_t, std::unique_ptr<Running>>::iterator it);
-  std::vector<Running*> admit();
+  Running* admit_next();
+  // Its prompt's log-probabilities are asked for and not reported yet.
+  static bool echo_pending(const Running& r);
+  std::vector<Segment> schedule(const std::vector<Running*>& decoding, bool preempted);
   // Points the cache row of `r` at its blocks and computed length.
   void bind_row(const Running& r);
-  void decode(const std::vector<Running*>& decoding, Choices& choices);
-  void prefill(const std::vector<Running*>& joined, Choices& choices);
-  std::vector<TokenLogprob> prompt_logprobs(const Running& r, const at::Tensor& logits);
+  void run_batch(const std::vector<Segment>& batch, Choices& choices);
+  void score_prompt(Running& r, const at::Tensor& logits, int64_t start, int64_t from, int64_t count);
   void share_choices(Choices& choices);
   FinishReason take_token(Running& r, const TokenLogprob& t, RequestProgress& p);
   void apply_choices(Choices& choices, std::map<uint64_t, RequestProgress>& progress);
@@ -178,6 +212,7 @@ class GenerationEngine {
   std::deque<std::unique_ptr<Running>> waiting_;         // in order to join (preempted ones first)
   std::vector<int64_t> free_rows_;
   int64_t preemptions_ = 0;
+  int64_t last_step_tokens_ = 0;
 
   // Serving rank only.
   mutable std::mutex mutex_;

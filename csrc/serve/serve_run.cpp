@@ -105,11 +105,11 @@ generate::GeneratePlan plan_serving(const ServeRequest& request) {
   if (request.pipeline_parallel < 1 || config.num_layers % request.pipeline_parallel != 0)
     throw GenerateInputError(fmt::format("--pipeline-parallel {}: expected a divisor of the model's {} layers",
                                          request.pipeline_parallel, config.num_layers));
-  if (request.engine.max_batch < 1)
-    throw GenerateInputError(fmt::format("--max-batch: expected >= 1, found {}", request.engine.max_batch));
-  if (request.engine.max_kv_tokens < 0)
-    throw GenerateInputError(fmt::format("--max-kv-tokens: expected >= 0 (0: max-batch x context), found {}",
-                                         request.engine.max_kv_tokens));
+  try {  // the engine's flags (--max-batch, --max-kv-tokens, --max-num-batched-tokens), before any rank starts
+    resolve_engine_options(request.engine, config.max_position_embeddings);
+  } catch (const std::invalid_argument& e) {
+    throw GenerateInputError(e.what());
+  }
   if (const std::string chat = chat_template_path(request, plan); !chat.empty()) {
     try {
       read_chat_template(chat, "", "");

@@ -79,9 +79,10 @@ at::Tensor core_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
 
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
                            const at::Tensor& value_cache, const at::Tensor& block_tables,
-                           const at::Tensor& context_lens, double scale) {
+                           const at::Tensor& context_lens, double scale,
+                           const std::optional<at::Tensor>& query_starts) {
   return handles::paged_attention().call(q, key_cache, value_cache, block_tables, context_lens,
-                                         scale);
+                                         scale, query_starts);
 }
 
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {

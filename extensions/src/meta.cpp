@@ -65,8 +65,9 @@ at::Tensor scaled_masked_softmax_backward_meta(const at::Tensor& dy, const at::T
 
 at::Tensor paged_attention_meta(const at::Tensor& q, const at::Tensor& key_cache,
                                 const at::Tensor& value_cache, const at::Tensor& block_tables,
-                                const at::Tensor& context_lens, double) {
-  internal::check_paged_attention(q, key_cache, value_cache, block_tables, context_lens);
+                                const at::Tensor& context_lens, double,
+                                const std::optional<at::Tensor>& query_starts) {
+  internal::check_paged_attention(q, key_cache, value_cache, block_tables, context_lens, query_starts);
   return at::empty_like(q, at::MemoryFormat::Contiguous);
 }
 

@@ -52,7 +52,7 @@ LOOM_OP_HANDLE(core_attention_backward, "loom::core_attention_backward",
                        int64_t, at::IntArrayRef, at::IntArrayRef))
 LOOM_OP_HANDLE(paged_attention, "loom::paged_attention",
                at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                          const at::Tensor&, const at::Tensor&, double))
+                          const at::Tensor&, const at::Tensor&, double, const OptTensor&))
 LOOM_OP_HANDLE(bias_gelu, "loom::bias_gelu", at::Tensor(const at::Tensor&, const at::Tensor&))
 LOOM_OP_HANDLE(bias_gelu_backward, "loom::bias_gelu_backward",
                at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&))

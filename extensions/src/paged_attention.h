@@ -7,20 +7,25 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 namespace loom::ops {
 
 namespace internal {
 /// Shapes, dtypes and devices of paged_attention's arguments (not the values of the tables).
+/// With query_starts (the flat form), q is [1, heads, T, d] and query_starts int64 [b + 1].
 void check_paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
                            const at::Tensor& value_cache, const at::Tensor& block_tables,
-                           const at::Tensor& context_lens);
+                           const at::Tensor& context_lens,
+                           const std::optional<at::Tensor>& query_starts);
 }  // namespace internal
 
 #define LOOM_DECLARE_PAGED_ATTENTION(suffix)                                                    \
   at::Tensor paged_attention_##suffix(const at::Tensor& q, const at::Tensor& key_cache,         \
                                       const at::Tensor& value_cache,                            \
                                       const at::Tensor& block_tables,                           \
-                                      const at::Tensor& context_lens, double scale);
+                                      const at::Tensor& context_lens, double scale,             \
+                                      const std::optional<at::Tensor>& query_starts);
 
 LOOM_DECLARE_PAGED_ATTENTION(cpu)
 LOOM_DECLARE_PAGED_ATTENTION(cuda)

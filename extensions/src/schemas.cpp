@@ -33,7 +33,7 @@ TORCH_LIBRARY(loom, m) {
         " Tensor? mask, float scale, bool causal, float p, int seed, int stream,"
         " int[] global_shape, int[] offset) -> (Tensor, Tensor, Tensor)");
   m.def("paged_attention(Tensor q, Tensor key_cache, Tensor value_cache, Tensor block_tables,"
-        " Tensor context_lens, float scale) -> Tensor");
+        " Tensor context_lens, float scale, Tensor? query_starts=None) -> Tensor");
   m.def("bias_gelu(Tensor input, Tensor bias) -> Tensor");
   m.def("bias_gelu_backward(Tensor grad_out, Tensor input, Tensor bias) -> Tensor");
 }

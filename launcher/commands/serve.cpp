@@ -1,5 +1,6 @@
 // `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
-// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--no-prefix-caching] [--max-connections N]
+// [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--max-num-batched-tokens N]
+// [--no-prefix-caching] [--max-connections N]
 // [--chat-template FILE]`: serves a training checkpoint (any layout, resharded for t and split
 // into p stages) over HTTP with NeMo's `PUT /generate`, OpenAI's `POST /v1/completions` and
 // `POST /v1/chat/completions`, and Prometheus' `GET /metrics` (docs/serving.md), continuous batching
@@ -100,6 +101,11 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
   app.add_option("--max-kv-tokens", job.serve.engine.max_kv_tokens,
                  "KV-cache positions of the paged block pool, in blocks of 16 (a request's prompt + max tokens must "
                  "fit; 0: max-batch x context)")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", job.serve.engine.max_num_batched_tokens,
+                 "tokens one engine step's forward holds at most: a token of every decoding request, the rest "
+                 "chunks of joining prompts (chunked prefill); >= --max-batch; 0: max(" +
+                     std::to_string(loom::serve::kDefaultMaxNumBatchedTokens) + ", --max-batch)")
       ->capture_default_str();
   app.add_flag_callback("--no-prefix-caching", [&job] { job.serve.engine.prefix_caching = false; },
                         "do not reuse the KV blocks of prompt prefixes shared with earlier requests");

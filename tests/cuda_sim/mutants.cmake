@@ -103,3 +103,8 @@ loom_cuda_mutant(vector_path_misaligned layer_norm.cu "[layer_norm]" "misaligned
 loom_cuda_mutant(paged_causal_off_by_one paged_attention.cu "[paged_attention]" "${_failed}"
 [==[const int64_t visible = lens[r] - n + i + 1;]==]
 [==[const int64_t visible = lens[r] - n + i;]==])
+
+# paged_attention's flat form: a query at the first slot of its row is given the row before.
+loom_cuda_mutant(paged_flat_row_search paged_attention.cu "[paged_attention]" "${_failed}"
+[==[if (starts[mid] <= i) lo = mid;]==]
+[==[if (starts[mid] < i) lo = mid;]==])

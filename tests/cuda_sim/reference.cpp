@@ -98,28 +98,34 @@ std::vector<float> paged_attention_ref(RefImpl impl, RefType t, const std::vecto
                                        const std::vector<float>& keys, const std::vector<float>& vals,
                                        const std::vector<int64_t>& tables, const std::vector<int64_t>& lens,
                                        int64_t b, int64_t heads, int64_t n, int64_t d, int64_t num_blocks,
-                                       int64_t kv_heads, int64_t block_size, float scale) {
+                                       int64_t kv_heads, int64_t block_size, float scale,
+                                       const std::vector<int64_t>& starts) {
   const at::ScalarType st = scalar_type(t);
   const int64_t max_blocks = static_cast<int64_t>(tables.size()) / b;
-  const at::Tensor qt = tensor(q, {b, heads, n, d}, st);
+  const bool flat = !starts.empty();
+  const at::Tensor qt = tensor(q, {flat ? 1 : b, heads, n, d}, st);
   const at::Tensor kt = tensor(keys, {num_blocks, kv_heads, block_size, d}, st);
   const at::Tensor vt = tensor(vals, {num_blocks, kv_heads, block_size, d}, st);
   const at::Tensor tt = at::tensor(tables, at::kLong).reshape({b, max_blocks});
   const at::Tensor lt = at::tensor(lens, at::kLong);
-  if (impl == RefImpl::kLoomCpu) return values(ops::paged_attention(qt, kt, vt, tt, lt, scale));
+  const std::optional<at::Tensor> st_starts =
+      flat ? std::optional<at::Tensor>(at::tensor(starts, at::kLong)) : std::nullopt;
+  if (impl == RefImpl::kLoomCpu) return values(ops::paged_attention(qt, kt, vt, tt, lt, scale, st_starts));
   std::vector<at::Tensor> rows;
   for (int64_t r = 0; r < b; ++r) {
+    const int64_t nr = flat ? starts[static_cast<size_t>(r + 1)] - starts[static_cast<size_t>(r)] : n;
+    const at::Tensor qr = flat ? qt[0].narrow(1, starts[static_cast<size_t>(r)], nr) : qt[r];  // [heads, nr, d]
     const int64_t len = lens[static_cast<size_t>(r)], used = (len + block_size - 1) / block_size;
     const at::Tensor ids = tt[r].narrow(0, 0, used);
     auto gather = [&](const at::Tensor& cache) {  // [heads, len, d] in fp32
       return cache.index_select(0, ids).permute({1, 0, 2, 3}).reshape({kv_heads, used * block_size, d})
           .narrow(1, 0, len).repeat_interleave(heads / kv_heads, 0).to(at::kFloat);
     };
-    at::Tensor s = at::matmul(qt[r].to(at::kFloat), gather(kt).transpose(-2, -1)) * scale;  // [heads, n, len]
-    s = s.masked_fill(at::ones({n, len}, at::kBool).triu(len - n + 1), -std::numeric_limits<float>::infinity());
+    at::Tensor s = at::matmul(qr.to(at::kFloat), gather(kt).transpose(-2, -1)) * scale;  // [heads, nr, len]
+    s = s.masked_fill(at::ones({nr, len}, at::kBool).triu(len - nr + 1), -std::numeric_limits<float>::infinity());
     rows.push_back(at::matmul(at::softmax(s, -1), gather(vt)));
   }
-  return values(at::stack(rows).to(st));
+  return values((flat ? at::cat(rows, 1).unsqueeze(0) : at::stack(rows)).to(st));
 }
 
 std::vector<float> softmax_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,

@@ -44,12 +44,14 @@ std::vector<float> softmax_backward_ref(RefImpl impl, RefType t, const std::vect
 /// Paged attention: q [b, heads, n, d]; key and value caches [num_blocks, kv_heads, bs, d];
 /// tables [b, max_blocks] (block ids); lens [b] (positions held, the n new ones included).
 /// Loom CPU: loom::paged_attention on CPU tensors; ATen: each row's blocks gathered into
-/// contiguous keys, fp32 causal scores, softmax and ×V.
+/// contiguous keys, fp32 causal scores, softmax and ×V. With `starts` ([b + 1]) the flat form:
+/// q is [1, heads, n, d], row r's queries [starts[r], starts[r + 1]).
 std::vector<float> paged_attention_ref(RefImpl impl, RefType t, const std::vector<float>& q,
                                        const std::vector<float>& keys, const std::vector<float>& vals,
                                        const std::vector<int64_t>& tables, const std::vector<int64_t>& lens,
                                        int64_t b, int64_t heads, int64_t n, int64_t d, int64_t num_blocks,
-                                       int64_t kv_heads, int64_t block_size, float scale);
+                                       int64_t kv_heads, int64_t block_size, float scale,
+                                       const std::vector<int64_t>& starts = {});
 std::vector<float> bias_gelu_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
                                  const std::vector<float>& x, const std::vector<float>& bias,
                                  int64_t rows, int64_t cols);

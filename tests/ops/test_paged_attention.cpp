@@ -2,7 +2,9 @@
 // from each row's contiguous keys and values: rows of different lengths, several new queries
 // per row (prefill) and one (decode), grouped-query heads, blocks scattered in the pool in a
 // random order, every float dtype; the gather-based version CUDA runs gives the same; the
-// Meta kernel's shapes; bad tables refused.
+// flat form (rows with different numbers of new queries, one of them none, concatenated
+// without padding: chunked prefill beside decodes) gives each row's attention too; the Meta
+// kernel's shapes; bad tables and query starts refused.
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
@@ -76,7 +78,7 @@ TEST_CASE("paged_attention matches attention over each row's contiguous cache", 
         const at::Tensor got = loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, scale);
         REQUIRE(got.sizes() == q.sizes());
         REQUIRE(got.scalar_type() == dtype);
-        const at::Tensor gathered = loom::ops::paged_attention_gather(q, p.keys, p.values, p.tables, p.lens, scale);
+        const at::Tensor gathered = loom::ops::paged_attention_gather(q, p.keys, p.values, p.tables, p.lens, scale, std::nullopt);
         for (int64_t r = 0; r < 4; ++r) {
           CAPTURE(r);
           const at::Tensor want = reference_row(q[r], p.row_keys[r], p.row_values[r], scale);
@@ -87,6 +89,58 @@ TEST_CASE("paged_attention matches attention over each row's contiguous cache", 
       }
     }
   }
+}
+
+TEST_CASE("paged_attention's flat form gives each row's attention of its own new queries", "[ops][paged]") {
+  at::manual_seed(11);
+  const int64_t d = 8, block_size = 4, heads = 4;
+  const double scale = 0.3;
+  const std::vector<int64_t> lens{3, 9, 16, 5, 7};
+  const std::vector<int64_t> news{3, 1, 5, 0, 7};  // a whole prompt, a decode, a chunk, none, a prompt
+  std::vector<int64_t> starts{0};
+  for (int64_t n : news) starts.push_back(starts.back() + n);
+  const int64_t total = starts.back();
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    for (int64_t kv_heads : {4, 2}) {
+      CAPTURE(dtype, kv_heads);
+      Paged p = make_paged(lens, kv_heads, block_size, d, 24, dtype);
+      const at::Tensor q = at::randn({1, heads, total, d}).to(dtype);
+      const at::Tensor query_starts = at::tensor(starts, at::kLong);
+      const at::Tensor got = loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, scale, query_starts);
+      REQUIRE(got.sizes() == q.sizes());
+      const at::Tensor gathered =
+          loom::ops::paged_attention_gather(q, p.keys, p.values, p.tables, p.lens, scale, query_starts);
+      const double tol = dtype == at::kBFloat16 ? 2e-2 : dtype == at::kFloat ? 1e-5 : 1e-12;
+      for (size_t r = 0; r < lens.size(); ++r) {
+        CAPTURE(r);
+        if (news[r] == 0) continue;
+        const at::Tensor mine = q[0].narrow(1, starts[r], news[r]);  // [heads, n_r, d]
+        const at::Tensor want = reference_row(mine, p.row_keys[r], p.row_values[r], scale);
+        LOOM_CHECK_CLOSE(got[0].narrow(1, starts[r], news[r]), want, tol, tol);
+        LOOM_CHECK_CLOSE(gathered[0].narrow(1, starts[r], news[r]), want, tol, tol);
+      }
+    }
+  }
+  // Bad query starts: a row with more new queries than positions, a decreasing list, the wrong
+  // end, the wrong size or a q of more than one batch row.
+  Paged p = make_paged({2, 3}, 2, 4, d, 4, at::kFloat);
+  const at::Tensor q = at::randn({1, 2, 4, d});
+  auto run = [&](std::vector<int64_t> s) {
+    return loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, 1.0, at::tensor(s, at::kLong));
+  };
+  REQUIRE_THROWS_WITH(run({0, 3, 4}), Catch::Contains("row 0 holds 2 positions"));
+  REQUIRE_THROWS_WITH(run({0, 5, 4}), Catch::Contains("must not decrease"));
+  REQUIRE_THROWS_WITH(run({0, 1, 3}), Catch::Contains("from 0 to 4"));
+  REQUIRE_THROWS_WITH(run({0, 4}), Catch::Contains("query_starts must be int64 [3]"));
+  REQUIRE_THROWS_WITH(loom::ops::paged_attention(at::randn({2, 2, 2, d}), p.keys, p.values, p.tables, p.lens, 1.0,
+                                                 at::tensor(std::vector<int64_t>{0, 2, 4}, at::kLong)),
+                      Catch::Contains("[1, heads, T, head_dim]"));
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  REQUIRE(loom::ops::paged_attention(at::empty({1, 4, 6, 8}, meta), at::empty({10, 2, 16, 8}, meta),
+                                     at::empty({10, 2, 16, 8}, meta), at::empty({3, 5}, meta.dtype(at::kLong)),
+                                     at::empty({3}, meta.dtype(at::kLong)), 1.0,
+                                     at::empty({4}, meta.dtype(at::kLong)))
+              .sizes() == at::IntArrayRef({1, 4, 6, 8}));
 }
 
 TEST_CASE("paged_attention equals core_attention on one full-length row", "[ops][paged]") {

@@ -97,12 +97,13 @@ def test_concurrent_requests_equal_sequential_ones(server):
 
 def test_a_tiny_kv_pool_and_no_prefix_caching_answer_as_the_default(server, run_dir):
     """Requests sharing a system prompt, sent together: a pool of 4 blocks of 16 positions
-    (--max-kv-tokens 64, so running requests preempt each other) and --no-prefix-caching give
-    the default server's greedy answers."""
+    (--max-kv-tokens 64, so running requests preempt each other), --no-prefix-caching and a
+    step budget of 8 tokens (--max-num-batched-tokens 8 = --max-batch: the prompts are
+    prefilled in chunks beside the decoding requests) give the default server's greedy answers."""
     system = "First Citizen:\nBefore we proceed any further, hear me speak. "
     bodies = [{"prompt": system + p, "max_tokens": 8, "temperature": 0, "logprobs": 1} for p in PROMPTS]
     expected = [complete(server.url, **b)["choices"][0] for b in bodies]
-    for flags in (["--max-kv-tokens", 64], ["--no-prefix-caching"]):
+    for flags in (["--max-kv-tokens", 64], ["--no-prefix-caching"], ["--max-num-batched-tokens", 8]):
         with Server(run_dir, "--max-batch", 8, *flags) as s:
             with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
                 got = list(pool.map(lambda b: complete(s.url, **b)["choices"][0], bodies))
@@ -653,6 +654,8 @@ def test_bad_flags_exit_2_naming_the_flag(run_dir, tmp_path):
         return subprocess.run([str(loom_binary()), "serve", *map(str, flags)], cwd=ROOT, capture_output=True,
                               text=True, timeout=300)
     for flags, expected in [(["--checkpoint", run_dir, "--max-batch", 0], "--max-batch"),
+                            (["--checkpoint", run_dir, "--max-num-batched-tokens", 3],
+                             "--max-num-batched-tokens: expected an integer >= --max-batch (16)"),
                             (["--checkpoint", tmp_path / "none"], str(tmp_path / "none")),
                             ([], "--checkpoint DIR (or --prompt-checkpoint DIR) is required"),
                             (["--checkpoint", run_dir, "--prompt-checkpoint", tmp_path], "--prompt-checkpoint"),

@@ -6,12 +6,17 @@
 // p = 2 and t = 2 × p = 2 equal t = p = 1 (the failing request included). The paged cache:
 // prefix caching on = off = one at a time with cache hits on a shared prefix, and a tiny
 // block pool that preempts gives the same results, at t = p = 1 and under the layouts.
+// Chunked prefill: a token budget as small as the batch (prompts split into many chunks)
+// gives the results of a large budget and of one at a time, at t = 1, t = 2, p = 2 and
+// t = 2 x p = 2, with and without preemption; no step's forward exceeds the budget; a long
+// prompt joining beside decoding requests leaves them a token in every step.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "generate/generate_test_util.h"
@@ -33,6 +38,7 @@ struct Outcome {
   std::vector<std::vector<std::pair<int64_t, double>>> top;
   std::vector<double> prompt_logprobs;
   FinishReason reason = FinishReason::kNone;
+  std::vector<int> token_steps;  // the step each token came in (not compared across runs)
 };
 
 nlohmann::json outcome_json(const Outcome& o) {
@@ -51,9 +57,11 @@ Outcome outcome_from_json(const nlohmann::json& j) {
 }
 
 // Serving rank: submits specs[i] once `after[i]` steps have run, steps until every request is
-// done, then stops every rank. Other ranks: steps until told to stop.
+// done (calling after_step with each step's number), then stops every rank. Other ranks:
+// steps until told to stop.
 std::vector<Outcome> drive(serve::GenerationEngine& engine, const std::vector<RequestSpec>& specs,
-                           const std::vector<int>& after, bool serving = true) {
+                           const std::vector<int>& after, bool serving = true,
+                           const std::function<void(int)>& after_step = {}) {
   std::vector<Outcome> out(specs.size());
   if (!serving) {
     while (engine.step(false)) {
@@ -62,6 +70,7 @@ std::vector<Outcome> drive(serve::GenerationEngine& engine, const std::vector<Re
   }
   std::map<uint64_t, size_t> index;
   size_t done = 0;
+  int step = 0;
   auto report = [&](const serve::RequestProgress& p) {
     Outcome& o = out[index.at(p.id)];
     for (const auto& t : p.prompt) o.prompt_logprobs.push_back(std::isnan(t.logprob) ? 0.0 : t.logprob);
@@ -69,17 +78,19 @@ std::vector<Outcome> drive(serve::GenerationEngine& engine, const std::vector<Re
       o.tokens.push_back(t.token);
       o.logprobs.push_back(t.logprob);
       o.top.push_back(t.top);
+      o.token_steps.push_back(step);
     }
     if (p.finished != FinishReason::kNone) {
       o.reason = p.finished;
       ++done;
     }
   };
-  for (int steps = 0; done < specs.size(); ++steps) {
+  for (; done < specs.size(); ++step) {
     for (size_t i = 0; i < specs.size(); ++i)
-      if (after[i] == steps) index[engine.submit(specs[i])] = i;
+      if (after[i] == step) index[engine.submit(specs[i])] = i;
     engine.step(false, report);
-    if (steps > 10000) throw std::runtime_error("drive: the engine did not finish");
+    if (after_step) after_step(step);
+    if (step > 10000) throw std::runtime_error("drive: the engine did not finish");
   }
   engine.step(true);
   return out;
@@ -339,7 +350,8 @@ TEST_CASE("Engine: stop token, min tokens, stop strings, max_tokens 0 and the KV
 
 namespace {
 
-// Worker: the greedy and sampled requests under (LOOM_T, LOOM_P); rank 0 writes the outcomes.
+// Worker: the greedy and sampled requests under (LOOM_T, LOOM_P) with a step budget of
+// LOOM_BUDGET tokens (0: the default); rank 0 writes the outcomes.
 void layout_worker() {
   const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
   auto groups = test::worker_groups(t, p);
@@ -352,6 +364,7 @@ void layout_worker() {
                          groups->layout().rank_of({0, 0, p - 1})};
   serve::EngineOptions options;
   options.max_batch = 4;
+  options.max_num_batched_tokens = test::env_int("LOOM_BUDGET");
   serve::GenerationEngine engine(stage, eg, options);
   auto specs = greedy_specs(c);
   const auto sampled = sampled_specs(c);
@@ -383,11 +396,15 @@ TEST_CASE("Engine: t=2, p=2 and t=2 x p=2 give the t=1, p=1 results") {
   const auto reference = one_at_a_time(stage, specs);
   REQUIRE(reference.back().reason == FinishReason::kError);
   const std::string dir = temp_dir("serve_layouts");
-  for (auto [t, p] : {std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
-    INFO("t = " << t << ", p = " << p);
-    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+  // Budget 4 = max_batch: prompts of up to 12 tokens are prefilled in chunks of 1 to 4 tokens.
+  for (auto [t, p, budget] : {std::tuple{2, 1, 0}, std::tuple{1, 2, 0}, std::tuple{2, 2, 0}, std::tuple{2, 1, 4},
+                              std::tuple{1, 2, 4}, std::tuple{2, 2, 4}}) {
+    INFO("t = " << t << ", p = " << p << ", budget " << budget);
+    const std::string out =
+        dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + "_" + std::to_string(budget) + ".json";
     auto result = test::run_ranks("serve_engine_layout", t * p,
-                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)},
+                                   {"LOOM_BUDGET", std::to_string(budget)}, {"LOOM_OUT", out}});
     REQUIRE(result.exit_code() == 0);
     nlohmann::json j;
     std::ifstream(out) >> j;
@@ -476,8 +493,8 @@ TEST_CASE("Engine: a tiny block pool preempts the newest request and gives the s
 namespace {
 
 // Worker: the shared-prefix, greedy and sampled requests with a 6-block pool of 4-token blocks
-// under (LOOM_T, LOOM_P), prefix caching on: rank 0 writes the outcomes, the cache hits and
-// the preemptions.
+// under (LOOM_T, LOOM_P), prefix caching on, a step budget of LOOM_BUDGET tokens (0: the
+// default): rank 0 writes the outcomes, the cache hits and the preemptions.
 void tiny_pool_worker() {
   const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
   auto groups = test::worker_groups(t, p);
@@ -492,6 +509,7 @@ void tiny_pool_worker() {
   options.max_batch = 4;
   options.block_size = 4;
   options.max_kv_tokens = 24;
+  options.max_num_batched_tokens = test::env_int("LOOM_BUDGET");
   serve::GenerationEngine engine(stage, eg, options);
   auto specs = shared_prefix_specs(c);
   for (const auto& more : {greedy_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
@@ -520,11 +538,15 @@ TEST_CASE("Engine: prefix hits and preemption under t=2, p=2 and t=2 x p=2 give 
   for (const auto& more : {greedy_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
   const auto reference = one_at_a_time(stage, specs);
   const std::string dir = temp_dir("serve_tiny_pool");
-  for (auto [t, p] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
-    INFO("t = " << t << ", p = " << p);
-    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+  // Budget 4: prefills cut short by preemption are recomputed from the start.
+  for (auto [t, p, budget] : {std::tuple{1, 1, 0}, std::tuple{2, 1, 0}, std::tuple{1, 2, 0}, std::tuple{2, 2, 0},
+                              std::tuple{1, 1, 4}, std::tuple{2, 2, 4}}) {
+    INFO("t = " << t << ", p = " << p << ", budget " << budget);
+    const std::string out =
+        dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + "_" + std::to_string(budget) + ".json";
     auto result = test::run_ranks("serve_engine_tiny_pool", t * p,
-                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)},
+                                   {"LOOM_BUDGET", std::to_string(budget)}, {"LOOM_OUT", out}});
     REQUIRE(result.exit_code() == 0);
     nlohmann::json j;
     std::ifstream(out) >> j;
@@ -537,4 +559,96 @@ TEST_CASE("Engine: prefix hits and preemption under t=2, p=2 and t=2 x p=2 give 
     }
   }
   launch::remove_tree(dir);
+}
+
+TEST_CASE("Engine: chunked prefill under a tiny budget equals a large budget and one at a time") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  auto specs = greedy_specs(c);  // prompts of 1 to 12 tokens, some asking for their log-probabilities
+  for (const auto& more : {shared_prefix_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
+  const auto alone = one_at_a_time(stage, specs);
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 7));
+  std::map<int64_t, std::vector<Outcome>> runs;
+  for (int64_t budget : {3, 5, 512}) {
+    INFO("budget " << budget);
+    serve::EngineOptions options;
+    options.max_batch = 3;
+    options.block_size = 4;
+    options.max_num_batched_tokens = budget;
+    serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+    int64_t largest = 0;
+    runs[budget] = drive(engine, specs, after, true, [&](int) {
+      REQUIRE(engine.last_step_tokens() <= budget);
+      largest = std::max(largest, engine.last_step_tokens());
+    });
+    if (budget < 512) REQUIRE(largest == budget);  // the 5-token prompt joining first fills it
+    REQUIRE(engine.prefix_cache_stats().hit_tokens > 0);
+    REQUIRE(engine.kv_blocks_used() == 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(runs[budget][i], alone[i]);
+      REQUIRE(runs[budget][i].prompt_logprobs.size() == (specs[i].prompt_logprobs ? specs[i].prompt.size() : 0));
+    }
+  }
+  for (size_t i = 0; i < specs.size(); ++i) require_same(runs[3][i], runs[512][i]);
+  // The budget must leave a token for every running request.
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  options.max_num_batched_tokens = 3;
+  REQUIRE_THROWS_WITH(serve::GenerationEngine(stage, solo_groups(runtime::Communicator::solo()), options),
+                      Catch::Contains("--max-num-batched-tokens") && Catch::Contains(">= --max-batch (4)") &&
+                          Catch::Contains("found 3"));
+  options.max_num_batched_tokens = -1;
+  REQUIRE_THROWS_WITH(serve::GenerationEngine(stage, solo_groups(runtime::Communicator::solo()), options),
+                      Catch::Contains("--max-num-batched-tokens"));
+  options.max_num_batched_tokens = 0;  // the default, raised to max_batch
+  options.max_batch = 600;
+  REQUIRE(serve::resolve_engine_options(options, 24).max_num_batched_tokens == 600);
+  options.max_batch = 4;
+  REQUIRE(serve::resolve_engine_options(options, 24).max_num_batched_tokens == serve::kDefaultMaxNumBatchedTokens);
+}
+
+TEST_CASE("Engine: a long prompt joining beside decoding requests leaves them a token in every step") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  std::vector<RequestSpec> specs;
+  for (int64_t i = 0; i < 2; ++i) {  // two one-token prompts that decode 16 tokens each
+    RequestSpec s;
+    s.prompt = {3 + i};
+    s.max_new_tokens = 16;
+    s.sampling.greedy = true;
+    s.stop_at_eod = false;
+    specs.push_back(s);
+  }
+  RequestSpec long_prompt;  // 20 tokens: with two decodes in a 4-token budget, 10 chunks of 2
+  for (int64_t k = 0; k < 20; ++k) long_prompt.prompt.push_back((11 * k + 2) % c.vocab_size);
+  long_prompt.max_new_tokens = 3;
+  long_prompt.sampling.greedy = true;
+  long_prompt.stop_at_eod = false;
+  long_prompt.prompt_logprobs = true;  // scored chunk by chunk
+  specs.push_back(long_prompt);
+  const auto alone = one_at_a_time(stage, specs);
+  serve::EngineOptions options;
+  options.max_batch = 3;
+  options.max_num_batched_tokens = 4;
+  options.max_kv_tokens = 96;  // room for all three: no preemption
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+  std::vector<int64_t> step_tokens;
+  const auto out = drive(engine, specs, {0, 0, 2}, true, [&](int) { step_tokens.push_back(engine.last_step_tokens()); });
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("request " << i);
+    require_same(out[i], alone[i]);
+  }
+  // The short ones: a token in each of 16 consecutive steps (the first from their own prefill
+  // in step 0), the long prompt's ten chunks included.
+  for (size_t i = 0; i < 2; ++i) {
+    REQUIRE(out[i].token_steps.size() == 16);
+    for (size_t k = 0; k < 16; ++k) REQUIRE(out[i].token_steps[k] == static_cast<int>(k));
+  }
+  // The long one joined in step 2 and its first token came with its tenth chunk, in step 11.
+  REQUIRE(out[2].token_steps.front() == 11);
+  for (int s = 2; s <= 11; ++s) REQUIRE(step_tokens[static_cast<size_t>(s)] == 4);
+  for (int64_t t : step_tokens) REQUIRE(t <= 4);
+  REQUIRE(out[2].prompt_logprobs.size() == 20);
 }

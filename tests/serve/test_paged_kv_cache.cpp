@@ -1,6 +1,7 @@
 // The paged KV cache (model/kv_cache.h, KvCache::paged): the stage's cached forward through
 // block tables (blocks scattered over the pool, rows of different lengths decoding together,
-// a block shared by two rows as prefix caching shares it) gives the logits of the full causal
+// a block shared by two rows as prefix caching shares it, flat batches of rows with different
+// numbers of new positions: chunked prefill beside decodes) gives the logits of the full causal
 // forward over each row's own sequence; and misuse is refused.
 #include <catch2/catch.hpp>
 
@@ -69,6 +70,57 @@ TEST_CASE("Paged KV cache: block-table decoding equals the full forward, rows of
   // Row 0 is full: one more position does not fit its blocks.
   cache.select_rows({0});
   REQUIRE_THROWS_AS(stage.forward_cached(a.narrow(1, 0, 1), cache), std::out_of_range);
+}
+
+TEST_CASE("Paged KV cache: flat batches of prefill chunks and decodes equal the full forward") {
+  const auto c = tiny_config();
+  model::GptStage stage(c, runtime::Communicator::solo());
+  set_truth(stage, 0, 1);
+  const at::Tensor a = tokens_of(c, 20, 5), b = tokens_of(c, 14, 6), d = tokens_of(c, 9, 7);
+  const std::vector<at::Tensor> seqs{a, b, d};
+  model::KvCache cache = paged_cache(stage, 3, 16, 4);
+  cache.set_row(0, {9, 2, 13, 0, 5}, 0);
+  cache.set_row(1, {1, 11, 3, 8}, 0);
+  cache.set_row(2, {15, 4, 7}, 0);
+  at::NoGradGuard no_grad;
+  // Steps of (row, new positions): chunks of different sizes, a row with none, rows in any order.
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> steps{
+      {{0, 7}, {1, 3}},            // two prefill chunks
+      {{0, 1}, {2, 5}, {1, 6}},    // a single-token chunk, a new row, another chunk
+      {{1, 5}, {2, 0}, {0, 12}},   // row 1 ends; row 2 has nothing new this time
+      {{2, 4}}};                   // row 2 alone
+  std::vector<std::vector<at::Tensor>> got(3);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    std::vector<int64_t> rows, counts;
+    std::vector<at::Tensor> parts;
+    for (auto [row, count] : steps[s]) {
+      rows.push_back(row);
+      counts.push_back(count);
+      parts.push_back(seqs[static_cast<size_t>(row)].narrow(1, cache.row_length(row), count));
+    }
+    cache.select_flat(rows, counts);
+    REQUIRE(cache.batch() == 1);
+    const at::Tensor out = stage.forward_cached(at::cat(parts, 1), cache).select(1, 0);  // [T, V]
+    int64_t at = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      got[static_cast<size_t>(rows[i])].push_back(out.narrow(0, at, counts[i]));
+      at += counts[i];
+    }
+  }
+  for (int64_t r = 0; r < 3; ++r) {
+    INFO("row " << r);
+    REQUIRE(cache.row_length(r) == seqs[static_cast<size_t>(r)].size(1));
+    CHECK(rel_err(at::cat(got[static_cast<size_t>(r)], 0), full_forward(stage, seqs[static_cast<size_t>(r)])) < 1e-5);
+  }
+  // Misuse: a count past a row's blocks, a negative count, a token count that is not the sum.
+  cache.select_flat({1}, {3});
+  REQUIRE_THROWS_AS(stage.forward_cached(b.narrow(1, 0, 3), cache), std::out_of_range);  // row 1 is full
+  REQUIRE_THROWS_AS(cache.select_flat({0}, {-1}), std::out_of_range);
+  cache.set_row(2, {15, 4, 7}, 9);
+  cache.select_flat({2}, {2});
+  REQUIRE_THROWS_AS(cache.positions(3, at::TensorOptions()), std::invalid_argument);
+  model::KvCache contiguous = stage.make_kv_cache(1, 4);
+  REQUIRE_THROWS_AS(contiguous.select_flat({0}, {1}), std::logic_error);
 }
 
 TEST_CASE("Paged KV cache: a row reusing another row's full block skips its prefix") {

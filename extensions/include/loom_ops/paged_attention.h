@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 namespace loom::ops {
 
 /// Attention of n new queries over keys and values held in a paged cache (inference only, no
@@ -16,9 +18,14 @@ namespace loom::ops {
 ///   [i · block_size, (i + 1) · block_size)); context_lens int64 [b]: positions row r holds,
 ///   the n new ones included (n <= context_lens[r] <= max_blocks · block_size).
 /// Query i of row r sits at position context_lens[r] - n + i and sees keys j <= that position
-/// (causal); query head h reads kv head h / (a / kv_heads) (a must be a multiple of kv_heads:
+/// (causal). The flat form (chunked prefill: rows with different numbers of new queries, no
+/// padding), when query_starts is given: q [1, a, T, d] holds every row's queries, row r's
+/// being q[0, :, query_starts[r] : query_starts[r + 1]] (n_r of them, 0 allowed);
+/// query_starts int64 [b + 1] runs from 0 to T without decreasing (vLLM's query_start_loc);
+/// query i of row r sits at position context_lens[r] - n_r + i; returns [1, a, T, d].
+/// In both forms query head h reads kv head h / (a / kv_heads) (a must be a multiple of kv_heads:
 /// grouped-query attention). Scores, softmax and the weighted sum are in fp32 (fp64 for
-/// float64). Returns [b, a, n, d] in q's dtype: softmax(q kᵀ · scale) v row by row, as
+/// float64). Returns q's shape and dtype: softmax(q kᵀ · scale) v row by row, as
 /// core_attention over each row's contiguous keys gives. On CPU, block ids outside
 /// [0, num_blocks) or lengths out of range throw c10::Error naming the row; CUDA does not read
 /// the tables on the host (no check). CUDA: a kernel for rows up to about 12k positions (its
@@ -26,6 +33,7 @@ namespace loom::ops {
 /// blocks and ATen ops.
 at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
                            const at::Tensor& value_cache, const at::Tensor& block_tables,
-                           const at::Tensor& context_lens, double scale);
+                           const at::Tensor& context_lens, double scale,
+                           const std::optional<at::Tensor>& query_starts = std::nullopt);
 
 }  // namespace loom::ops

@@ -1,8 +1,10 @@
-// paged_attention on CPU: one task per (row, head, query); each walks the row's keys through
-// its block table (key j lives at slot j % block_size of block block_tables[r][j / block_size]),
+// paged_attention on CPU: one task per (query, head); each walks its row's keys through the
+// row's block table (key j lives at slot j % block_size of block block_tables[r][j / block_size]),
 // takes the causal scores in the accumulation type, a max-subtracted softmax, and the
 // probability-weighted sum of the values. No [n, L] score tensor and no gathered copy of the
-// keys is made.
+// keys is made. The row form (q [b, heads, n, d]) and the flat form (q [1, heads, T, d] split by
+// query_starts) differ only in which row and position each query has: both are listed per
+// query first.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -18,24 +20,28 @@ namespace loom::ops {
 namespace {
 
 struct PagedShape {
-  int64_t b, heads, n, d, kv_heads, block_size, max_blocks;
+  int64_t groups, heads, per_group, d, kv_heads, block_size, max_blocks;  // q [groups, heads, per_group, d]
 };
 
+// Query t (= group · per_group + index in its group) belongs to row row_of[t] and sees keys
+// 0 .. visible[t] - 1.
 template <typename scalar_t>
-void paged_attention_rows(const scalar_t* q, const scalar_t* keys, const scalar_t* values,
-                          const int64_t* tables, const int64_t* lens, scalar_t* out,
-                          const PagedShape& s, double scale_d) {
+void paged_attention_queries(const scalar_t* q, const scalar_t* keys, const scalar_t* values,
+                             const int64_t* tables, const std::vector<int64_t>& row_of,
+                             const std::vector<int64_t>& visible_of, scalar_t* out, const PagedShape& s,
+                             double scale_d) {
   using acc_t = at::opmath_type<scalar_t>;
   const acc_t scale = static_cast<acc_t>(scale_d);
-  const int64_t group = s.heads / s.kv_heads, tasks = s.b * s.heads * s.n;
+  const int64_t group = s.heads / s.kv_heads, tasks = s.groups * s.heads * s.per_group;
   const int64_t longest = s.max_blocks * s.block_size;
   at::parallel_for(0, tasks, std::max<int64_t>(1, 4096 / std::max<int64_t>(longest * s.d, 1)),
                    [&](int64_t begin, int64_t end) {
     std::vector<acc_t> p(static_cast<size_t>(longest)), acc(static_cast<size_t>(s.d));
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t r = task / (s.heads * s.n), h = (task / s.n) % s.heads, i = task % s.n;
-      const int64_t kh = h / group;
-      const int64_t visible = lens[r] - s.n + i + 1;  // keys 0 .. position of query i
+    for (int64_t task = begin; task < end; ++task) {  // q's element order: [groups, heads, per_group]
+      const int64_t g = task / (s.heads * s.per_group), h = (task / s.per_group) % s.heads;
+      const int64_t t = g * s.per_group + task % s.per_group;
+      const int64_t r = row_of[static_cast<size_t>(t)], kh = h / group;
+      const int64_t visible = visible_of[static_cast<size_t>(t)];  // keys 0 .. the query's position
       const scalar_t* qi = q + task * s.d;
       const int64_t* table = tables + r * s.max_blocks;
       auto slot = [&](int64_t j) {  // offset of key j's vector in the cache
@@ -71,30 +77,51 @@ void paged_attention_rows(const scalar_t* q, const scalar_t* keys, const scalar_
 
 at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cache,
                                const at::Tensor& value_cache, const at::Tensor& block_tables_in,
-                               const at::Tensor& context_lens_in, double scale) {
-  internal::check_paged_attention(q_in, key_cache, value_cache, block_tables_in, context_lens_in);
+                               const at::Tensor& context_lens_in, double scale,
+                               const std::optional<at::Tensor>& query_starts) {
+  internal::check_paged_attention(q_in, key_cache, value_cache, block_tables_in, context_lens_in, query_starts);
   const at::Tensor q = q_in.contiguous();
   const at::Tensor tables = block_tables_in.contiguous(), lens = context_lens_in.contiguous();
-  const PagedShape s{q.size(0), q.size(1), q.size(2), q.size(3), key_cache.size(1), key_cache.size(2),
-                     tables.size(1)};
-  const int64_t num_blocks = key_cache.size(0);
+  const int64_t b = tables.size(0), max_blocks = tables.size(1), block_size = key_cache.size(2);
+  const PagedShape s{q.size(0), q.size(1), q.size(2), q.size(3), key_cache.size(1), block_size, max_blocks};
+  const int64_t num_blocks = key_cache.size(0), total = s.groups * s.per_group;
   const int64_t* len = lens.data_ptr<int64_t>();
   const int64_t* table = tables.data_ptr<int64_t>();
-  for (int64_t r = 0; r < s.b; ++r) {
-    TORCH_CHECK(len[r] >= s.n && len[r] <= s.max_blocks * s.block_size, "loom::paged_attention: row ", r,
-                " holds ", len[r], " positions: expected ", s.n, " (the new ones) to ",
-                s.max_blocks * s.block_size, " (its block table)");
-    for (int64_t k = 0; k < (len[r] + s.block_size - 1) / s.block_size; ++k)
-      TORCH_CHECK(table[r * s.max_blocks + k] >= 0 && table[r * s.max_blocks + k] < num_blocks,
-                  "loom::paged_attention: row ", r, " names block ", table[r * s.max_blocks + k],
+  // Row r's queries are [starts[r], starts[r + 1]) of the flat list of queries.
+  std::vector<int64_t> starts(static_cast<size_t>(b + 1));
+  if (query_starts) {
+    const at::Tensor qs = query_starts->contiguous();
+    std::copy(qs.data_ptr<int64_t>(), qs.data_ptr<int64_t>() + b + 1, starts.begin());
+    TORCH_CHECK(starts[0] == 0 && starts[static_cast<size_t>(b)] == total, "loom::paged_attention: query_starts must run from 0 to ",
+                total, " (q's queries), got ", starts[0], " .. ", starts[static_cast<size_t>(b)]);
+  } else {
+    for (int64_t r = 0; r <= b; ++r) starts[static_cast<size_t>(r)] = r * s.per_group;
+  }
+  for (int64_t r = 0; r < b; ++r)
+    TORCH_CHECK(starts[static_cast<size_t>(r + 1)] >= starts[static_cast<size_t>(r)],
+                "loom::paged_attention: query_starts must not decrease, got ", starts[static_cast<size_t>(r)], " then ",
+                starts[static_cast<size_t>(r + 1)], " at row ", r);
+  std::vector<int64_t> row_of(static_cast<size_t>(total)), visible_of(static_cast<size_t>(total));
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first;
+    TORCH_CHECK(len[r] >= n && len[r] <= max_blocks * block_size, "loom::paged_attention: row ", r, " holds ",
+                len[r], " positions: expected ", n, " (the new ones) to ", max_blocks * block_size,
+                " (its block table)");
+    for (int64_t k = 0; k < (len[r] + block_size - 1) / block_size; ++k)
+      TORCH_CHECK(table[r * max_blocks + k] >= 0 && table[r * max_blocks + k] < num_blocks,
+                  "loom::paged_attention: row ", r, " names block ", table[r * max_blocks + k],
                   " outside [0, ", num_blocks, ")");
+    for (int64_t i = 0; i < n; ++i) {  // query i sits at position len - n + i
+      row_of[static_cast<size_t>(first + i)] = r;
+      visible_of[static_cast<size_t>(first + i)] = len[r] - n + i + 1;
+    }
   }
   at::Tensor out = at::empty_like(q, at::MemoryFormat::Contiguous);
   if (out.numel() == 0) return out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_attention_cpu", [&] {
-    paged_attention_rows<scalar_t>(q.data_ptr<scalar_t>(), key_cache.data_ptr<scalar_t>(),
-                                   value_cache.data_ptr<scalar_t>(), table, len,
-                                   out.data_ptr<scalar_t>(), s, scale);
+    paged_attention_queries<scalar_t>(q.data_ptr<scalar_t>(), key_cache.data_ptr<scalar_t>(),
+                                      value_cache.data_ptr<scalar_t>(), table, row_of, visible_of,
+                                      out.data_ptr<scalar_t>(), s, scale);
   });
   return out;
 }

@@ -195,22 +195,25 @@ namespace loom::ops {
 
 at::Tensor paged_attention_cuda(const at::Tensor& q_in, const at::Tensor& key_cache,
                                 const at::Tensor& value_cache, const at::Tensor& block_tables,
-                                const at::Tensor& context_lens, double scale) {
-  internal::check_paged_attention(q_in, key_cache, value_cache, block_tables, context_lens);
+                                const at::Tensor& context_lens, double scale,
+                                const std::optional<at::Tensor>& query_starts) {
+  internal::check_paged_attention(q_in, key_cache, value_cache, block_tables, context_lens, query_starts);
   const int64_t max_blocks = block_tables.size(1), block_size = key_cache.size(2), d = q_in.size(3);
   // The kernel keeps a row's scores in shared memory: past the 48 KiB every device gives
   // without opting in (about 12k positions), and for float64, the gather composition runs.
   const int64_t smem = (d + max_blocks * block_size) * static_cast<int64_t>(sizeof(float));
   if (smem > 48 * 1024 || q_in.scalar_type() == at::kDouble)
-    return paged_attention_gather(q_in, key_cache, value_cache, block_tables, context_lens, scale);
+    return paged_attention_gather(q_in, key_cache, value_cache, block_tables, context_lens, scale, query_starts);
   const auto dt = kernel_dtype("paged_attention", q_in);
   c10::cuda::CUDAGuard guard(q_in.device());
   const at::Tensor q = q_in.contiguous(), tables = block_tables.contiguous(), lens = context_lens.contiguous();
+  const at::Tensor starts = query_starts ? query_starts->contiguous() : at::Tensor();
   at::Tensor out = at::empty_like(q);
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0 || tables.size(0) == 0) return out;
   cuda::paged_attention_forward(dt, q.const_data_ptr(), key_cache.const_data_ptr(), value_cache.const_data_ptr(),
                                 tables.const_data_ptr<int64_t>(), lens.const_data_ptr<int64_t>(),
-                                out.mutable_data_ptr(), q.size(0), q.size(1), q.size(2), d, key_cache.size(1),
+                                starts.defined() ? starts.const_data_ptr<int64_t>() : nullptr,
+                                out.mutable_data_ptr(), tables.size(0), q.size(1), q.size(2), d, key_cache.size(1),
                                 block_size, max_blocks, static_cast<float>(scale), current_stream());
   return out;
 }

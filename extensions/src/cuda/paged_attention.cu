@@ -1,5 +1,6 @@
-// paged_attention CUDA kernel: one block per (row, head, query) task (grid-stride over the
-// tasks). The query goes to shared memory; each thread scores a strided subset of the row's
+// paged_attention CUDA kernel: one block per (query, head) task (grid-stride over the
+// tasks); a query's row is its batch row (the row form) or, in the flat form, found by a binary
+// search of query_starts on the device. The query goes to shared memory; each thread scores a strided subset of the row's
 // visible keys, read through the block table (key j: slot j % block_size of block
 // tables[r][j / block_size]), into a shared score row; a block max, exp and block sum make
 // the softmax; then each thread sums probability × value for a strided subset of the head_dim
@@ -17,8 +18,9 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(const T* __restrict__ q, const T* __restrict__ keys,
                            const T* __restrict__ values, const int64_t* __restrict__ tables,
-                           const int64_t* __restrict__ lens, T* __restrict__ out, int64_t tasks,
-                           int64_t heads, int64_t n, int64_t d, int64_t kv_heads, int64_t block_size,
+                           const int64_t* __restrict__ lens, const int64_t* __restrict__ starts,
+                           int64_t rows, T* __restrict__ out, int64_t tasks, int64_t heads,
+                           int64_t per_group, int64_t d, int64_t kv_heads, int64_t block_size,
                            int64_t max_blocks, float scale) {
   __shared__ float scratch[32];
   LOOM_DYNAMIC_SHARED(float, smem);
@@ -26,7 +28,19 @@ __global__ void __launch_bounds__(kThreads)
   float* scores = smem + d;  // [max_blocks * block_size]
   const int64_t group = heads / kv_heads;
   for (int64_t task = blockIdx.x; task < tasks; task += gridDim.x) {
-    const int64_t r = task / (heads * n), h = (task / n) % heads, i = task % n;
+    // q is [groups, heads, per_group, d]: the row form's groups are its rows.
+    const int64_t g = task / (heads * per_group), h = (task / per_group) % heads;
+    int64_t r = g, i = task % per_group, n = per_group;
+    if (starts != nullptr) {  // the flat form: the last row r with starts[r] <= i (i < starts[rows])
+      int64_t lo = 0, hi = rows - 1;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (starts[mid] <= i) lo = mid; else hi = mid - 1;
+      }
+      r = lo;
+      n = starts[r + 1] - starts[r];
+      i -= starts[r];
+    }
     const int64_t kh = h / group;
     const int64_t visible = lens[r] - n + i + 1;
     const int64_t* table = tables + r * max_blocks;
@@ -63,11 +77,13 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void paged_attention_forward(DType t, const void* q, const void* keys, const void* values,
-                             const int64_t* tables, const int64_t* lens, void* out, int64_t b,
-                             int64_t heads, int64_t n, int64_t d, int64_t kv_heads,
+                             const int64_t* tables, const int64_t* lens, const int64_t* starts,
+                             void* out, int64_t b, int64_t heads, int64_t n, int64_t d, int64_t kv_heads,
                              int64_t block_size, int64_t max_blocks, float scale,
                              cudaStream_t stream) {
-  const int64_t tasks = b * heads * n;
+  // The flat form's queries are one group of n = T; the row form's b groups of n.
+  const int64_t groups = starts != nullptr ? 1 : b;
+  const int64_t tasks = groups * heads * n;
   if (tasks == 0 || d == 0) return;
   const size_t smem = static_cast<size_t>(d + max_blocks * block_size) * sizeof(float);
   const unsigned grid = static_cast<unsigned>(tasks < (1 << 20) ? tasks : (1 << 20));
@@ -75,7 +91,7 @@ void paged_attention_forward(DType t, const void* q, const void* keys, const voi
     using T = decltype(tag);
     LOOM_LAUNCH(paged_attention_kernel<T>, grid, kThreads, smem, stream)(
         static_cast<const T*>(q), static_cast<const T*>(keys), static_cast<const T*>(values), tables,
-        lens, static_cast<T*>(out), tasks, heads, n, d, kv_heads, block_size, max_blocks, scale);
+        lens, starts, b, static_cast<T*>(out), tasks, heads, n, d, kv_heads, block_size, max_blocks, scale);
   });
   check_launch("paged_attention");
 }

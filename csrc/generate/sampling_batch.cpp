@@ -1,0 +1,154 @@
+#include "generate/sampling_batch.h"
+
+#include <ATen/ATen.h>
+#include <ATen/TensorIndexing.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace loom::generate {
+
+namespace {
+
+// Row i's logits after the repetition penalty over its tokens (each distinct id once, the
+// host's float(double(z) / p) or float(double(z) * p)) and with its banned token at -inf.
+at::Tensor processed_logits(const at::Tensor& raw, const std::vector<SampleRow>& rows) {
+  const int64_t vocab = raw.size(1);
+  const auto long_options = at::TensorOptions().dtype(at::kLong).device(raw.device());
+  at::Tensor z = raw.clone();
+  std::vector<int64_t> at_row, at_id;
+  std::vector<double> penalty;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double p = rows[i].options.repetition_penalty;
+    if (p == 1.0 || rows[i].penalized == nullptr) continue;
+    std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    for (int64_t id : *rows[i].penalized) {
+      if (id < 0 || id >= vocab || seen[static_cast<size_t>(id)]) continue;
+      seen[static_cast<size_t>(id)] = true;
+      at_row.push_back(static_cast<int64_t>(i));
+      at_id.push_back(id);
+      penalty.push_back(p);
+    }
+  }
+  if (!at_row.empty()) {
+    const at::Tensor r = at::tensor(at_row, long_options), id = at::tensor(at_id, long_options);
+    const at::Tensor p = at::tensor(penalty, long_options.dtype(at::kDouble));
+    const at::Tensor v = z.index({r, id}).to(at::kDouble);
+    z.index_put_({r, id}, at::where(v > 0, v / p, v * p).to(at::kFloat));
+  }
+  std::vector<int64_t> banned_row, banned_id;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].banned_token >= 0 && rows[i].banned_token < vocab) {
+      banned_row.push_back(static_cast<int64_t>(i));
+      banned_id.push_back(rows[i].banned_token);
+    }
+  if (!banned_row.empty())
+    z.index_put_({at::tensor(banned_row, long_options), at::tensor(banned_id, long_options)},
+                 -std::numeric_limits<float>::infinity());
+  return z;
+}
+
+// The sampled rows' tokens [m] (greedy rows: anything): TokenSampler::candidates and next over
+// the whole batch, in float64, every cumulative sum a sequential scan as on the host.
+at::Tensor drawn_tokens(const at::Tensor& z, const std::vector<SampleRow>& rows) {
+  const int64_t m = z.size(0), vocab = z.size(1);
+  const auto long_options = at::TensorOptions().dtype(at::kLong).device(z.device());
+  const auto double_options = long_options.dtype(at::kDouble);
+  std::vector<int64_t> k;
+  std::vector<double> inv_t, top_p, u;
+  for (const SampleRow& r : rows) {
+    const bool greedy = r.options.greedy;
+    k.push_back(greedy ? 1 : r.options.top_k > 0 ? std::min(r.options.top_k, vocab) : vocab);
+    inv_t.push_back(greedy ? 1.0 : 1.0 / r.options.temperature);
+    top_p.push_back(greedy ? 1.0 : r.options.top_p);
+    u.push_back(greedy ? 0.0 : r.uniform);
+  }
+  const at::Tensor k_t = at::tensor(k, long_options).view({m, 1});
+  const at::Tensor p_t = at::tensor(top_p, double_options).view({m, 1});
+  const at::Tensor u_t = at::tensor(u, double_options).view({m, 1});
+  // Draw order: decreasing logit, lower id first among equals (a stable sort).
+  const auto [sorted, ids] = at::sort(z, /*stable=*/true, /*dim=*/1, /*descending=*/true);
+  const at::Tensor scaled = sorted.to(at::kDouble) * at::tensor(inv_t, double_options).view({m, 1});
+  const at::Tensor in_k = at::arange(vocab, long_options).view({1, vocab}) < k_t;
+  const at::Tensor e = at::exp(scaled - scaled.narrow(1, 0, 1)).masked_fill(in_k.logical_not(), 0.0);
+  at::Tensor probs = e / at::cumsum(e, 1).gather(1, k_t - 1);  // softmax over the top-k
+  // Nucleus (rows with top_p < 1): keep a token while the mass before it is below top_p.
+  const at::Tensor before = at::cat({at::zeros({m, 1}, double_options), at::cumsum(probs, 1).narrow(1, 0, vocab - 1)}, 1);
+  const at::Tensor nucleus = p_t < 1.0;
+  const at::Tensor keep = in_k.logical_and(nucleus.logical_not().logical_or(before < p_t));
+  // (a row with a NaN fails anyway; clamped so that it keeps an index)
+  const at::Tensor last_kept = (keep.sum(1, /*keepdim=*/true) - 1).clamp_min(0);
+  probs = probs.masked_fill(keep.logical_not(), 0.0);
+  probs = at::where(nucleus, probs / at::cumsum(probs, 1).gather(1, last_kept), probs);
+  // The first kept token whose cumulative probability exceeds u, else the last kept one.
+  const at::Tensor hit = keep.logical_and(u_t < at::cumsum(probs, 1));
+  const at::Tensor first = at::where(hit.any(1, /*keepdim=*/true), hit.to(at::kInt).argmax(1, /*keepdim=*/true), last_kept);
+  return ids.gather(1, first).squeeze(1);
+}
+
+}  // namespace
+
+SampledRows sample_rows(const at::Tensor& logits, const std::vector<SampleRow>& rows) {
+  const int64_t m = static_cast<int64_t>(rows.size());
+  if (logits.dim() != 2 || logits.size(0) != m || logits.size(1) < 1)
+    throw std::invalid_argument("sample_rows: expected logits [" + std::to_string(m) + ", vocab >= 1], found " +
+                                c10::str(logits.sizes()));
+  for (const SampleRow& r : rows) validate(r.options);
+  SampledRows out;
+  if (m == 0) return out;
+  at::NoGradGuard no_grad;
+  const int64_t vocab = logits.size(1);
+  const auto double_options = at::TensorOptions().dtype(at::kDouble).device(logits.device());
+  const at::Tensor raw = logits.to(at::kFloat).contiguous();
+  const at::Tensor z = processed_logits(raw, rows);
+  // A NaN or +inf logit fails its row (the host sampler's check), reported with the first one.
+  const at::Tensor bad = at::isnan(z).logical_or(z == std::numeric_limits<float>::infinity());
+  const at::Tensor bad_at = bad.to(at::kInt).argmax(1, /*keepdim=*/true);
+  bool any_sampled = false;
+  std::vector<int64_t> greedy;
+  for (const SampleRow& r : rows) {
+    greedy.push_back(r.options.greedy ? 1 : 0);
+    any_sampled = any_sampled || !r.options.greedy;
+  }
+  at::Tensor token = z.argmax(1);  // greedy: the first maximum
+  if (any_sampled) {
+    const at::Tensor is_greedy = at::tensor(greedy, double_options.dtype(at::kLong)) != 0;
+    token = at::where(is_greedy, token, drawn_tokens(z, rows));
+  }
+  token = at::where(bad.any(1), at::full_like(token, -1), token);
+  // Log-probabilities of the raw logits, in float64.
+  const at::Tensor x = raw.to(at::kDouble);
+  const at::Tensor mx = x.amax(1, /*keepdim=*/true);
+  const at::Tensor lse = mx + at::log(at::exp(x - mx).sum(1, /*keepdim=*/true));
+  const at::Tensor logprob = x.gather(1, token.clamp_min(0).view({m, 1})) - lse;
+  int64_t top = 0;
+  for (const SampleRow& r : rows) top = std::max(top, std::min(r.top_logprobs, vocab));
+  std::vector<at::Tensor> columns{token.view({m, 1}).to(at::kDouble), bad_at.to(at::kDouble), z.gather(1, bad_at).to(at::kDouble),
+                                  logprob};
+  if (top > 0) {
+    const auto [best, best_ids] = at::sort(raw, /*stable=*/true, /*dim=*/1, /*descending=*/true);
+    columns.push_back(best_ids.narrow(1, 0, top).to(at::kDouble));
+    columns.push_back(best.narrow(1, 0, top).to(at::kDouble) - lse);
+  }
+  // The one device-to-host copy of the step's choices.
+  const at::Tensor host = at::cat(columns, 1).to(at::kCPU).contiguous();
+  const double* h = host.data_ptr<double>();
+  const int64_t width = host.size(1);
+  for (int64_t i = 0; i < m; ++i) {
+    const double* row = h + i * width;
+    out.tokens.push_back(static_cast<int64_t>(row[0]));
+    out.errors.push_back(row[0] < 0 ? "TokenSampler: logit of token " + std::to_string(static_cast<int64_t>(row[1])) +
+                                          " is " + std::to_string(static_cast<float>(row[2]))
+                                    : std::string());
+    out.logprobs.push_back(row[3]);
+    std::vector<std::pair<int64_t, double>> alternatives;
+    for (int64_t j = 0; j < std::min(rows[static_cast<size_t>(i)].top_logprobs, top); ++j)
+      alternatives.emplace_back(static_cast<int64_t>(row[4 + j]), row[4 + top + j]);
+    out.top.push_back(std::move(alternatives));
+  }
+  return out;
+}
+
+}  // namespace loom::generate
