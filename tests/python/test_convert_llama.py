@@ -54,6 +54,28 @@ def hf_logits(model, ids):
         return model(torch.tensor([ids])).logits[0]
 
 
+def assert_transformers_logits(run, model, tmp_path):
+    """The imported run's fp32 logits equal the HF model's within 1e-5; returns Loom's."""
+    ours = loom_logits(run, IDS, tmp_path)
+    want = hf_logits(model, IDS)
+    assert ours.shape == want.shape
+    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+    return ours
+
+
+def export_bit_identical(run, hf_dir, tmp_path):
+    """`loom convert --to hf` of the run writes the imported tensors back bit for bit (names,
+    dtypes, values); returns the export's folder and its config.json."""
+    back = tmp_path / "back"
+    convert("--to", "hf", back, "--checkpoint", run)
+    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
+    assert sorted(got) == sorted(orig)
+    for name in orig:
+        assert got[name].dtype == orig[name].dtype, name
+        assert torch.equal(got[name], orig[name]), name
+    return back, json.loads((back / "config.json").read_text())
+
+
 def test_import_gqa_untied_llama_has_transformers_logits_and_exports_bit_identical(tmp_path):
     from transformers import LlamaForCausalLM
     hf_dir, model = random_llama(tmp_path, "hf_llama")
@@ -66,20 +88,10 @@ def test_import_gqa_untied_llama_has_transformers_logits_and_exports_bit_identic
         assert line in recipe, line
     assert (run / "tokenizer" / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
     assert (run / "tokenizer" / "tokenizer_config.json").is_file()
-    ours = loom_logits(run, IDS, tmp_path)
-    want = hf_logits(model, IDS)
-    assert ours.shape == want.shape
-    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+    ours = assert_transformers_logits(run, model, tmp_path)
 
     # HF -> Loom -> HF: the same tensors, bit for bit, and transformers loads the folder.
-    back = tmp_path / "back"
-    convert("--to", "hf", back, "--checkpoint", run)
-    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
-    assert sorted(got) == sorted(orig)
-    for name in orig:
-        assert got[name].dtype == orig[name].dtype, name
-        assert torch.equal(got[name], orig[name]), name
-    config = json.loads((back / "config.json").read_text())
+    back, config = export_bit_identical(run, hf_dir, tmp_path)
     assert config["num_key_value_heads"] == 2 and config["tie_word_embeddings"] is False
     assert (back / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
     reloaded = LlamaForCausalLM.from_pretrained(back, local_files_only=True).eval()
@@ -91,15 +103,8 @@ def test_import_tied_multi_head_llama_has_transformers_logits(tmp_path):
     hf_dir, model = random_llama(tmp_path, "hf_tied", kv_heads=4, tie=True)
     run = tmp_path / "imported"
     convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2")
-    ours = loom_logits(run, IDS, tmp_path)
-    want = hf_logits(model, IDS)
-    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
-    back = tmp_path / "back"
-    convert("--to", "hf", back, "--checkpoint", run)
-    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
-    assert sorted(got) == sorted(orig)
-    for name in orig:
-        assert torch.equal(got[name], orig[name]), name
+    assert_transformers_logits(run, model, tmp_path)
+    export_bit_identical(run, hf_dir, tmp_path)
 
 
 def test_head_dim_and_llama31_rope_scaling_have_transformers_logits_both_ways(tmp_path):
@@ -111,20 +116,13 @@ def test_head_dim_and_llama31_rope_scaling_have_transformers_logits_both_ways(tm
     recipe = (run / "config.yaml").read_text()
     for line in ("kv_channels: 16", "rope_scaling: true", "rope_scaling_factor: 4", "old_context_len: 32"):
         assert line in recipe, line
-    ours = loom_logits(run, IDS, tmp_path)
+    ours = assert_transformers_logits(run, model, tmp_path)
     want = hf_logits(model, IDS)
-    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
     # Without the scaling the logits differ: the test sees it.
     plain, _ = random_llama(tmp_path, "hf_plain", head_dim=16)
     assert (hf_logits(LlamaForCausalLM.from_pretrained(plain, local_files_only=True).eval(), IDS) - want).abs().max() > 1e-4
 
-    back = tmp_path / "back"
-    convert("--to", "hf", back, "--checkpoint", run)
-    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
-    assert sorted(got) == sorted(orig)
-    for name in orig:
-        assert torch.equal(got[name], orig[name]), name
-    config = json.loads((back / "config.json").read_text())
+    back, config = export_bit_identical(run, hf_dir, tmp_path)
     assert config["head_dim"] == 16 and config["rope_parameters"]["rope_type"] == "llama3"
     reloaded = LlamaForCausalLM.from_pretrained(back, local_files_only=True).eval()
     assert reloaded.config.rope_parameters["original_max_position_embeddings"] == 32
@@ -143,19 +141,9 @@ def test_qwen2_imports_with_transformers_logits_and_exports_bit_identical(tmp_pa
     for line in ("bias: false", "qkv_bias: true", "num_query_groups: 2",
                  f"share_embeddings_and_output_weights: {'true' if tie else 'false'}"):
         assert line in recipe, line
-    ours = loom_logits(run, IDS, tmp_path)
-    want = hf_logits(model, IDS)
-    assert ours.shape == want.shape
-    assert (ours - want).abs().max().item() <= 1e-5, (ours - want).abs().max().item()
+    ours = assert_transformers_logits(run, model, tmp_path)
 
-    back = tmp_path / "back"
-    convert("--to", "hf", back, "--checkpoint", run)
-    got, orig = load_file(str(back / "model.safetensors")), load_file(str(hf_dir / "model.safetensors"))
-    assert sorted(got) == sorted(orig)
-    for name in orig:
-        assert got[name].dtype == orig[name].dtype, name
-        assert torch.equal(got[name], orig[name]), name
-    config = json.loads((back / "config.json").read_text())
+    back, config = export_bit_identical(run, hf_dir, tmp_path)
     assert config["model_type"] == "qwen2" and config["architectures"] == ["Qwen2ForCausalLM"]
     assert config["tie_word_embeddings"] is tie
     reloaded = Qwen2ForCausalLM.from_pretrained(back, local_files_only=True).eval()
