@@ -19,7 +19,7 @@
 // reads them through the block tables with loom::ops::paged_attention (no mask is built: each
 // row's causal limit comes from its own length). select_flat() feeds rows with different
 // numbers of new positions in one forward without padding (chunked prefill beside decodes,
-// docs/serving.md "Chunked prefill"): the forward's one batch row holds every selected row's new
+// docs/serving.md "Continuous batching with chunked prefill"): the forward's one batch row holds every selected row's new
 // positions one after another, and paged_attention's flat form splits them by row.
 #pragma once
 #include <ATen/core/Tensor.h>

@@ -14,10 +14,11 @@ namespace {
 at::Tensor llama3_scaled(const at::Tensor& inv_freq, const RopeScaling& r) {
   const double old_len = static_cast<double>(r.old_context_len);
   const double low_wavelength = old_len / r.low_freq_factor, high_wavelength = old_len / r.high_freq_factor;
-  const at::Tensor wavelength = at::full_like(inv_freq, 2.0 * M_PI) / inv_freq;
+  // scalar / tensor in torch is tensor.reciprocal() * scalar (Tensor.__rtruediv__): the same here.
+  const at::Tensor wavelength = inv_freq.reciprocal() * (2.0 * M_PI);
   const at::Tensor long_scaled = at::where(wavelength > low_wavelength, inv_freq / r.factor, inv_freq);
   const at::Tensor smooth =
-      (at::full_like(inv_freq, old_len) / wavelength - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      (wavelength.reciprocal() * old_len - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
   const at::Tensor smoothed = (1.0 - smooth) * long_scaled / r.factor + smooth * long_scaled;
   const at::Tensor medium = (wavelength >= high_wavelength).logical_and(wavelength <= low_wavelength);
   return at::where(medium, smoothed, long_scaled);

@@ -65,6 +65,9 @@ InferenceMeasurement measure_inference_layout(const InferenceMeasureOptions& opt
              "--tensor-parallel", std::to_string(layout.parallel.tp), "--pipeline-parallel", std::to_string(layout.parallel.pp),
              "--max-batch", std::to_string(layout.batch), "--bench-batch", std::to_string(layout.batch),
              "--bench-prompt-tokens", std::to_string(opt.prompt_tokens),
+             // The whole batch's prompts in one step's forward, as the TTFT model assumes
+             // (docs/planner_inference.md); the server's default budget would chunk them.
+             "--max-num-batched-tokens", std::to_string(std::max<int64_t>(layout.batch * opt.prompt_tokens, layout.batch)),
              "--bench-output-tokens", std::to_string(opt.output_tokens),
              "--bench-rounds", std::to_string(opt.rounds), "--bench-out", result_file};
   lo.nproc = layout.parallel.tp * layout.parallel.pp;

@@ -119,7 +119,7 @@ double loom_layer_activation_bytes(const ModelShape& m, int b, int t, bool sp, R
 
 double rotary_table_bytes(const ModelShape& m, int b, Precision precision) {
   if (m.position_embedding_type != PositionEmbedding::kRope) return 0.0;
-  return 2.0 * b * double(m.seq_length) * double(m.head_dim()) * element_bytes(precision);  // cos and sin
+  return 2.0 * b * double(m.seq_length) * double(m.rotary_dim()) * element_bytes(precision);  // cos and sin
 }
 
 namespace {

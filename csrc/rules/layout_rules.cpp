@@ -117,7 +117,7 @@ std::vector<Violation> architecture_violations(const ModelShape& m, int64_t t) {
     if (head_known && m.rotary_percentage > 0.0 && m.rotary_percentage <= 1.0 &&
         (m.rotary_dim() < 2 || m.rotary_dim() % 2 != 0))
       out.push_back(violation(kPositionType, fmt::format("rope needs an even number >= 2 of rotated dimensions per head "
-                                                         "(int(head dimension {} * rotary_percentage {})), found {}",
+                                                         "(int(head dimension {} (kv_channels, or hidden / heads) * rotary_percentage {})), found {}",
                                                          m.head_dim(), m.rotary_percentage, m.rotary_dim()),
                               {kHidden, kHeads, kKvChannels, kRotaryPercentage}));
   }

@@ -25,7 +25,9 @@ bool ModelShape::is_gpt() const {
   return normalization == gpt.normalization && position_embedding_type == gpt.position_embedding_type &&
          rotary_base == gpt.rotary_base && rotary_percentage == gpt.rotary_percentage &&
          activation == gpt.activation && query_groups() == num_attention_heads && bias == gpt.bias &&
-         qkv_bias == gpt.qkv_bias && kv_channels == gpt.kv_channels && rope_scaling.is_default() &&
+         // Redundant spellings of GPT: a QKV bias beside bias: true, kv_channels written as h/a.
+         (!qkv_bias || bias) && (kv_channels == 0 || kv_channels * num_attention_heads == hidden_size) &&
+         rope_scaling.is_default() &&
          share_embeddings_and_output_weights == gpt.share_embeddings_and_output_weights;
 }
 
@@ -118,6 +120,10 @@ std::string ModelShape::summary() const {
   if (activation != Activation::kGelu) architecture += std::string(" ") + recipe_name(activation);
   if (!bias) architecture += " no-bias";
   if (!share_embeddings_and_output_weights) architecture += " untied";
+  if (qkv_bias && !bias) architecture += " qkv-bias";
+  if (head_dim() * num_attention_heads != hidden_size) architecture += fmt::format(" d{}", head_dim());
+  if (rotary_percentage != 1.0) architecture += fmt::format(" rotary{}", rotary_percentage);
+  if (rope_scaling.enabled) architecture += fmt::format(" rope-scaled{}", rope_scaling.factor);
   return fmt::format("{}L h{} a{}{} ffn{} s{} V{}{} ({:.2f}B params)", num_layers, hidden_size, num_attention_heads,
                      groups, ffn(), seq_length, vocab_size, architecture, parameter_count() / 1e9);
 }

@@ -449,7 +449,7 @@ void GenerationEngine::score_prompt(Running& r, const at::Tensor& logits, int64_
   }
 }
 
-// One forward over the flat batch (docs/serving.md, "Chunked prefill"): each segment's next
+// One forward over the flat batch (docs/serving.md, "Continuous batching with chunked prefill"): each segment's next
 // positions, every request's from its own length. A request whose context is then computed
 // (a decode, or a prefill's last chunk) gets its next token chosen on the last stage (none once
 // max_tokens is reached) and, at the end of a first prefill that asked, its prompt's

@@ -4,7 +4,7 @@
 // stage's TP group) and pipeline parallelism (stages kept apart, hidden states over
 // runtime/pipeline_links.h). Continuous batching: between steps finished requests leave and
 // waiting ones join; at most max_batch requests run. Each step is ONE forward over a flat batch
-// of tokens (chunked prefill, docs/serving.md "Chunked prefill"): the next token of every
+// of tokens (chunked prefill, docs/serving.md "Continuous batching with chunked prefill"): the next token of every
 // decoding request first, then chunks of the prompts being prefilled, at most
 // max_num_batched_tokens in all, each sequence at its own positions (no padding: the paged
 // attention reads each one's keys and values through its block table). A long prompt is split

@@ -3,7 +3,9 @@
 // fallback for long rows). Shapes: loom_ops/ops.h.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "paged_attention.h"
 
@@ -36,6 +38,8 @@ void check_paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
   TORCH_CHECK(!flat || q.size(0) == 1, "loom::paged_attention: with query_starts, q must be [1, heads, T, head_dim], got ",
               q.sizes());
   const int64_t b = flat ? block_tables.size(0) : q.size(0);
+  TORCH_CHECK(!flat || b > 0 || q.size(2) == 0,
+              "loom::paged_attention: with query_starts, ", q.size(2), " queries need at least one row of block_tables");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.dim() == 2 && block_tables.size(0) == b,
               "loom::paged_attention: block_tables must be int64 [", flat ? "b" : std::to_string(b),
               ", max_blocks], got ", block_tables.scalar_type(), " ", block_tables.sizes());
@@ -58,42 +62,53 @@ void check_paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
 
 namespace loom::ops {
 
-namespace {
+namespace internal {
 
 // The flat form as the row form: every query becomes a row of one query, with its row's block
 // table and its own position + 1 as the length (the tables and lengths stay on the device).
 at::Tensor paged_attention_gather_flat(const at::Tensor& q, const at::Tensor& key_cache,
                                        const at::Tensor& value_cache, const at::Tensor& block_tables,
                                        const at::Tensor& context_lens, double scale,
-                                       const at::Tensor& query_starts) {
+                                       const at::Tensor& query_starts, int64_t max_gather_bytes) {
   const int64_t total = q.size(2), b = block_tables.size(0);
   if (total == 0 || b == 0) return at::empty_like(q, at::MemoryFormat::Contiguous);
   const auto long_options = block_tables.options();
-  const at::Tensor t = at::arange(total, long_options);
-  // The row of query t: the last r with query_starts[r] <= t (empty rows are skipped).
-  const at::Tensor row = (at::searchsorted(query_starts, t, /*out_int32=*/false, /*right=*/true) - 1).clamp(0, b - 1);
-  const at::Tensor ends = query_starts.index_select(0, row + 1);
-  const at::Tensor lens = context_lens.index_select(0, row) - (ends - t) + 1;  // position of t, + 1
-  const at::Tensor rows_q = q.select(0, 0).transpose(0, 1).unsqueeze(2);      // [T, heads, 1, d]
-  const at::Tensor out = paged_attention_gather(rows_q, key_cache, value_cache, block_tables.index_select(0, row),
-                                                lens, scale, std::nullopt);  // [T, heads, 1, d]
-  return out.squeeze(2).transpose(0, 1).unsqueeze(0).contiguous();           // [1, heads, T, d]
+  // Per query: its keys and values expanded to q's heads, and its scores, in the accumulation type.
+  const int64_t longest = block_tables.size(1) * key_cache.size(2), heads = q.size(1), d = q.size(3);
+  const int64_t per_query = heads * longest * (2 * d + 1) *
+                            static_cast<int64_t>(at::elementSize(internal::acc_dtype(q.scalar_type())));
+  const int64_t chunk = std::max<int64_t>(1, max_gather_bytes / std::max<int64_t>(per_query, 1));
+  std::vector<at::Tensor> outs;
+  for (int64_t first = 0; first < total; first += chunk) {
+    const int64_t n = std::min(chunk, total - first);
+    const at::Tensor t = at::arange(first, first + n, long_options);
+    // The row of query t: the last r with query_starts[r] <= t (empty rows are skipped).
+    const at::Tensor row = (at::searchsorted(query_starts, t, /*out_int32=*/false, /*right=*/true) - 1).clamp(0, b - 1);
+    const at::Tensor ends = query_starts.index_select(0, row + 1);
+    const at::Tensor lens = context_lens.index_select(0, row) - (ends - t) + 1;  // position of t, + 1
+    const at::Tensor rows_q = q.select(0, 0).narrow(1, first, n).transpose(0, 1).unsqueeze(2);  // [n, heads, 1, d]
+    outs.push_back(paged_attention_gather(rows_q, key_cache, value_cache, block_tables.index_select(0, row), lens,
+                                          scale, std::nullopt));  // [n, heads, 1, d]
+  }
+  const at::Tensor out = outs.size() == 1 ? outs[0] : at::cat(outs, 0);
+  return out.squeeze(2).transpose(0, 1).unsqueeze(0).contiguous();  // [1, heads, T, d]
 }
 
-}  // namespace
+}  // namespace internal
 
 // Any device: gather each row's blocks into [b, kv_heads, max_blocks · block_size, d], then
 // masked scores, softmax and ×V in the accumulation type. Memory O(b · heads · n · L): CUDA's
 // fallback for rows longer than its kernel's shared memory holds (no host sync: the lengths
 // stay on the device). Table entries past a row's blocks may hold anything: they are clamped, and the
-// mask hides their keys. The flat form gathers per query: memory O(T · heads · L).
+// mask hides their keys. The flat form gathers per query, in chunks of at most
+// internal::kMaxGatherBytes.
 at::Tensor paged_attention_gather(const at::Tensor& q, const at::Tensor& key_cache,
                                   const at::Tensor& value_cache, const at::Tensor& block_tables,
                                   const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& query_starts) {
   internal::check_paged_attention(q, key_cache, value_cache, block_tables, context_lens, query_starts);
   if (query_starts)
-    return paged_attention_gather_flat(q, key_cache, value_cache, block_tables, context_lens, scale, *query_starts);
+    return internal::paged_attention_gather_flat(q, key_cache, value_cache, block_tables, context_lens, scale, *query_starts);
   const int64_t b = q.size(0), heads = q.size(1), n = q.size(2), d = q.size(3);
   const int64_t kv = key_cache.size(1), bs = key_cache.size(2), blocks = block_tables.size(1);
   const int64_t longest = blocks * bs;

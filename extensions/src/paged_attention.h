@@ -18,6 +18,16 @@ void check_paged_attention(const at::Tensor& q, const at::Tensor& key_cache,
                            const at::Tensor& value_cache, const at::Tensor& block_tables,
                            const at::Tensor& context_lens,
                            const std::optional<at::Tensor>& query_starts);
+
+/// The gather composition's flat form (query_starts [b + 1]): each query of q [1, heads, T, d]
+/// attends as a row of its own, taken in chunks of queries whose gathered keys, values and
+/// scores stay within `max_gather_bytes` (at least one query per chunk), so that a long context
+/// beside a large step budget does not gather T copies of it at once. Returns [1, heads, T, d].
+inline constexpr int64_t kMaxGatherBytes = int64_t{256} << 20;
+at::Tensor paged_attention_gather_flat(const at::Tensor& q, const at::Tensor& key_cache,
+                                       const at::Tensor& value_cache, const at::Tensor& block_tables,
+                                       const at::Tensor& context_lens, double scale,
+                                       const at::Tensor& query_starts, int64_t max_gather_bytes = kMaxGatherBytes);
 }  // namespace internal
 
 #define LOOM_DECLARE_PAGED_ATTENTION(suffix)                                                    \

@@ -167,4 +167,4 @@ int convert_command(int argc, char** argv) {
 
 }  // namespace
 
-LOOM_REGISTER_COMMAND("convert", "convert checkpoints: another layout, Hugging Face GPT-2 out and in", convert_command);
+LOOM_REGISTER_COMMAND("convert", "convert checkpoints: another layout, Hugging Face GPT-2 / Llama / Qwen2 out and in", convert_command);

@@ -43,6 +43,13 @@ TEST_CASE("the architecture fields default to GPT's", "[config]") {
   const loom::ModelShape shape = recipe_model_shape(r, 50257);
   CHECK(shape.is_gpt());
   CHECK(shape.query_groups() == 4);
+  // Redundant spellings stay GPT (exported as GPT-2): kv_channels written as hidden / heads, and
+  // a QKV bias beside bias: true.
+  const Recipe spelled = load_recipe_from_string(kMinimalRecipe, "min.yaml",
+                                                 {"model.kv_channels=" + std::to_string(r.model.hidden_size / r.model.num_attention_heads),
+                                                  "model.qkv_bias=true"});
+  CHECK(recipe_model_shape(spelled, 50257).is_gpt());
+  CHECK_FALSE(recipe_model_shape(load_recipe_from_string(kMinimalRecipe, "min.yaml", {"model.kv_channels=8"}), 50257).is_gpt());
 }
 
 TEST_CASE("a Llama recipe reads into the model shape", "[config]") {

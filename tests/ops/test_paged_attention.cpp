@@ -111,6 +111,15 @@ TEST_CASE("paged_attention's flat form gives each row's attention of its own new
       const at::Tensor gathered =
           loom::ops::paged_attention_gather(q, p.keys, p.values, p.tables, p.lens, scale, query_starts);
       const double tol = dtype == at::kBFloat16 ? 2e-2 : dtype == at::kFloat ? 1e-5 : 1e-12;
+      // The same in chunks of 1 and of 4 queries (a budget below one query's copy, then 4 queries').
+      const int64_t one_query = heads * p.tables.size(1) * block_size * (2 * d + 1) *
+                                static_cast<int64_t>(at::elementSize(dtype == at::kDouble ? at::kDouble : at::kFloat));
+      for (int64_t budget : {int64_t{1}, 4 * one_query}) {
+        CAPTURE(budget);
+        const at::Tensor chunked = loom::ops::internal::paged_attention_gather_flat(q, p.keys, p.values, p.tables,
+                                                                                   p.lens, scale, query_starts, budget);
+        LOOM_CHECK_CLOSE(chunked, gathered, tol, tol);
+      }
       for (size_t r = 0; r < lens.size(); ++r) {
         CAPTURE(r);
         if (news[r] == 0) continue;
@@ -135,6 +144,12 @@ TEST_CASE("paged_attention's flat form gives each row's attention of its own new
   REQUIRE_THROWS_WITH(loom::ops::paged_attention(at::randn({2, 2, 2, d}), p.keys, p.values, p.tables, p.lens, 1.0,
                                                  at::tensor(std::vector<int64_t>{0, 2, 4}, at::kLong)),
                       Catch::Contains("[1, heads, T, head_dim]"));
+  // Queries without any row: refused by every backend's shared check (the gather would return
+  // uninitialised memory).
+  const at::Tensor no_rows = at::empty({0, p.tables.size(1)}, at::kLong);
+  REQUIRE_THROWS_WITH(loom::ops::paged_attention_gather(q, p.keys, p.values, no_rows, at::empty({0}, at::kLong), 1.0,
+                                                        at::tensor(std::vector<int64_t>{0}, at::kLong)),
+                      Catch::Contains("4 queries need at least one row"));
   const auto meta = at::TensorOptions().device(at::kMeta);
   REQUIRE(loom::ops::paged_attention(at::empty({1, 4, 6, 8}, meta), at::empty({10, 2, 16, 8}, meta),
                                      at::empty({10, 2, 16, 8}, meta), at::empty({3, 5}, meta.dtype(at::kLong)),

@@ -52,6 +52,14 @@ TEST_CASE("Llama 3 parameter counts equal the published model sizes", "[planner]
   CHECK(qkv_width(m) == 4096 + 2 * 1024);
   CHECK(fc1_width(m) == 2 * 14336);
   CHECK(m.summary() == "32L h4096 a32 g8 ffn14336 s8192 V128256 rmsnorm rope fast-swiglu no-bias untied (8.03B params)");
+  // The options that change no name above are named after it.
+  ModelShape qwen = m;
+  qwen.qkv_bias = true;
+  qwen.kv_channels = 64;
+  qwen.rotary_percentage = 0.5;
+  qwen.rope_scaling.enabled = true;
+  qwen.rope_scaling.factor = 8;
+  CHECK_THAT(qwen.summary(), Catch::Contains("no-bias untied qkv-bias d64 rotary0.5 rope-scaled8 ("));
 }
 
 TEST_CASE("each Llama option changes the parameter count by its own tensors", "[planner][llama]") {
