@@ -96,18 +96,24 @@ def not_beaten_beyond_noise(row, winner):
     return float(row["measured_s"]) - float(winner["measured_s"]) <= noise * float(winner["measured_s"])
 
 
-@pytest.mark.skipif(os.environ.get("LOOM_PLAN_MEASURE_FULL") != "1",
-                    reason="18 timed training runs (~2 min): tools/test.sh --full (LOOM_PLAN_MEASURE_FULL=1); "
-                           "CI measures two layouts once each (test_measure_runs_two_layouts_end_to_end)")
-def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_path):
+def measure(profile, corpus, tmp_path, count, knobs, steps, skip):
+    """`loom plan --measure COUNT` of the recipe's 2-rank layouts (run directories under
+    tmp_path/runs): the finished command and the rows of its CSV table."""
     table = tmp_path / "measured.csv"
-    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", 6, *MEASURE_KNOBS,
-                "--measure-steps", 6, "--measure-skip", 2, "--measure-csv", table,
+    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", count, *knobs,
+                "--measure-steps", steps, "--measure-skip", skip, "--measure-csv", table,
                 "--measure-dir", tmp_path / "runs", "--measure-timeout", 300,
                 "trainer.devices=2", "model.pipeline_model_parallel_size=1",
                 f"model.data.data_prefix=[1.0,{corpus}]")
     assert done.returncode == 0, done.stderr[-6000:]
-    rows = list(csv.DictReader(table.open()))
+    return done, list(csv.DictReader(table.open()))
+
+
+@pytest.mark.skipif(os.environ.get("LOOM_PLAN_MEASURE_FULL") != "1",
+                    reason="18 timed training runs (~2 min): tools/test.sh --full (LOOM_PLAN_MEASURE_FULL=1); "
+                           "CI measures two layouts once each (test_measure_runs_two_layouts_end_to_end)")
+def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_path):
+    done, rows = measure(profile, corpus, tmp_path, 6, MEASURE_KNOBS, steps=6, skip=2)
     assert len(rows) == 6, done.stderr[-4000:]
     assert all(r["status"] == "ok" and len(r["run_seconds"].split(";")) == 3 for r in rows), rows
     by_pred = sorted(rows, key=lambda r: int(r["predicted_rank"]))
@@ -133,14 +139,7 @@ def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_pa
 def test_measure_runs_two_layouts_end_to_end(profile, corpus, tmp_path):
     # CI's share of the ranking test above: two real timed runs, their rows and their run
     # directories (metrics, no checkpoint), without the order (which needs repeats to beat noise).
-    table = tmp_path / "measured.csv"
-    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", 2, "--tp", "1", "--dist-opt", "off",
-                "--measure-steps", 3, "--measure-skip", 1, "--measure-csv", table,
-                "--measure-dir", tmp_path / "runs", "--measure-timeout", 300,
-                "trainer.devices=2", "model.pipeline_model_parallel_size=1",
-                f"model.data.data_prefix=[1.0,{corpus}]")
-    assert done.returncode == 0, done.stderr[-6000:]
-    rows = list(csv.DictReader(table.open()))
+    _, rows = measure(profile, corpus, tmp_path, 2, ("--tp", "1", "--dist-opt", "off"), steps=3, skip=1)
     assert len(rows) == 2 and all(r["status"] == "ok" and float(r["measured_s"]) > 0 for r in rows), rows
     assert sorted(int(r["measured_rank"]) for r in rows) == [1, 2]
     runs = sorted((tmp_path / "runs").iterdir())
