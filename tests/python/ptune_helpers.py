@@ -26,9 +26,10 @@ METHODS = {
 }
 
 
-def make_base(corpus, run_dir):
-    """A tiny GPT (4 layers, hidden 32, 32 positions) trained for 2 steps at t=1 p=1."""
-    run_train(tiny_overrides(corpus, run_dir, steps=2, global_batch=4))
+def make_base(corpus, run_dir, extra=()):
+    """A tiny GPT (4 layers, hidden 32, 32 positions; `extra`: model overrides such as
+    train_helpers.LLAMA) trained for 2 steps at t=1 p=1."""
+    run_train(tiny_overrides(corpus, run_dir, steps=2, global_batch=4, extra=extra))
     return run_dir
 
 

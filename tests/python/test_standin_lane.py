@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from test_data_helpers import ROOT, loom_binary
-from train_helpers import RECIPE, make_corpus, metrics
+from train_helpers import LLAMA, RECIPE, make_corpus, metrics
 
 STEPS = 4
 # The main-job recipe's model and data; these layouts and precisions (the issue's lane).
@@ -242,3 +242,15 @@ def test_generate_at_t2_on_the_standin_prints_the_cpu_text(cpu_runs):
     on_standin = loom(args + ["--accelerator", "gpu"], "standin")
     assert on_standin.stdout == on_cpu.stdout
     assert on_cpu.stdout.startswith("ROMEO:") and len(on_cpu.stdout) > len("ROMEO:\n")
+
+
+def test_llama_standin_run_is_bit_identical_to_cpu_ranks(corpus, tmp_path):
+    """The Llama-family decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied output)
+    on the lane's t=2 × p=2 SP layout in bf16: the stand-in device computes the CPU ranks' run."""
+    cpu, standin = tmp_path / "cpu", tmp_path / "standin"
+    train(corpus, cpu, "cpu", "t2p2_sp_selective", "bf16", extra=LLAMA)
+    done = train(corpus, standin, "standin", "t2p2_sp_selective", "bf16", extra=LLAMA)
+    assert "device: standin:0" in done.stderr and "normalization: rmsnorm" in done.stderr
+    assert len(step_values(cpu)) == STEPS and step_values(standin) == step_values(cpu)
+    assert val_values(standin) == val_values(cpu)
+    assert checkpoint_files(standin) == checkpoint_files(cpu)

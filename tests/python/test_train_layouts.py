@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from train_helpers import ROOT, full_parameters, loom_binary, make_corpus, metrics, run_train, tiny_overrides
+from train_helpers import ROOT, full_parameters, LLAMA, loom_binary, make_corpus, metrics, run_train, tiny_overrides
 
 STEPS = 5
 LAYOUTS = [  # (t, p, d, v)
@@ -55,13 +55,6 @@ def test_layout_matches_single_process(corpus, reference, tmp_path, t, p, d, v):
     if p > 1:
         # The last stage's copy of the tied word embedding stays bit-identical to the first's.
         assert torch.equal(params["output_layer.weight"], params["embedding.word_embeddings.weight"])
-
-
-# The tiny recipe's model as a Llama-family decoder (docs/design/llama.md): 2 K/V heads (one per
-# tensor rank at t = 2), SwiGLU, RoPE, RMSNorm, no biases, an untied output layer.
-LLAMA = ["model.normalization=rmsnorm", "model.position_embedding_type=rope", "model.activation=fast-swiglu",
-         "model.ffn_hidden_size=96", "model.num_query_groups=2", "model.bias=false",
-         "model.share_embeddings_and_output_weights=false", "model.layernorm_epsilon=1.0e-6"]
 
 
 def test_llama_at_t2_p2_with_sp_matches_single_process(corpus, tmp_path):

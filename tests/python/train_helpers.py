@@ -24,6 +24,13 @@ def make_corpus(tmp_path_factory):
     return str(prefix) + "_text_document"
 
 
+# The tiny recipe's model as a Llama-family decoder (docs/design/llama.md): 2 K/V heads (one per
+# tensor rank at t = 2), SwiGLU, RoPE, RMSNorm, no biases, an untied output layer.
+LLAMA = ["model.normalization=rmsnorm", "model.position_embedding_type=rope", "model.activation=fast-swiglu",
+         "model.ffn_hidden_size=96", "model.num_query_groups=2", "model.bias=false",
+         "model.share_embeddings_and_output_weights=false", "model.layernorm_epsilon=1.0e-6"]
+
+
 def tiny_overrides(corpus, run_dir, t=1, p=1, d=1, v=None, steps=5, micro=2, global_batch=8,
                    extra=()):
     """Overrides that turn the main-job recipe into a fast run of the given layout. Sequence
