@@ -96,11 +96,11 @@ def not_beaten_beyond_noise(row, winner):
     return float(row["measured_s"]) - float(winner["measured_s"]) <= noise * float(winner["measured_s"])
 
 
-def measure(profile, corpus, tmp_path, count, knobs, steps, skip):
+def measure(profile, corpus, tmp_path, count, knobs, steps, skip, recipe=RECIPE):
     """`loom plan --measure COUNT` of the recipe's 2-rank layouts (run directories under
     tmp_path/runs): the finished command and the rows of its CSV table."""
     table = tmp_path / "measured.csv"
-    done = plan("--recipe", RECIPE, "--profile", profile, "--measure", count, *knobs,
+    done = plan("--recipe", recipe, "--profile", profile, "--measure", count, *knobs,
                 "--measure-steps", steps, "--measure-skip", skip, "--measure-csv", table,
                 "--measure-dir", tmp_path / "runs", "--measure-timeout", 300,
                 "trainer.devices=2", "model.pipeline_model_parallel_size=1",
@@ -136,10 +136,17 @@ def test_measure_ranks_the_best_and_worst_of_six_layouts(profile, corpus, tmp_pa
         assert not (run / "checkpoints").exists()
 
 
-def test_measure_runs_two_layouts_end_to_end(profile, corpus, tmp_path):
+@pytest.mark.parametrize("recipe", [RECIPE, ROOT / "recipes" / "llama_tiny.yaml"], ids=["gpt", "llama"])
+def test_measure_runs_two_layouts_end_to_end(profile, corpus, tmp_path, recipe):
     # CI's share of the ranking test above: two real timed runs, their rows and their run
     # directories (metrics, no checkpoint), without the order (which needs repeats to beat noise).
-    _, rows = measure(profile, corpus, tmp_path, 2, ("--tp", "1", "--dist-opt", "off"), steps=3, skip=1)
+    _, rows = measure(profile, corpus, tmp_path, 2, ("--tp", "1", "--dist-opt", "off"), steps=3, skip=1,
+                      recipe=recipe)
+    # The calibrated profile's predictions are of the measured size (time: within 3× on shared
+    # cores; memory: the planner's memory table within 20% of the measured peak).
+    for r in rows:
+        assert 1 / 3 < float(r["measured_s"]) / float(r["predicted_s"]) < 3, r
+        assert abs(float(r["predicted_memory_gib"]) * 1024 / float(r["peak_mib"]) - 1) < 0.2, r
     assert len(rows) == 2 and all(r["status"] == "ok" and float(r["measured_s"]) > 0 for r in rows), rows
     assert sorted(int(r["measured_rank"]) for r in rows) == [1, 2]
     runs = sorted((tmp_path / "runs").iterdir())
