@@ -74,7 +74,7 @@ void write_outputs(const EvalJob& job, const loom::eval::EvalPlan& plan,
       const std::string path = samples_path(job.output, plan.tasks[t].spec.name);
       std::ofstream f(path, std::ios::trunc);
       if (!f) throw std::runtime_error("--log-samples: cannot write " + path);
-      for (const auto& rec : loom::eval::sample_records(plan.tasks[t], results[t])) f << rec.dump() << "\n";
+      for (const auto& rec : loom::eval::sample_records(plan.tasks[t], results[t])) f << rec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       if (!f.flush()) throw std::runtime_error("--log-samples: write failed: " + path);
     }
   }

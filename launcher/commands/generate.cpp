@@ -56,7 +56,9 @@ int run_prompted(const GenerateJob& job, const loom::launch::RendezvousInfo& inf
   std::ostream& out = job.output.empty() ? std::cout : file;
   int64_t scored = 0, exact = 0;
   for (const auto& p : predictions) {
-    out << p.to_json().dump() << "\n";
+    // A few byte-level tokens may end inside a character: ill-formed bytes become U+FFFD, as
+    // loom serve's answers do.
+    out << p.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     scored += p.has_answer;
     exact += p.exact_match;
   }

@@ -55,7 +55,13 @@ def write_task(folder, n_train=48, n_valid=16):
     return paths
 
 
-def write_recipe(path, base_dir, train, valid, extra_tasks=""):
+def write_recipe(path, base_dir, train, valid, extra_tasks="", gpt2_tokenizer=True):
+    """A p-tuning recipe of the 'mood' task over `base_dir`; without `gpt2_tokenizer` the run
+    takes the base's own tokenizer (e.g. the tokenizer.json of a Hugging Face import)."""
+    tokenizer = f"""  tokenizer:
+    vocab_file: {VOCAB}
+    merge_file: {MERGES}
+""" if gpt2_tokenizer else ""
     path.write_text(f"""trainer:
   devices: 1
   accelerator: cpu
@@ -72,10 +78,7 @@ model:
   global_batch_size: 8
   language_model_path: {base_dir}
   virtual_prompt_style: p-tuning
-  tokenizer:
-    vocab_file: {VOCAB}
-    merge_file: {MERGES}
-  task_templates:
+{tokenizer}  task_templates:
     - taskname: mood
       prompt_template: "{TEMPLATE}"
       prompt_template_fields: [text, label]
