@@ -1,23 +1,33 @@
 #!/usr/bin/env python3
-"""Serving benchmark: `loom serve` driven by N concurrent streaming clients (1 ... 64) on a fixed
-request mix, beside the same model (same weights, converted in this script by `loom convert --to hf`)
-through Hugging Face transformers' `generate` in one process with the same threads, on the same
-prompts. Prints one table row per concurrency: requests/s, output tokens/s, time to first token
-and per-token latency (p50/p99), then the transformers rows (one request at a time, and static
-batches of 16) on the weights `loom convert --to hf` wrote.
+"""Serving benchmark (issue 30's peers, docs/serving.md "Beside the peers"): `loom serve`,
+llama.cpp's `llama-server` and transformers on the same weights (a seeded random GPT-2 of the
+chosen shape, tools/serve_peers.py), the same prompts and the same threads, in one run.
 
-  .venv/bin/python tools/bench_serve.py [--checkpoint RUN] [--concurrency 1,4,16,64]
-      [--prompt-tokens 32] [--output-tokens 32] [--requests 64] [--threads 2]
+  .venv/bin/python tools/bench_serve.py [--shape tiny|gpt2-small] [--threads 2]
+      [--concurrency 1,4,16,64] [--requests 64] [--prompt-tokens 32] [--output-tokens 32]
+      [--workloads clients,shared-prefix,long-among-short,repetitive]
+      [--llama-server PATH --llama-cpp DIR] [--skip-transformers] [--json FILE]
+      [--speculation "FLAGS"]
 
-Without --checkpoint it trains a small model first (2 steps of recipes/gpt3_tiny_cpu.yaml at
-hidden 256, 4 layers: the figures measure speed, not quality). Every request asks for exactly
---output-tokens greedy tokens (min_tokens = max_tokens), so both sides do the same work; the
-first prompt's greedy tokens are compared between the two, as a check of the weight mapping."""
+Workloads (every request asks for exactly its output tokens: min_tokens on Loom, ignore_eos on
+llama.cpp, min_new_tokens in transformers; greedy):
+- clients: N concurrent streaming clients (each level of --concurrency), beside transformers'
+  `generate` one request at a time, in static batches of 16, and its continuous batching
+  (`generate_batch`) where the installed version has it;
+- shared-prefix: 32 requests sharing a 512-token system prompt, 4 at a time: TTFT with Loom's
+  prefix caching on and off (llama.cpp: its prompt cache);
+- long-among-short: 8 decoding clients, then one 900-token prompt joins: the decoders' longest
+  gap between two streamed tokens (a stall) and their per-token p99;
+- repetitive: text that repeats itself, Loom with and without --speculation's flags.
+The first prompt's greedy text is compared across the three: a check of the weight mapping.
+The llama.cpp rows need --llama-server (the built binary) and --llama-cpp (its source, for
+convert_hf_to_gguf.py); without them they are left out and the table says so."""
 import argparse
 import concurrent.futures
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,45 +35,15 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "python"))
+sys.path.insert(0, str(ROOT / "tools"))
 
 import requests  # noqa: E402
-import torch  # noqa: E402
 
 from serve_helpers import Server  # noqa: E402
+import serve_peers  # noqa: E402
 
-
-def train_small(out):
-    """A 4-layer, hidden-256 GPT trained for 2 steps on the bundled corpus."""
-    from test_data_helpers import preprocess
-    prefix = out / "corpus"
-    done = preprocess(ROOT / "data" / "tinyshakespeare.txt", prefix, "--append-eod")
-    assert done.returncode == 0, done.stderr
-    run = out / "run"
-    overrides = [f"exp_manager.explicit_log_dir={run}", "trainer.devices=1", "trainer.max_steps=2",
-                 "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
-                 "exp_manager.checkpoint_callback_params.every_n_steps=2", "model.num_layers=4",
-                 "model.hidden_size=256", "model.ffn_hidden_size=1024", "model.num_attention_heads=8",
-                 "model.encoder_seq_length=256", "model.micro_batch_size=1", "model.global_batch_size=2",
-                 "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1",
-                 "model.optim.sched.warmup_steps=1", f"model.data.data_prefix=[1.0,{prefix}_text_document]"]
-    from test_data_helpers import loom_binary
-    done = subprocess.run([str(loom_binary()), "train", str(ROOT / "recipes" / "gpt3_tiny_cpu.yaml"), *overrides],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return run
-
-
-def hf_model(run, out, threads):
-    """The run's weights as a Hugging Face GPT2LMHeadModel: `loom convert --to hf` writes the
-    directory (QKV regrouped, Conv1D transposed, vocabulary padding trimmed), transformers
-    loads it."""
-    import transformers
-    from test_data_helpers import loom_binary
-    done = subprocess.run([str(loom_binary()), "convert", "--to", "hf", str(out), "--checkpoint", str(run)], cwd=ROOT,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    torch.set_num_threads(threads)
-    return transformers.GPT2LMHeadModel.from_pretrained(str(out), torch_dtype=torch.float32).eval()
+SYSTEM_PROMPT_TOKENS = 512
+LONG_PROMPT_TOKENS = 900
 
 
 def percentile(xs, q):
@@ -71,114 +51,306 @@ def percentile(xs, q):
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
-def stream_one(url, prompt, n):
-    """One streamed completion: (time to first token, per-token latency after it, tokens, text)."""
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Peer:
+    """A server under test: its URL and the request fields that force exactly n output tokens."""
+
+    def __init__(self, name, url, force):
+        self.name, self.url, self.force = name, url, force
+
+    def payload(self, prompt, n):
+        return {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True, **self.force(n)}
+
+
+def loom_peer(url):
+    return Peer("loom serve", url, lambda n: {"min_tokens": n})
+
+
+def llama_peer(url, cache_prompt=True):
+    return Peer("llama.cpp server", url, lambda n: {"ignore_eos": True, "cache_prompt": cache_prompt})
+
+
+def stream_one(peer, prompt, n):
+    """One streamed completion: start, the arrival time of every streamed piece, and the text."""
     start = time.perf_counter()
-    first, text = None, ""
-    with requests.post(url + "/v1/completions", stream=True, timeout=600,
-                       json={"prompt": prompt, "max_tokens": n, "min_tokens": n, "temperature": 0, "stream": True,
-                             "stream_options": {"include_usage": True}}) as r:
+    arrivals, text = [], ""
+    with requests.post(peer.url + "/v1/completions", stream=True, timeout=900, json=peer.payload(prompt, n)) as r:
         r.raise_for_status()
-        usage = None
         for line in r.iter_lines():
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            if chunk["choices"] and first is None:
-                first = time.perf_counter()
-            if chunk["choices"]:
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                arrivals.append(time.perf_counter())
                 text += chunk["choices"][0]["text"]
-    end = time.perf_counter()
-    tokens = usage["completion_tokens"]
-    return first - start, (end - first) / max(tokens - 1, 1), tokens, text
+    return {"start": start, "arrivals": arrivals, "text": text, "tokens": n}
 
 
-def bench_server(url, prompts, n, concurrency, total):
-    jobs = [prompts[i % len(prompts)] for i in range(total)]
+def summarize(results, wall):
+    """requests/s, output tokens/s, TTFT and per-token latency (a request's mean time per token
+    after its first), and the longest gap between two streamed pieces."""
+    done = [r for r in results if r["arrivals"]]
+    return {"rps": len(results) / wall, "tps": sum(r["tokens"] for r in results) / wall,
+            "ttft": [r["arrivals"][0] - r["start"] for r in done],
+            "tpot": [(r["arrivals"][-1] - r["arrivals"][0]) / max(r["tokens"] - 1, 1) for r in done],
+            "max_gap": max((b - a for r in done for a, b in zip(r["arrivals"], r["arrivals"][1:])), default=0.0)}
+
+
+def run_clients(peer, prompts, n, concurrency):
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(lambda p: stream_one(url, p, n), jobs))
-    wall = time.perf_counter() - start
-    ttft = [r[0] for r in results]
-    tpot = [r[1] for r in results]
-    return {"rps": total / wall, "tps": sum(r[2] for r in results) / wall, "ttft": ttft, "tpot": tpot}
+        results = list(pool.map(lambda p: stream_one(peer, p, n), prompts))
+    return summarize(results, time.perf_counter() - start)
 
 
-def bench_hf(model, prompts, n, batch, total):
+def bench_transformers_static(model, prompt_ids, n, batch):
+    import torch
     ttft, tpot, tokens = [], [], 0
     start = time.perf_counter()
     with torch.inference_mode():
-        for i in range(0, total, batch):
-            ids = torch.tensor([prompts[(i + k) % len(prompts)] for k in range(min(batch, total - i))])  # host: bench input
+        for i in range(0, len(prompt_ids), batch):
+            ids = torch.tensor(prompt_ids[i:i + batch])  # host: bench input
+            kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
             t0 = time.perf_counter()
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, min_new_tokens=1, do_sample=False,
-                           pad_token_id=0)
+            model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
             t1 = time.perf_counter()
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                                 do_sample=False, pad_token_id=0)  # equal lengths: no padding
+            out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)  # equal lengths: no padding
             t2 = time.perf_counter()
-            # The first-token run is repeated inside the full one; per-token latency excludes it.
             ttft += [t1 - t0] * ids.shape[0]
-            tpot += [(t2 - t0 - (t1 - t0) * 1) / max(n - 1, 1)] * ids.shape[0]
+            tpot += [(t2 - t1) / max(n - 1, 1)] * ids.shape[0]  # the first token's run excluded
             tokens += (out.shape[1] - ids.shape[1]) * ids.shape[0]
     wall = time.perf_counter() - start
-    return {"rps": total / wall, "tps": tokens / wall, "ttft": ttft, "tpot": tpot}
+    return {"rps": len(prompt_ids) / wall, "tps": tokens / wall, "ttft": ttft, "tpot": tpot}
+
+
+def bench_transformers_continuous(model, prompt_ids, n):
+    """transformers' own continuous batching (GenerationMixin.generate_batch): throughput only."""
+    import transformers
+    config = transformers.GenerationConfig(max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=-1,
+                                           pad_token_id=0)
+    start = time.perf_counter()
+    out = model.generate_batch(inputs=[list(p) for p in prompt_ids], generation_config=config, progress_bar=False)
+    wall = time.perf_counter() - start
+    tokens = sum(len(r.generated_tokens) for r in out.values())
+    return {"rps": len(prompt_ids) / wall, "tps": tokens / wall, "ttft": [], "tpot": []}
+
+
+def ms(x):
+    return f"{1000 * x:.0f}" if x == x else "-"
 
 
 def row(name, r):
-    ms = lambda x: 1000 * x  # noqa: E731
-    return (f"| {name} | {r['rps']:.2f} | {r['tps']:.1f} | {ms(percentile(r['ttft'], 50)):.0f} | "
-            f"{ms(percentile(r['ttft'], 99)):.0f} | {ms(percentile(r['tpot'], 50)):.1f} | "
-            f"{ms(percentile(r['tpot'], 99)):.1f} |")
+    return (f"| {name} | {r['rps']:.2f} | {r['tps']:.1f} | {ms(percentile(r['ttft'], 50))} | "
+            f"{ms(percentile(r['ttft'], 99))} | {1000 * percentile(r['tpot'], 50):.1f} | "
+            f"{1000 * percentile(r['tpot'], 99):.1f} |")
+
+
+HEADER = ("| side | requests/s | output tokens/s | TTFT p50 ms | TTFT p99 ms | per-token p50 ms | per-token p99 ms |\n"
+          "|---|---|---|---|---|---|---|")
+
+
+def tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    tok = Tokenizer(models.BPE.from_file(str(ROOT / "data" / "gpt2-vocab.json"), str(ROOT / "data" / "gpt2-merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+class Bench:
+    def __init__(self, args, tmp):
+        self.args, self.tmp = args, tmp
+        self.tok = tokenizer()
+        self.corpus = self.tok.encode((ROOT / "data" / "tinyshakespeare.txt").read_text()[:300000]).ids
+        self.hf_dir = serve_peers.make_weights(tmp / "hf", args.shape)
+        self.run = serve_peers.import_into_loom(self.hf_dir, tmp / "loom")
+        self.gguf = None
+        if args.llama_server:
+            self.gguf = serve_peers.to_gguf(self.hf_dir, args.llama_cpp, tmp / "model-f32.gguf")
+        self.results = {}
+        self.env = {"OMP_NUM_THREADS": str(args.threads)}
+
+    def prompts(self, count, length, offset=0):
+        """Token-id prompts from the corpus, decoded to text (both servers take text)."""
+        ids = [self.corpus[offset + i * 997: offset + i * 997 + length] for i in range(count)]
+        return ids, [self.tok.decode(p) for p in ids]
+
+    def loom(self, *flags):
+        return Server(self.run, "--max-batch", self.args.max_batch, *flags, env=self.env)
+
+    def llama(self, slots, extra=()):
+        return serve_peers.LlamaServer(self.args.llama_server, self.gguf, slots, self.args.threads, free_port(),
+                                       extra)
+
+    def record(self, workload, name, r):
+        self.results.setdefault(workload, {})[name] = {k: v for k, v in r.items()}
+        print(row(name, r), flush=True)
+
+    def clients(self):
+        a = self.args
+        levels = [int(c) for c in a.concurrency.split(",")]
+        ids, texts = self.prompts(a.requests, a.prompt_tokens)
+        print(f"\n### clients: {a.requests} requests per level, {a.prompt_tokens} prompt + {a.output_tokens} output "
+              f"tokens\n\n{HEADER}")
+        first = {}
+        with self.loom() as server:
+            peer = loom_peer(server.url)
+            first["loom serve"] = stream_one(peer, texts[0], a.output_tokens)["text"]
+            for c in levels:
+                self.record("clients", f"loom serve, {c} clients", run_clients(peer, texts, a.output_tokens, c))
+        if self.gguf:
+            with self.llama(max(levels)) as server:
+                peer = llama_peer(server.url)
+                first["llama.cpp server"] = stream_one(peer, texts[0], a.output_tokens)["text"]
+                for c in levels:
+                    self.record("clients", f"llama.cpp server, {c} clients",
+                                run_clients(peer, texts, a.output_tokens, c))
+        else:
+            print("| llama.cpp server | not run: no --llama-server | | | | | |")
+        if not a.skip_transformers:
+            import torch
+            model = serve_peers.load_transformers(self.hf_dir, a.threads)
+            with torch.inference_mode():
+                out = model.generate(torch.tensor([ids[0]]), max_new_tokens=a.output_tokens,  # host: bench input
+                                     min_new_tokens=a.output_tokens, do_sample=False, pad_token_id=0)[0]
+            first["transformers"] = self.tok.decode(out[len(ids[0]):].tolist())
+            some = ids[:min(a.requests, 32)]
+            self.record("clients", "transformers generate, 1 at a time",
+                        bench_transformers_static(model, some, a.output_tokens, 1))
+            self.record("clients", "transformers generate, static batches of 16",
+                        bench_transformers_static(model, some, a.output_tokens, 16))
+            if hasattr(model, "generate_batch"):
+                try:
+                    self.record("clients", "transformers generate_batch (continuous)",
+                                bench_transformers_continuous(model, ids, a.output_tokens))
+                except Exception as e:  # an optional peer: its failure is reported, not fatal
+                    print(f"| transformers generate_batch | failed: {type(e).__name__}: {str(e)[:120]} | | | | | |")
+        texts_seen = set(first.values())
+        print(f"\nfirst prompt's greedy text: {'equal' if len(texts_seen) == 1 else 'DIFFERENT'} across "
+              f"{', '.join(first)}")
+        self.results["first_text_equal"] = len(texts_seen) == 1
+
+    def shared_prefix(self):
+        system_ids, _ = self.prompts(1, SYSTEM_PROMPT_TOKENS, offset=500000 // 4)
+        ids, _ = self.prompts(32, 16)
+        texts = [self.tok.decode(system_ids[0] + p) for p in ids]
+        print(f"\n### shared-prefix: 32 requests, a {SYSTEM_PROMPT_TOKENS}-token system prompt + 16 tokens, "
+              f"8 output tokens, 4 at a time\n\n{HEADER}")
+        for name, flags in [("loom serve, prefix caching", ()), ("loom serve, no prefix caching",
+                                                                  ("--no-prefix-caching",))]:
+            with self.loom(*flags) as server:
+                self.record("shared-prefix", name, run_clients(loom_peer(server.url), texts, 8, 4))
+        if self.gguf:
+            for name, cache in [("llama.cpp server, prompt cache", True), ("llama.cpp server, no prompt cache", False)]:
+                with self.llama(4) as server:
+                    self.record("shared-prefix", name, run_clients(llama_peer(server.url, cache), texts, 8, 4))
+
+    def long_among_short(self):
+        _, short = self.prompts(8, 32)
+        _, long_prompt = self.prompts(1, LONG_PROMPT_TOKENS, offset=200000 // 4)
+        print(f"\n### long-among-short: 8 clients decoding 64 tokens, a {LONG_PROMPT_TOKENS}-token prompt joins "
+              f"after 0.5 s\n\n| side | decoders' longest gap ms | decoders' per-token p99 ms | long prompt's TTFT ms |\n"
+              f"|---|---|---|---|")
+        sides = [("loom serve", self.loom, loom_peer)]
+        if self.gguf:
+            sides.append(("llama.cpp server", lambda: self.llama(9), llama_peer))
+        for name, start, make_peer in sides:
+            with start() as server:
+                peer = make_peer(server.url)
+                with concurrent.futures.ThreadPoolExecutor(9) as pool:
+                    decoders = [pool.submit(stream_one, peer, p, 64) for p in short]
+                    time.sleep(0.5)
+                    long_one = pool.submit(stream_one, peer, long_prompt[0], 4).result()
+                    got = summarize([d.result() for d in decoders], 1.0)
+                ttft = long_one["arrivals"][0] - long_one["start"]
+                self.results.setdefault("long-among-short", {})[name] = {"max_gap": got["max_gap"], "ttft": ttft,
+                                                                         "tpot_p99": percentile(got["tpot"], 99)}
+                print(f"| {name} | {1000 * got['max_gap']:.0f} | {1000 * percentile(got['tpot'], 99):.1f} | "
+                      f"{1000 * ttft:.0f} |", flush=True)
+
+    def repetitive(self):
+        line = "To be, or not to be, that is the question. "
+        texts = [(line * 12) + f"Act {i}: " + line * 2 for i in range(16)]
+        print(f"\n### repetitive: 16 requests of a repeated line, 64 output tokens, 4 at a time\n\n{HEADER}")
+        runs = [("loom serve", ())]
+        if self.args.speculation:
+            runs.append((f"loom serve, {self.args.speculation}", tuple(self.args.speculation.split())))
+        else:
+            print("| loom serve with speculation | not run: no --speculation flags | | | | | |")
+        for name, flags in runs:
+            with self.loom(*flags) as server:
+                self.record("repetitive", name, run_clients(loom_peer(server.url), texts, 64, 4))
+
+
+def ratios(results):
+    """The issue's targets as measured ratios (None where a side did not run)."""
+    c = results.get("clients", {})
+    get = lambda name, key: c.get(name, {}).get(key)  # noqa: E731
+    out = {}
+    loom16, hf16, cpp16 = get("loom serve, 16 clients", "tps"), get(
+        "transformers generate, static batches of 16", "tps"), get("llama.cpp server, 16 clients", "tps")
+    if loom16 and hf16:
+        out["16 clients: loom / transformers static-16 output tokens/s (target >= 1.5)"] = loom16 / hf16
+    if loom16 and cpp16:
+        out["16 clients: loom / llama.cpp output tokens/s (target >= 1.0)"] = loom16 / cpp16
+    t16 = get("loom serve, 16 clients", "tpot")
+    if t16:
+        out["16 clients: loom per-token p99 / p50 (target <= 2)"] = percentile(t16, 99) / percentile(t16, 50)
+    l1, c1 = get("loom serve, 1 clients", "tpot"), get("llama.cpp server, 1 clients", "tpot")
+    if l1 and c1:
+        out["1 client: loom / llama.cpp per-token p50 (target <= 1.2)"] = percentile(l1, 50) / percentile(c1, 50)
+    h1 = get("transformers generate, 1 at a time", "ttft")
+    if l1 and h1:
+        out["1 client: loom / transformers TTFT p99 (target <= 1)"] = (
+            percentile(get("loom serve, 1 clients", "ttft"), 99) / percentile(h1, 99))
+    sp = results.get("shared-prefix", {})
+    if "loom serve, prefix caching" in sp:
+        out["shared prefix: TTFT p50 without / with caching (target >= 3)"] = (
+            percentile(sp["loom serve, no prefix caching"]["ttft"], 50) /
+            percentile(sp["loom serve, prefix caching"]["ttft"], 50))
+    rep = results.get("repetitive", {})
+    if len(rep) == 2:
+        plain, spec = rep["loom serve"]["tps"], [v for k, v in rep.items() if k != "loom serve"][0]["tps"]
+        out["repetitive: with / without speculation output tokens/s (target >= 1.5)"] = spec / plain
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", type=pathlib.Path, help="a Loom run directory (default: train a small model)")
+    ap.add_argument("--shape", choices=sorted(serve_peers.SHAPES), default="gpt2-small")
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=64, help="requests per concurrency level")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--max-batch", type=int, default=64)
-    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--workloads", default="clients,shared-prefix,long-among-short,repetitive")
+    ap.add_argument("--llama-server", type=pathlib.Path, help="llama.cpp's built llama-server")
+    ap.add_argument("--llama-cpp", type=pathlib.Path, help="llama.cpp's source (convert_hf_to_gguf.py, gguf-py)")
+    ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--speculation", default="", help="loom serve flags that turn speculation on")
+    ap.add_argument("--json", type=pathlib.Path, help="write every measured figure here")
     args = ap.parse_args()
+    if bool(args.llama_server) != bool(args.llama_cpp):
+        ap.error("--llama-server and --llama-cpp go together")
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="loom_bench_serve_"))
-    run = args.checkpoint or train_small(tmp)
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
-    tok = Tokenizer(models.BPE.from_file(str(ROOT / "data" / "gpt2-vocab.json"), str(ROOT / "data" / "gpt2-merges.txt")))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    text = (ROOT / "data" / "tinyshakespeare.txt").read_text()[:200000]
-    ids = tok.encode(text).ids
-    prompts = [ids[i * 997: i * 997 + args.prompt_tokens] for i in range(16)]
-
-    levels = [int(c) for c in args.concurrency.split(",")]
-    print(f"model {run}, {args.prompt_tokens} prompt tokens, {args.output_tokens} output tokens, "
-          f"{args.requests} requests per level, {args.threads} threads")
-    print("| clients | requests/s | output tokens/s | TTFT p50 ms | TTFT p99 ms | per-token p50 ms | per-token p99 ms |")
-    print("|---|---|---|---|---|---|---|")
-    env = {"OMP_NUM_THREADS": str(args.threads)}
-    with Server(run, "--max-batch", args.max_batch, env=env) as server:
-        served_first = stream_one(server.url, prompts[0], args.output_tokens)[3]
-        for c in levels:
-            print(row(f"loom serve, {c}", bench_server(server.url, prompts, args.output_tokens, c, args.requests)),
-                  flush=True)
-    if args.skip_hf:
-        return
-    model = hf_model(run, tmp / "hf", args.threads)
-    with torch.inference_mode():
-        hf_ids = model.generate(torch.tensor([prompts[0]]), max_new_tokens=args.output_tokens,  # host: bench input
-                                min_new_tokens=args.output_tokens, do_sample=False, pad_token_id=0)[0]
-    hf_text = tok.decode(hf_ids[args.prompt_tokens:].tolist())
-    hf_requests = min(args.requests, 32)
-    print(row("transformers generate, 1 at a time", bench_hf(model, prompts, args.output_tokens, 1, hf_requests)))
-    print(row("transformers generate, batches of 16", bench_hf(model, prompts, args.output_tokens, 16, hf_requests)))
-    print(f"first prompt's greedy text {'equal' if hf_text == served_first else 'DIFFERENT'} in loom serve and "
-          f"transformers")
+    bench = Bench(args, tmp)
+    layers, hidden, heads = serve_peers.SHAPES[args.shape]
+    print(f"model: random GPT-2 '{args.shape}' ({layers} layers, hidden {hidden}, {heads} heads), fp32; "
+          f"{args.threads} threads per side; {os.cpu_count()} cores")
+    for name in args.workloads.split(","):
+        getattr(bench, name.replace("-", "_"))()
+    print("\n### ratios\n")
+    for k, v in ratios(bench.results).items():
+        print(f"- {k}: {v:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(bench.results, indent=1))
 
 
 if __name__ == "__main__":
