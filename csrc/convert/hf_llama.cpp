@@ -104,7 +104,7 @@ bool flag(const nlohmann::json& c, const char* key, bool fallback, const std::st
 
 bool is_llama_config(const nlohmann::json& config) {
   return config.is_object() && config.contains("model_type") &&
-         (config["model_type"] == "llama" || config["model_type"] == "qwen2");
+         (config["model_type"] == "llama" || config["model_type"] == "mistral" || config["model_type"] == "qwen2");
 }
 
 std::map<std::string, at::Tensor> loom_to_llama(const std::map<std::string, at::Tensor>& loom, const Gpt2Shape& s) {
@@ -243,7 +243,7 @@ nlohmann::json llama_config_json(const Gpt2Shape& s, const HfConfigExtras& x, in
 }
 
 Gpt2Shape llama_shape_from_config(const nlohmann::json& c, const std::string& file) {
-  if (!is_llama_config(c)) throw ConvertInputError(file + ": model_type is not \"llama\" or \"qwen2\"");
+  if (!is_llama_config(c)) throw ConvertInputError(file + ": model_type is not \"llama\", \"mistral\" or \"qwen2\"");
   const bool qwen2 = c["model_type"] == "qwen2";
   if (qwen2 && flag(c, "use_sliding_window", false, file))
     throw ConvertInputError(file + ": use_sliding_window is true; Loom's attention is full causal attention (sliding-window "
@@ -317,6 +317,17 @@ Gpt2Shape llama_shape_from_config(const nlohmann::json& c, const std::string& fi
   if (s.num_attention_heads % s.num_query_groups != 0)
     throw ConvertInputError(fmt::format("{}: num_key_value_heads {} does not divide num_attention_heads {}", file,
                                         s.num_query_groups, s.num_attention_heads));
+  // Mistral: Llama's model with a sliding attention window; one at least the context (or none,
+  // as Mistral 7B v0.2+ and Mistral-NeMo write) is full causal attention.
+  if (c["model_type"] == "mistral" && c.contains("sliding_window") && !c["sliding_window"].is_null()) {
+    if (!c["sliding_window"].is_number_integer())
+      throw ConvertInputError(fmt::format("{}: sliding_window must be an integer or null, found {}", file, c["sliding_window"].dump()));
+    const int64_t window = c["sliding_window"].get<int64_t>();
+    if (window < s.max_position_embeddings)
+      throw ConvertInputError(fmt::format("{}: sliding_window {} is shorter than max_position_embeddings {}: Loom's attention "
+                                          "is full causal attention (sliding-window attention is not implemented)",
+                                          file, window, s.max_position_embeddings));
+  }
   if (s.head_dim() % 2 != 0) throw ConvertInputError(fmt::format("{}: RoPE needs an even head dimension, found {}", file, s.head_dim()));
   if (!(s.layernorm_epsilon > 0)) throw ConvertInputError(file + ": rms_norm_eps must be > 0");
   if (!(s.rotary_base > 0)) throw ConvertInputError(file + ": rope_theta must be > 0");

@@ -24,8 +24,8 @@
 
 namespace loom::convert {
 
-/// True when config.json describes a LlamaForCausalLM or Qwen2ForCausalLM (model_type "llama"
-/// or "qwen2").
+/// True when config.json describes a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
+/// (model_type "llama", "mistral" or "qwen2"; Mistral's tensors have Llama's names).
 bool is_llama_config(const nlohmann::json& config);
 
 /// Loom's global parameters → the LlamaForCausalLM state dict (with "lm_head.weight" only when
@@ -46,7 +46,7 @@ std::map<std::string, at::Tensor> llama_to_loom(const std::map<std::string, at::
 /// rope_scaling with Llama 3.1's scaling) for older readers.
 nlohmann::json llama_config_json(const Gpt2Shape& shape, const HfConfigExtras& extras, int64_t bos_id, int64_t eos_id);
 
-/// The shape of a LlamaForCausalLM's or Qwen2ForCausalLM's config.json: layernorm_epsilon =
+/// The shape of a LlamaForCausalLM's, MistralForCausalLM's or Qwen2ForCausalLM's config.json: layernorm_epsilon =
 /// rms_norm_eps, kv_channels = head_dim when it is not hidden_size / num_attention_heads,
 /// rope_scaling from rope_type llama3 (factor, low_freq_factor, high_freq_factor,
 /// original_max_position_embeddings = old_context_len; "rope_scaling" read over
@@ -54,7 +54,9 @@ nlohmann::json llama_config_json(const Gpt2Shape& shape, const HfConfigExtras& e
 /// naming `file` and the field for a missing field or one Loom cannot represent: hidden_act
 /// other than silu, a rope_type other than default and llama3, attention_bias or mlp_bias true,
 /// pretraining_tp other than 1, num_key_value_heads not dividing num_attention_heads, Qwen2's
-/// use_sliding_window true or a layer_types entry other than full_attention.
+/// use_sliding_window true or a layer_types entry other than full_attention, Mistral's
+/// sliding_window shorter than max_position_embeddings (a Mistral is exported as the
+/// LlamaForCausalLM it then equals).
 Gpt2Shape llama_shape_from_config(const nlohmann::json& config, const std::string& file);
 
 /// Checks config.json's sizes against the tensors before anything of those sizes is built:

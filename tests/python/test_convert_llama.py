@@ -21,12 +21,14 @@ LLAMA31 = {"head_dim": 16, "rope_scaling": {"rope_type": "llama3", "factor": 4.0
                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}
 
 
-def random_llama(tmp_path, name, kv_heads=2, tie=False, qwen2=False, **extra):
-    """A LlamaForCausalLM (Qwen2ForCausalLM with `qwen2`) of a random config saved with
-    save_pretrained, a byte-level BPE tokenizer.json (trained here) of the model's vocabulary
-    beside it. `extra`: more config fields."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if qwen2 else (LlamaConfig, LlamaForCausalLM)
+def random_llama(tmp_path, name, kv_heads=2, tie=False, qwen2=False, mistral=False, **extra):
+    """A LlamaForCausalLM (Qwen2ForCausalLM with `qwen2`, MistralForCausalLM with `mistral`) of a
+    random config saved with save_pretrained, a byte-level BPE tokenizer.json (trained here) of the
+    model's vocabulary beside it. `extra`: more config fields."""
+    import transformers
+    family = "Qwen2" if qwen2 else "Mistral" if mistral else "Llama"
+    config_class = getattr(transformers, family + "Config")
+    model_class = getattr(transformers, family + "ForCausalLM")
     out = tmp_path / name
     out.mkdir()
     tokenizer = train_hf("llama3", False)
@@ -158,6 +160,31 @@ def test_qwen2_sliding_window_refused_naming_the_field(tmp_path):
     done = convert("--from", "hf", hf_dir, "--output", tmp_path / "run", check=False)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "config.json" in done.stderr and "use_sliding_window" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("window", [None, 64])
+def test_mistral_imports_with_transformers_logits_and_exports_as_the_llama_it_equals(tmp_path, window):
+    """A MistralForCausalLM whose sliding window is none or covers the whole context (64
+    positions) is Llama's model: transformers' logits in, the same tensors out as a
+    LlamaForCausalLM with those logits."""
+    from transformers import LlamaForCausalLM
+    hf_dir, model = random_llama(tmp_path, "hf_mistral", mistral=True, sliding_window=window)
+    assert model.config.model_type == "mistral"
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2")
+    ours = assert_transformers_logits(run, model, tmp_path)
+    back, config = export_bit_identical(run, hf_dir, tmp_path)
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    reloaded = LlamaForCausalLM.from_pretrained(back, local_files_only=True).eval()
+    assert (hf_logits(reloaded, IDS) - ours).abs().max().item() <= 1e-5
+
+
+def test_mistral_window_shorter_than_the_context_refused_naming_the_field(tmp_path):
+    hf_dir, _ = random_llama(tmp_path, "hf_mistral", mistral=True, sliding_window=16)
+    done = convert("--from", "hf", hf_dir, "--output", tmp_path / "run", check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "config.json: sliding_window 16 is shorter than max_position_embeddings 64" in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.mark.parametrize("field,value,needle", [
