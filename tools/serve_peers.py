@@ -31,10 +31,11 @@ def make_weights(out, shape, seed=0):
     torch.manual_seed(seed)
     config = transformers.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=POSITIONS)
     transformers.GPT2LMHeadModel(config).save_pretrained(out)
-    vocab, merges = ROOT / "data" / "gpt2-vocab.json", ROOT / "data" / "gpt2-merges.txt"
-    transformers.GPT2TokenizerFast(vocab_file=str(vocab), merges_file=str(merges)).save_pretrained(out)
-    shutil.copy(vocab, out / "vocab.json")
-    shutil.copy(merges, out / "merges.txt")
+    shutil.copy(ROOT / "data" / "gpt2-vocab.json", out / "vocab.json")
+    shutil.copy(ROOT / "data" / "gpt2-merges.txt", out / "merges.txt")
+    # tokenizer.json from those files (transformers 5's GPT2TokenizerFast(vocab_file=...) builds
+    # an empty vocabulary; from_pretrained of the folder reads them).
+    transformers.GPT2TokenizerFast.from_pretrained(out, local_files_only=True).save_pretrained(out)
     return out
 
 

@@ -69,6 +69,42 @@ void copy_hf_json_tokenizer(const config::Recipe& recipe, const std::string& run
       fs::copy_file(json.parent_path() / f, fs::path(out) / f, fs::copy_options::overwrite_existing);
 }
 
+// The run's tokenizer as the export carries it: tokenizer.json (library huggingface) or the GPT-2
+// BPE files; its size must be the checkpoint's vocabulary.
+struct ExportTokenizer {
+  bool hf_json = false;
+  std::string vocab_file, merge_file;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+};
+
+ExportTokenizer export_tokenizer(const config::Recipe& recipe, const std::string& run_dir, int64_t vocab_size) {
+  ExportTokenizer t;
+  t.hf_json = recipe.model.tokenizer.library == config::TokenizerLibrary::kHuggingFace;
+  if (t.hf_json) {
+    t.tokenizer = data::make_tokenizer(data::tokenizer_spec(recipe.model.tokenizer));
+  } else {
+    std::tie(t.vocab_file, t.merge_file) = gpt2_tokenizer_files(recipe, run_dir);
+    t.tokenizer = std::make_unique<data::Gpt2Tokenizer>(t.vocab_file, t.merge_file);
+  }
+  if (static_cast<int64_t>(t.tokenizer->vocab_size()) != vocab_size)
+    throw ConvertInputError(fmt::format("the run's tokenizer ({}) has {} entries, the checkpoint's model a vocabulary of {}",
+                                        t.tokenizer->description(), t.tokenizer->vocab_size(), vocab_size));
+  return t;
+}
+
+// The tokenizer files and the run's chat template (loom convert --from hf keeps it in
+// RUN/tokenizer/), where transformers reads them.
+void write_export_tokenizer(const ExportTokenizer& t, const config::Recipe& recipe, const std::string& run_dir,
+                            const std::string& out, int64_t max_positions) {
+  if (t.hf_json)
+    copy_hf_json_tokenizer(recipe, run_dir, out);
+  else
+    write_hf_tokenizer(out, t.vocab_file, t.merge_file, max_positions);
+  const fs::path chat_template = fs::path(run_dir) / "tokenizer" / kHfChatTemplateFile;
+  if (!run_dir.empty() && fs::is_regular_file(chat_template))
+    fs::copy_file(chat_template, fs::path(out) / kHfChatTemplateFile, fs::copy_options::overwrite_existing);
+}
+
 // A Llama-family run: config.json, model.safetensors and the run's tokenizer (tokenizer.json, or
 // the GPT-2 files) as a LlamaForCausalLM folder.
 HfExportResult export_llama(const HfExportRequest& request, const generate::CheckpointLocation& location,
@@ -77,18 +113,7 @@ HfExportResult export_llama(const HfExportRequest& request, const generate::Chec
   static_cast<ModelShape&>(shape) = info.layout.model_shape;
   shape.layernorm_epsilon = recipe.model.layernorm_epsilon;
   check_llama_exportable(shape);
-  const bool hf_json = recipe.model.tokenizer.library == config::TokenizerLibrary::kHuggingFace;
-  std::unique_ptr<data::Tokenizer> tokenizer;
-  std::string vocab_file, merge_file;
-  if (hf_json) {
-    tokenizer = data::make_tokenizer(data::tokenizer_spec(recipe.model.tokenizer));
-  } else {
-    std::tie(vocab_file, merge_file) = gpt2_tokenizer_files(recipe, location.run_dir);
-    tokenizer = std::make_unique<data::Gpt2Tokenizer>(vocab_file, merge_file);
-  }
-  if (static_cast<int64_t>(tokenizer->vocab_size()) != shape.vocab_size)
-    throw ConvertInputError(fmt::format("the run's tokenizer ({}) has {} entries, the checkpoint's model a vocabulary of {}",
-                                        tokenizer->description(), tokenizer->vocab_size(), shape.vocab_size));
+  const ExportTokenizer tokenizer = export_tokenizer(recipe, location.run_dir, shape.vocab_size);
 
   const generate::FullCheckpoint full = generate::read_full_checkpoint(location.checkpoints, info);
   tensor_io::SafetensorsContent content;
@@ -98,19 +123,13 @@ HfExportResult export_llama(const HfExportRequest& request, const generate::Chec
   extras.attention_dropout = recipe.model.attention_dropout;
   extras.init_method_std = recipe.model.init_method_std;
   extras.dtype = hf_dtype_name(content.tensors.begin()->second.scalar_type());
-  const int64_t eos = tokenizer->eod_id() >= 0 ? tokenizer->eod_id() : tokenizer->bos_id();
-  const int64_t bos = tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : eos;
+  const int64_t eos = tokenizer.tokenizer->eod_id() >= 0 ? tokenizer.tokenizer->eod_id() : tokenizer.tokenizer->bos_id();
+  const int64_t bos = tokenizer.tokenizer->bos_id() >= 0 ? tokenizer.tokenizer->bos_id() : eos;
 
   fs::create_directories(request.output_dir);
   tensor_io::write_safetensors((fs::path(request.output_dir) / kHfWeightsFile).string(), content);
   write_hf_config(request.output_dir, llama_config_json(shape, extras, bos, eos));
-  if (hf_json)
-    copy_hf_json_tokenizer(recipe, location.run_dir, request.output_dir);
-  else
-    write_hf_tokenizer(request.output_dir, vocab_file, merge_file, shape.max_position_embeddings);
-  const fs::path chat_template = fs::path(location.run_dir) / "tokenizer" / kHfChatTemplateFile;
-  if (!location.run_dir.empty() && fs::is_regular_file(chat_template))
-    fs::copy_file(chat_template, fs::path(request.output_dir) / kHfChatTemplateFile, fs::copy_options::overwrite_existing);
+  write_export_tokenizer(tokenizer, recipe, location.run_dir, request.output_dir, shape.max_position_embeddings);
   HfExportResult result;
   result.iteration = info.iteration;
   for (const auto& [name, t] : content.tensors) result.parameters += t.numel();
@@ -125,18 +144,14 @@ HfExportResult export_hf(const HfExportRequest& request) {
   const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
   const generate::CheckpointInfo info = generate::read_checkpoint_info(location.checkpoints, request.iteration);
   if (!info.layout.model_shape.is_gpt()) return export_llama(request, location, recipe, info);
-  const auto [vocab_file, merge_file] = gpt2_tokenizer_files(recipe, location.run_dir);
   Gpt2Shape shape;
   static_cast<ModelShape&>(shape) = info.layout.model_shape;
   shape.layernorm_epsilon = recipe.model.layernorm_epsilon;
-
-  // GPT-2-format specific: a GPT2LMHeadModel folder carries vocab.json + merges.txt, so the export
-  // reads the run's tokenizer as GPT-2 BPE (gpt2_tokenizer_files refuses other libraries).
-  const data::Gpt2Tokenizer tokenizer(vocab_file, merge_file);
-  if (static_cast<int64_t>(tokenizer.vocab_size()) != shape.vocab_size)
-    throw ConvertInputError(fmt::format("the run's tokenizer {} has {} entries, the checkpoint's model a vocabulary of {}",
-                                        vocab_file, tokenizer.vocab_size(), shape.vocab_size));
-  if (tokenizer.eod_id() < 0) throw ConvertInputError(vocab_file + " has no <|endoftext|> entry");
+  // A GPT2LMHeadModel folder carries vocab.json + merges.txt (or, for a run imported from a
+  // folder that had only tokenizer.json, that file); GPT-2 ends texts with <|endoftext|>.
+  const ExportTokenizer tokenizer = export_tokenizer(recipe, location.run_dir, shape.vocab_size);
+  if (tokenizer.tokenizer->eod_id() < 0)
+    throw ConvertInputError(tokenizer.tokenizer->description() + " has no <|endoftext|> entry");
 
   const generate::FullCheckpoint full = generate::read_full_checkpoint(location.checkpoints, info);
   tensor_io::SafetensorsContent content;
@@ -146,18 +161,13 @@ HfExportResult export_hf(const HfExportRequest& request) {
   extras.hidden_dropout = recipe.model.hidden_dropout;
   extras.attention_dropout = recipe.model.attention_dropout;
   extras.init_method_std = recipe.model.init_method_std;
-  extras.eod_id = tokenizer.eod_id();
+  extras.eod_id = tokenizer.tokenizer->eod_id();
   extras.dtype = hf_dtype_name(content.tensors.begin()->second.scalar_type());
 
   fs::create_directories(request.output_dir);
   tensor_io::write_safetensors((fs::path(request.output_dir) / kHfWeightsFile).string(), content);
   write_hf_config(request.output_dir, hf_config_json(shape, extras));
-  write_hf_tokenizer(request.output_dir, vocab_file, merge_file, shape.max_position_embeddings);
-  // The run's chat template (loom convert --from hf keeps it there), where transformers reads it.
-  const fs::path chat_template = fs::path(location.run_dir) / "tokenizer" / kHfChatTemplateFile;
-  if (!location.run_dir.empty() && fs::is_regular_file(chat_template))
-    fs::copy_file(chat_template, fs::path(request.output_dir) / kHfChatTemplateFile,
-                  fs::copy_options::overwrite_existing);
+  write_export_tokenizer(tokenizer, recipe, location.run_dir, request.output_dir, shape.max_position_embeddings);
 
   HfExportResult result;
   result.iteration = info.iteration;

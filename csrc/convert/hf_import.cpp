@@ -80,8 +80,10 @@ struct ImportTokenizer {
 ImportTokenizer find_tokenizer(const fs::path& hf, const fs::path& run, bool llama) {
   ImportTokenizer t;
   const fs::path dir = fs::absolute(run / "tokenizer").lexically_normal();
-  // A Llama folder carries tokenizer.json; a GPT-2 folder is read as it always was.
-  if (llama && fs::is_regular_file(hf / "tokenizer.json")) {
+  // A Llama folder carries tokenizer.json; a GPT-2 folder its vocab.json and merges.txt, or only
+  // tokenizer.json when transformers 5's save_pretrained wrote it.
+  const bool gpt2_files = fs::is_regular_file(hf / "vocab.json") && fs::is_regular_file(hf / "merges.txt");
+  if ((llama || !gpt2_files) && fs::is_regular_file(hf / "tokenizer.json")) {
     t.hf_json = true;
     t.json = (dir / "tokenizer.json").string();
     for (const char* f : {"tokenizer.json", kHfTokenizerConfigFile, "special_tokens_map.json"})
@@ -94,7 +96,7 @@ ImportTokenizer find_tokenizer(const fs::path& hf, const fs::path& run, bool lla
                               (llama ? " does not exist: the import needs the tokenizer beside config.json (tokenizer.json, "
                                        "or the GPT-2 files vocab.json and merges.txt)"
                                      : " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
-                                       "merges.txt) beside config.json"));
+                                       "merges.txt) or tokenizer.json beside config.json"));
   t.vocab = (dir / "vocab.json").string();
   t.merges = (dir / "merges.txt").string();
   t.files = {"vocab.json", "merges.txt"};

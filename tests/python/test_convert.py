@@ -162,6 +162,32 @@ def test_import_random_gpt2_has_transformers_logits(tmp_path):
         assert_tensor_maps_equal(b[rel][0], a[rel][0], rel)
 
 
+def test_a_folder_with_only_tokenizer_json_imports_and_exports_it(tmp_path):
+    """transformers 5's save_pretrained writes a GPT-2 tokenizer as tokenizer.json alone: the
+    import takes it (the run's tokenizer, library huggingface), the export carries it back, and
+    transformers reads the exported folder with Loom's logits."""
+    from transformers import AutoTokenizer, GPT2LMHeadModel, GPT2TokenizerFast
+    hf_dir, model = random_gpt2(tmp_path)
+    tokenizer = GPT2TokenizerFast.from_pretrained(hf_dir, local_files_only=True)  # reads vocab.json, merges.txt
+    for f in ("vocab.json", "merges.txt"):
+        (hf_dir / f).unlink()
+    tokenizer.save_pretrained(hf_dir)
+    assert not (hf_dir / "vocab.json").exists() and (hf_dir / "tokenizer.json").exists()
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2")
+    assert "library: huggingface" in (run / "config.yaml").read_text()
+    back = tmp_path / "back"
+    convert("--to", "hf", back, "--checkpoint", run)
+    assert (back / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
+    ids = AutoTokenizer.from_pretrained(back, local_files_only=True)(PROMPT)["input_ids"]
+    assert ids == AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)(PROMPT)["input_ids"]
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0]
+        exported = GPT2LMHeadModel.from_pretrained(back, local_files_only=True).eval()(torch.tensor([ids])).logits[0]
+    ours = loom_logits(run, ids, tmp_path)
+    assert (ours - want).abs().max().item() <= 1e-5 and (exported - want).abs().max().item() == 0
+
+
 def test_import_reads_half_precision_files(tmp_path):
     hf_dir, model = random_gpt2(tmp_path, dtype=torch.bfloat16, name="hf_bf16")
     run = tmp_path / "imported"
