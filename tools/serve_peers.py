@@ -4,6 +4,7 @@ converted to GGUF by llama.cpp's own converter for its server, and loaded by tra
 
 llama.cpp comes from the `llama-cpp-python` sdist, which vendors its whole source
 (docs/serving.md, "Beside the peers" says how to build `llama-server` from it)."""
+import json
 import os
 import pathlib
 import shutil
@@ -31,6 +32,10 @@ def make_weights(out, shape, seed=0):
     torch.manual_seed(seed)
     config = transformers.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=POSITIONS)
     transformers.GPT2LMHeadModel(config).save_pretrained(out)
+    # GPT-2's released config.json has n_ctx beside n_positions (llama.cpp's converter reads it);
+    # transformers 5 no longer writes it.
+    config_file = out / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "n_ctx": POSITIONS}, indent=2))
     shutil.copy(ROOT / "data" / "gpt2-vocab.json", out / "vocab.json")
     shutil.copy(ROOT / "data" / "gpt2-merges.txt", out / "merges.txt")
     # tokenizer.json from those files (transformers 5's GPT2TokenizerFast(vocab_file=...) builds
