@@ -27,6 +27,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -111,21 +112,23 @@ def run_clients(peer, prompts, n, concurrency):
 def bench_transformers_static(model, prompt_ids, n, batch):
     import torch
     ttft, tpot, tokens = [], [], 0
-    start = time.perf_counter()
+    generating = 0.0  # seconds of the n-token generate calls: the figures' wall time
     with torch.inference_mode():
         for i in range(0, len(prompt_ids), batch):
             ids = torch.tensor(prompt_ids[i:i + batch])  # host: bench input
             kw = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=0)
+            # TTFT: a 1-token generate of the same batch, timed apart and not in the wall time.
             t0 = time.perf_counter()
             model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
+            first = time.perf_counter() - t0
             t1 = time.perf_counter()
             out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)  # equal lengths: no padding
-            t2 = time.perf_counter()
-            ttft += [t1 - t0] * ids.shape[0]
-            tpot += [(t2 - t1) / max(n - 1, 1)] * ids.shape[0]  # the first token's run excluded
+            whole = time.perf_counter() - t1
+            generating += whole
+            ttft += [first] * ids.shape[0]
+            tpot += [max(whole - first, 0.0) / max(n - 1, 1)] * ids.shape[0]
             tokens += (out.shape[1] - ids.shape[1]) * ids.shape[0]
-    wall = time.perf_counter() - start
-    return {"rps": len(prompt_ids) / wall, "tps": tokens / wall, "ttft": ttft, "tpot": tpot}
+    return {"rps": len(prompt_ids) / generating, "tps": tokens / generating, "ttft": ttft, "tpot": tpot}
 
 
 def bench_transformers_continuous(model, prompt_ids, n):
@@ -166,7 +169,7 @@ class Bench:
     def __init__(self, args, tmp):
         self.args, self.tmp = args, tmp
         self.tok = tokenizer()
-        self.corpus = self.tok.encode((ROOT / "data" / "tinyshakespeare.txt").read_text()[:300000]).ids
+        self.corpus = self.tok.encode((ROOT / "data" / "tinyshakespeare.txt").read_text()).ids
         self.hf_dir = serve_peers.make_weights(tmp / "hf", args.shape)
         self.run = serve_peers.import_into_loom(self.hf_dir, tmp / "loom")
         self.gguf = None
@@ -176,8 +179,14 @@ class Bench:
         self.env = {"OMP_NUM_THREADS": str(args.threads)}
 
     def prompts(self, count, length, offset=0):
-        """Token-id prompts from the corpus, decoded to text (both servers take text)."""
-        ids = [self.corpus[offset + i * 997: offset + i * 997 + length] for i in range(count)]
+        """`count` token-id prompts of `length` tokens from the corpus (from token `offset`, 997
+        apart, wrapping around), decoded to text (the servers take text)."""
+        stride, span = 997, len(self.corpus) - length
+        if span <= 0:
+            raise ValueError(f"prompts of {length} tokens do not fit the {len(self.corpus)}-token corpus")
+        starts = [(offset + i * stride) % span for i in range(count)]
+        ids = [self.corpus[s:s + length] for s in starts]
+        assert all(len(p) == length for p in ids)
         return ids, [self.tok.decode(p) for p in ids]
 
     def loom(self, *flags):
@@ -185,7 +194,7 @@ class Bench:
 
     def llama(self, slots, extra=()):
         return serve_peers.LlamaServer(self.args.llama_server, self.gguf, slots, self.args.threads, free_port(),
-                                       extra)
+                                       self.tmp, extra)
 
     def record(self, workload, name, r):
         self.results.setdefault(workload, {})[name] = {k: v for k, v in r.items()}
@@ -198,18 +207,21 @@ class Bench:
         print(f"\n### clients: {a.requests} requests per level, {a.prompt_tokens} prompt + {a.output_tokens} output "
               f"tokens\n\n{HEADER}")
         first = {}
+        # Each level sends prompts of its own, so no side starts a level with the previous
+        # level's prompts in its cache.
+        level_texts = {c: self.prompts(a.requests, a.prompt_tokens, offset=1 + k * 31)[1] for k, c in enumerate(levels)}
         with self.loom() as server:
             peer = loom_peer(server.url)
             first["loom serve"] = stream_one(peer, texts[0], a.output_tokens)["text"]
             for c in levels:
-                self.record("clients", f"loom serve, {c} clients", run_clients(peer, texts, a.output_tokens, c))
+                self.record("clients", f"loom serve, {c} clients", run_clients(peer, level_texts[c], a.output_tokens, c))
         if self.gguf:
             with self.llama(max(levels)) as server:
                 peer = llama_peer(server.url)
                 first["llama.cpp server"] = stream_one(peer, texts[0], a.output_tokens)["text"]
                 for c in levels:
                     self.record("clients", f"llama.cpp server, {c} clients",
-                                run_clients(peer, texts, a.output_tokens, c))
+                                run_clients(peer, level_texts[c], a.output_tokens, c))
         else:
             print("| llama.cpp server | not run: no --llama-server | | | | | |")
         if not a.skip_transformers:
@@ -236,7 +248,7 @@ class Bench:
         self.results["first_text_equal"] = len(texts_seen) == 1
 
     def shared_prefix(self):
-        system_ids, _ = self.prompts(1, SYSTEM_PROMPT_TOKENS, offset=500000 // 4)
+        system_ids, _ = self.prompts(1, SYSTEM_PROMPT_TOKENS, offset=50000)
         ids, _ = self.prompts(32, 16)
         texts = [self.tok.decode(system_ids[0] + p) for p in ids]
         print(f"\n### shared-prefix: 32 requests, a {SYSTEM_PROMPT_TOKENS}-token system prompt + 16 tokens, "
@@ -252,7 +264,7 @@ class Bench:
 
     def long_among_short(self):
         _, short = self.prompts(8, 32)
-        _, long_prompt = self.prompts(1, LONG_PROMPT_TOKENS, offset=200000 // 4)
+        _, long_prompt = self.prompts(1, LONG_PROMPT_TOKENS, offset=20000)
         print(f"\n### long-among-short: 8 clients decoding 64 tokens, a {LONG_PROMPT_TOKENS}-token prompt joins "
               f"after 0.5 s\n\n| side | decoders' longest gap ms | decoders' per-token p99 ms | long prompt's TTFT ms |\n"
               f"|---|---|---|---|")
@@ -335,11 +347,22 @@ def main():
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--speculation", default="", help="loom serve flags that turn speculation on")
     ap.add_argument("--json", type=pathlib.Path, help="write every measured figure here")
+    ap.add_argument("--keep", action="store_true", help="keep the weights, the Loom run and the GGUF (printed path)")
     args = ap.parse_args()
     if bool(args.llama_server) != bool(args.llama_cpp):
         ap.error("--llama-server and --llama-cpp go together")
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="loom_bench_serve_"))
+    try:
+        run_bench(args, tmp)
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_bench(args, tmp):
     bench = Bench(args, tmp)
     layers, hidden, heads = serve_peers.SHAPES[args.shape]
     print(f"model: random GPT-2 '{args.shape}' ({layers} layers, hidden {hidden}, {heads} heads), fp32; "

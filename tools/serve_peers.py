@@ -68,16 +68,19 @@ class LlamaServer:
     """llama.cpp's `llama-server` with `slots` parallel sequences (continuous batching), each with
     the model's whole context, on `threads` threads; `url` once /health answers."""
 
-    def __init__(self, binary, gguf, slots, threads, port, extra=(), timeout=180):
+    def __init__(self, binary, gguf, slots, threads, port, log_dir, extra=(), timeout=180):
         cmd = [str(binary), "-m", str(gguf), "-np", str(slots), "-c", str(slots * POSITIONS), "-t", str(threads),
                "-tb", str(threads), "--port", str(port), "--host", "127.0.0.1", "--no-webui", *extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        # Its log goes to a file: it writes a line per request, and an undrained pipe would fill
+        # and stop it.
+        self.log_path = pathlib.Path(log_dir) / f"llama-server-{port}.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("llama-server exited:\n" + self.proc.stderr.read()[-4000:])
+                raise RuntimeError("llama-server exited:\n" + self.log_path.read_text()[-4000:])
             try:
                 if requests.get(self.url + "/health", timeout=2).status_code == 200:
                     return

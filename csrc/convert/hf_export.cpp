@@ -53,34 +53,38 @@ void check_llama_exportable(const ModelShape& s) {
                           "LlamaForCausalLM, which needs" + bad);
 }
 
-// The run's tokenizer.json (model.tokenizer.model: the file or a folder holding it) and the
-// tokenizer_config.json / special_tokens_map.json beside it, copied into the export.
-void copy_hf_json_tokenizer(const config::Recipe& recipe, const std::string& run_dir, const std::string& out) {
+// The run's tokenizer.json or SentencePiece tokenizer.model (model.tokenizer.model: the file, or
+// a folder holding tokenizer.json) and the files transformers reads beside it (tokenizer.json,
+// tokenizer.model, tokenizer_config.json, special_tokens_map.json), copied into the export.
+void copy_tokenizer_files(const config::Recipe& recipe, const std::string& run_dir, const std::string& out) {
   const std::string field = "model.tokenizer.model";
   const std::string given = recipe.model.tokenizer.model.value_or("");
-  fs::path json = given;
-  if (!given.empty() && fs::is_directory(given)) json = fs::path(given) / "tokenizer.json";
+  fs::path file = given;
+  if (!given.empty() && fs::is_directory(given)) file = fs::path(given) / "tokenizer.json";
   else if (!given.empty() && fs::path(given).is_relative() && fs::is_directory(fs::path(run_dir) / given))
-    json = fs::path(run_dir) / given / "tokenizer.json";
-  json = resolve_run_file(json.string(), run_dir, field);
-  fs::copy_file(json, fs::path(out) / "tokenizer.json", fs::copy_options::overwrite_existing);
-  for (const char* f : {kHfTokenizerConfigFile, "special_tokens_map.json"})
-    if (fs::is_regular_file(json.parent_path() / f))
-      fs::copy_file(json.parent_path() / f, fs::path(out) / f, fs::copy_options::overwrite_existing);
+    file = fs::path(run_dir) / given / "tokenizer.json";
+  file = resolve_run_file(file.string(), run_dir, field);
+  const std::string name = recipe.model.tokenizer.library == config::TokenizerLibrary::kSentencePiece
+                               ? "tokenizer.model" : "tokenizer.json";
+  fs::copy_file(file, fs::path(out) / name, fs::copy_options::overwrite_existing);
+  for (const char* f : {"tokenizer.json", "tokenizer.model", kHfTokenizerConfigFile, "special_tokens_map.json"})
+    if (f != name && fs::is_regular_file(file.parent_path() / f))
+      fs::copy_file(file.parent_path() / f, fs::path(out) / f, fs::copy_options::overwrite_existing);
 }
 
-// The run's tokenizer as the export carries it: tokenizer.json (library huggingface) or the GPT-2
-// BPE files; its size must be the checkpoint's vocabulary.
+// The run's tokenizer as the export carries it: tokenizer.json (library huggingface),
+// tokenizer.model (library sentencepiece) or the GPT-2 BPE files; its size must be the
+// checkpoint's vocabulary.
 struct ExportTokenizer {
-  bool hf_json = false;
+  bool gpt2_files = true;  ///< vocab.json + merges.txt, else a tokenizer.json / tokenizer.model
   std::string vocab_file, merge_file;
   std::unique_ptr<data::Tokenizer> tokenizer;
 };
 
 ExportTokenizer export_tokenizer(const config::Recipe& recipe, const std::string& run_dir, int64_t vocab_size) {
   ExportTokenizer t;
-  t.hf_json = recipe.model.tokenizer.library == config::TokenizerLibrary::kHuggingFace;
-  if (t.hf_json) {
+  t.gpt2_files = recipe.model.tokenizer.library == config::TokenizerLibrary::kMegatron;
+  if (!t.gpt2_files) {
     t.tokenizer = data::make_tokenizer(data::tokenizer_spec(recipe.model.tokenizer));
   } else {
     std::tie(t.vocab_file, t.merge_file) = gpt2_tokenizer_files(recipe, run_dir);
@@ -96,10 +100,10 @@ ExportTokenizer export_tokenizer(const config::Recipe& recipe, const std::string
 // RUN/tokenizer/), where transformers reads them.
 void write_export_tokenizer(const ExportTokenizer& t, const config::Recipe& recipe, const std::string& run_dir,
                             const std::string& out, int64_t max_positions) {
-  if (t.hf_json)
-    copy_hf_json_tokenizer(recipe, run_dir, out);
-  else
+  if (t.gpt2_files)
     write_hf_tokenizer(out, t.vocab_file, t.merge_file, max_positions);
+  else
+    copy_tokenizer_files(recipe, run_dir, out);
   const fs::path chat_template = fs::path(run_dir) / "tokenizer" / kHfChatTemplateFile;
   if (!run_dir.empty() && fs::is_regular_file(chat_template))
     fs::copy_file(chat_template, fs::path(out) / kHfChatTemplateFile, fs::copy_options::overwrite_existing);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "config/recipe.h"
 #include "convert/checkpoint_writer.h"
@@ -13,8 +14,10 @@
 #include "convert/hf_files.h"
 #include "convert/hf_gpt2.h"
 #include "convert/hf_llama.h"
+#include "data/data_error.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/hf_tokenizer.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "model/init.h"
 #include "train/checkpoint_files.h"
 #include "train/model_setup.h"
@@ -69,32 +72,66 @@ double json_number(const nlohmann::json& c, const char* key, double fallback) {
   return c.contains(key) && c[key].is_number() ? c[key].get<double>() : fallback;
 }
 
-// The tokenizer an imported run uses: the GPT-2 BPE files (library megatron), or a
-// tokenizer.json (library huggingface; Llama-family folders), copied into RUN/tokenizer/.
+// The tokenizer an imported run uses: the GPT-2 BPE files (library megatron), a byte-level BPE
+// tokenizer.json (library huggingface; Llama 3, Qwen2, SmolLM folders), or a SentencePiece
+// tokenizer.model (library sentencepiece; Llama 2, Mistral 7B, TinyLlama, whose tokenizer.json
+// uses byte fallback), copied into RUN/tokenizer/ with the files beside it.
+enum class TokenizerKind { kGpt2Files, kHfJson, kSentencePiece };
+
 struct ImportTokenizer {
-  bool hf_json = false;
-  std::vector<std::string> files;  // names in the HF folder, copied as they are
-  std::string vocab, merges, json;  // absolute paths in RUN/tokenizer/
+  TokenizerKind kind = TokenizerKind::kGpt2Files;
+  std::vector<std::string> files;  // names in the HF folder, copied as they are; the tokenizer's first
+  std::string vocab, merges, model;  // absolute paths in RUN/tokenizer/
 };
+
+// The files that travel with a tokenizer.json or tokenizer.model (transformers reads them).
+constexpr const char* kTokenizerCompanions[] = {"tokenizer.json", "tokenizer.model", kHfTokenizerConfigFile,
+                                                "special_tokens_map.json"};
+
+// Whether Loom's byte-level BPE reader takes `json` (else the reason, for an error).
+std::optional<std::string> byte_level_refusal(const fs::path& json) {
+  try {
+    data::HfTokenizer tokenizer(json.string());
+    return std::nullopt;
+  } catch (const data::DataError& e) {
+    return std::string(e.what());
+  }
+}
 
 ImportTokenizer find_tokenizer(const fs::path& hf, const fs::path& run, bool llama) {
   ImportTokenizer t;
   const fs::path dir = fs::absolute(run / "tokenizer").lexically_normal();
-  // A Llama folder carries tokenizer.json; a GPT-2 folder its vocab.json and merges.txt, or only
-  // tokenizer.json when transformers 5's save_pretrained wrote it.
+  auto with_companions = [&](const char* first) {
+    t.files = {first};
+    for (const char* f : kTokenizerCompanions)
+      if (f != std::string(first) && fs::is_regular_file(hf / f)) t.files.push_back(f);
+  };
+  // A Llama folder carries tokenizer.json (and, SentencePiece-based, tokenizer.model); a GPT-2
+  // folder its vocab.json and merges.txt, or only tokenizer.json when transformers 5's
+  // save_pretrained wrote it.
   const bool gpt2_files = fs::is_regular_file(hf / "vocab.json") && fs::is_regular_file(hf / "merges.txt");
-  if ((llama || !gpt2_files) && fs::is_regular_file(hf / "tokenizer.json")) {
-    t.hf_json = true;
-    t.json = (dir / "tokenizer.json").string();
-    for (const char* f : {"tokenizer.json", kHfTokenizerConfigFile, "special_tokens_map.json"})
-      if (fs::is_regular_file(hf / f)) t.files.push_back(f);
-    return t;
+  if (llama || !gpt2_files) {
+    const bool json = fs::is_regular_file(hf / "tokenizer.json"), sp = fs::is_regular_file(hf / "tokenizer.model");
+    const std::optional<std::string> refused = json ? byte_level_refusal(hf / "tokenizer.json") : std::nullopt;
+    if (json && !refused) {
+      t.kind = TokenizerKind::kHfJson;
+      t.model = (dir / "tokenizer.json").string();
+      with_companions("tokenizer.json");
+      return t;
+    }
+    if (sp) {
+      t.kind = TokenizerKind::kSentencePiece;
+      t.model = (dir / "tokenizer.model").string();
+      with_companions("tokenizer.model");
+      return t;
+    }
+    if (refused) throw ConvertInputError(*refused + " (and no tokenizer.model beside it to read with SentencePiece)");
   }
   for (const char* file : {"vocab.json", "merges.txt"})
     if (!fs::is_regular_file(hf / file))
       throw ConvertInputError((hf / file).string() +
                               (llama ? " does not exist: the import needs the tokenizer beside config.json (tokenizer.json, "
-                                       "or the GPT-2 files vocab.json and merges.txt)"
+                                       "tokenizer.model, or the GPT-2 files vocab.json and merges.txt)"
                                      : " does not exist: the import needs the GPT-2 tokenizer files (vocab.json, "
                                        "merges.txt) or tokenizer.json beside config.json"));
   t.vocab = (dir / "vocab.json").string();
@@ -104,8 +141,28 @@ ImportTokenizer find_tokenizer(const fs::path& hf, const fs::path& run, bool lla
 }
 
 std::vector<std::string> tokenizer_fields(const ImportTokenizer& t) {
-  if (t.hf_json) return {"model.tokenizer.library=huggingface", "model.tokenizer.model=" + t.json};
+  switch (t.kind) {
+    case TokenizerKind::kHfJson:
+      return {"model.tokenizer.library=huggingface", "model.tokenizer.model=" + t.model};
+    case TokenizerKind::kSentencePiece:
+      return {"model.tokenizer.library=sentencepiece", "model.tokenizer.model=" + t.model};
+    case TokenizerKind::kGpt2Files:
+      break;
+  }
   return {"model.tokenizer.library=megatron", "model.tokenizer.vocab_file=" + t.vocab, "model.tokenizer.merge_file=" + t.merges};
+}
+
+// The recipe's model.tokenizer section (indented under it) for the same choice.
+std::string tokenizer_yaml(const ImportTokenizer& t) {
+  switch (t.kind) {
+    case TokenizerKind::kHfJson:
+      return fmt::format("    library: huggingface\n    model: {}", t.model);
+    case TokenizerKind::kSentencePiece:
+      return fmt::format("    library: sentencepiece\n    model: {}", t.model);
+    case TokenizerKind::kGpt2Files:
+      break;
+  }
+  return fmt::format("    library: megatron\n    vocab_file: {}\n    merge_file: {}", t.vocab, t.merges);
 }
 
 // The architecture fields of a non-GPT model (the recipe defaults are GPT's).
@@ -154,9 +211,7 @@ config::Recipe output_recipe(const HfImportRequest& request, const nlohmann::jso
         text.replace(text.find("{" + key + "}"), key.size() + 2, value);
       };
       put("global_batch", std::to_string(layout.dp));
-      put("tokenizer", tokenizer.hf_json ? fmt::format("    library: huggingface\n    model: {}", tokenizer.json)
-                                         : fmt::format("    library: megatron\n    vocab_file: {}\n    merge_file: {}",
-                                                       tokenizer.vocab, tokenizer.merges));
+      put("tokenizer", tokenizer_yaml(tokenizer));
       put("seq", std::to_string(shape.max_position_embeddings));
       // GPT-2's dropouts; a Llama config has attention_dropout (0) and no hidden dropout.
       put("hidden_dropout", fmt::format("{}", json_number(hf_config, "resid_pdrop", shape.is_gpt() ? 0.1 : 0.0)));
@@ -199,10 +254,15 @@ HfImportResult import_hf(const HfImportRequest& request) {
   {
     const std::string file = (hf / import_tokenizer.files.front()).string();
     std::unique_ptr<data::Tokenizer> tokenizer;
-    if (import_tokenizer.hf_json) {
-      tokenizer = std::make_unique<data::HfTokenizer>(file);
-    } else {
-      tokenizer = std::make_unique<data::Gpt2Tokenizer>(file, (hf / "merges.txt").string());
+    switch (import_tokenizer.kind) {
+      case TokenizerKind::kHfJson:
+        tokenizer = std::make_unique<data::HfTokenizer>(file);
+        break;
+      case TokenizerKind::kSentencePiece:
+        tokenizer = std::make_unique<data::SentencePieceTokenizer>(file);
+        break;
+      case TokenizerKind::kGpt2Files:
+        tokenizer = std::make_unique<data::Gpt2Tokenizer>(file, (hf / "merges.txt").string());
     }
     if (static_cast<int64_t>(tokenizer->vocab_size()) != shape.vocab_size)
       throw ConvertInputError(fmt::format("{}: vocab_size {} differs from the {} entries of {}", config_file, shape.vocab_size,

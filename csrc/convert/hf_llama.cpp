@@ -319,10 +319,12 @@ Gpt2Shape llama_shape_from_config(const nlohmann::json& c, const std::string& fi
                                         s.num_query_groups, s.num_attention_heads));
   // Mistral: Llama's model with a sliding attention window; one at least the context (or none,
   // as Mistral 7B v0.2+ and Mistral-NeMo write) is full causal attention.
-  if (c["model_type"] == "mistral" && c.contains("sliding_window") && !c["sliding_window"].is_null()) {
-    if (!c["sliding_window"].is_number_integer())
-      throw ConvertInputError(fmt::format("{}: sliding_window must be an integer or null, found {}", file, c["sliding_window"].dump()));
-    const int64_t window = c["sliding_window"].get<int64_t>();
+  // transformers' MistralConfig defaults the window to 4096 when the key is missing.
+  if (c["model_type"] == "mistral" && !(c.contains("sliding_window") && c["sliding_window"].is_null())) {
+    const nlohmann::json given = c.contains("sliding_window") ? c["sliding_window"] : nlohmann::json(4096);
+    if (!given.is_number_integer())
+      throw ConvertInputError(fmt::format("{}: sliding_window must be an integer or null, found {}", file, given.dump()));
+    const int64_t window = given.get<int64_t>();
     if (window < s.max_position_embeddings)
       throw ConvertInputError(fmt::format("{}: sliding_window {} is shorter than max_position_embeddings {}: Loom's attention "
                                           "is full causal attention (sliding-window attention is not implemented)",

@@ -125,7 +125,9 @@ std::shared_ptr<data::Tokenizer> load_run_tokenizer(const config::Recipe& recipe
   std::shared_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(run_tokenizer(recipe, base));
   const int64_t base_vocab = base.plan.info.layout.model_shape.vocab_size;
   if (static_cast<int64_t>(tokenizer->vocab_size()) != base_vocab)
-    throw std::invalid_argument(fmt::format("model.tokenizer: {} has {} tokens, the base model '{}' a vocabulary of {}",
+    throw std::invalid_argument(fmt::format("model.tokenizer: {} has {} tokens, the base model '{}' a vocabulary of {} "
+                                            "(to use the base's own tokenizer, leave model.tokenizer out or set "
+                                            "model.tokenizer.vocab_file='' and merge_file='')",
                                             tokenizer->description(), tokenizer->vocab_size(), base.path, base_vocab));
   return tokenizer;
 }

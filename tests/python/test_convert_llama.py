@@ -6,12 +6,14 @@ embeddings with plain multi-head attention; Qwen2ForCausalLM (Q/K/V biases, mode
 same ways, tied and untied; and config.json fields Loom cannot represent refused naming the field."""
 import json
 import shutil
+import subprocess
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from test_convert import convert, loom_logits
+from test_data_helpers import ROOT, loom_binary
 from test_data_tokenizers_more import train_hf
 
 IDS = [5, 17, 250, 3, 99, 1000, 42, 7, 12, 0, 480, 31]
@@ -162,29 +164,96 @@ def test_qwen2_sliding_window_refused_naming_the_field(tmp_path):
     assert "config.json" in done.stderr and "use_sliding_window" in done.stderr, done.stderr[-3000:]
 
 
-@pytest.mark.parametrize("window", [None, 64])
-def test_mistral_imports_with_transformers_logits_and_exports_as_the_llama_it_equals(tmp_path, window):
-    """A MistralForCausalLM whose sliding window is none or covers the whole context (64
-    positions) is Llama's model: transformers' logits in, the same tensors out as a
-    LlamaForCausalLM with those logits."""
+def test_mistral_imports_with_transformers_logits_and_exports_as_the_llama_it_equals(tmp_path):
+    """A MistralForCausalLM whose sliding window covers its whole context (64 positions: every
+    query sees all its causal keys) is Llama's model: transformers' logits over the full 64
+    positions in, the same tensors out as a LlamaForCausalLM with those logits."""
     from transformers import LlamaForCausalLM
-    hf_dir, model = random_llama(tmp_path, "hf_mistral", mistral=True, sliding_window=window)
+    hf_dir, model = random_llama(tmp_path, "hf_mistral", mistral=True, sliding_window=64)
     assert model.config.model_type == "mistral"
     run = tmp_path / "imported"
     convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2")
-    ours = assert_transformers_logits(run, model, tmp_path)
+    ids = (IDS * 8)[:64]
+    ours = loom_logits(run, ids, tmp_path)
+    assert (ours - hf_logits(model, ids)).abs().max().item() <= 1e-5
     back, config = export_bit_identical(run, hf_dir, tmp_path)
     assert config["architectures"] == ["LlamaForCausalLM"]
     reloaded = LlamaForCausalLM.from_pretrained(back, local_files_only=True).eval()
-    assert (hf_logits(reloaded, IDS) - ours).abs().max().item() <= 1e-5
+    assert (hf_logits(reloaded, ids) - ours).abs().max().item() <= 1e-5
 
 
-def test_mistral_window_shorter_than_the_context_refused_naming_the_field(tmp_path):
-    hf_dir, _ = random_llama(tmp_path, "hf_mistral", mistral=True, sliding_window=16)
+@pytest.mark.parametrize("edit,needle", [
+    ({"sliding_window": 63}, "sliding_window 63 is shorter than max_position_embeddings 64"),
+    # No key: transformers' MistralConfig default of 4096.
+    ({"sliding_window": None, "max_position_embeddings": 8192}, "sliding_window 4096 is shorter than "
+                                                                "max_position_embeddings 8192"),
+])
+def test_mistral_window_shorter_than_the_context_refused_naming_the_field(tmp_path, edit, needle):
+    hf_dir, _ = random_llama(tmp_path, "hf_mistral", mistral=True, sliding_window=None)
+    config = json.loads((hf_dir / "config.json").read_text())
+    for key, value in edit.items():
+        if value is None:
+            config.pop(key)
+        else:
+            config[key] = value
+    (hf_dir / "config.json").write_text(json.dumps(config))
     done = convert("--from", "hf", hf_dir, "--output", tmp_path / "run", check=False)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "config.json: sliding_window 16 is shorter than max_position_embeddings 64" in done.stderr, done.stderr[-3000:]
+    assert "config.json: " + needle in done.stderr, done.stderr[-3000:]
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def sentencepiece_llama(tmp_path):
+    """A LlamaForCausalLM with a SentencePiece tokenizer as Llama 2, Mistral 7B and TinyLlama
+    ship it: tokenizer.model (BPE with byte fallback, trained here) and the tokenizer.json
+    transformers converts from it (byte_fallback: not byte-level BPE)."""
+    import sentencepiece
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaTokenizerFast
+    out = tmp_path / "hf_sp"
+    out.mkdir()
+    lines = (ROOT / "data" / "tinyshakespeare.txt").read_text()[:100000].splitlines()
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(out / "tokenizer"),
+                                             vocab_size=600, model_type="bpe", byte_fallback=True, unk_id=0, bos_id=1,
+                                             eos_id=2, pad_id=-1, character_coverage=1.0, minloglevel=2)
+    (out / "tokenizer.vocab").unlink()
+    tokenizer = LlamaTokenizerFast.from_pretrained(out, local_files_only=True)
+    tokenizer.save_pretrained(out)
+    assert json.loads((out / "tokenizer.json").read_text())["model"]["byte_fallback"] is True
+    torch.manual_seed(13)
+    config = LlamaConfig(vocab_size=600, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, bos_token_id=1,
+                         eos_token_id=2)
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(out)
+    return out, model, tokenizer
+
+
+def test_a_sentencepiece_llama_imports_generates_and_exports_its_tokenizer(tmp_path):
+    import sentencepiece
+    from transformers import AutoTokenizer
+    hf_dir, model, tokenizer = sentencepiece_llama(tmp_path)
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run, "--tensor-parallel", "2")
+    assert "library: sentencepiece" in (run / "config.yaml").read_text()
+    prompt = "ROMEO: But soft, what light"
+    ids = tokenizer(prompt)["input_ids"]
+    assert ids and ids[0] != 1  # no BOS: Loom's ids are SentencePiece's encode
+    ours = loom_logits(run, ids, tmp_path)
+    assert (ours - hf_logits(model, ids)).abs().max().item() <= 1e-5
+    with torch.no_grad():
+        want = model.generate(torch.tensor([ids]), max_new_tokens=10, do_sample=False, eos_token_id=2, pad_token_id=2)
+    done = subprocess.run([str(loom_binary()), "generate", "--checkpoint", str(run), "--prompt", prompt,
+                           "--max-new-tokens", "10", "--greedy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # SentencePiece's own decoding of transformers' tokens (transformers renders an ill-formed run
+    # of byte-fallback tokens with one U+FFFD per byte, SentencePiece per maximal subpart).
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(hf_dir / "tokenizer.model"))
+    assert done.stdout == sp.decode([i for i in want[0].tolist() if i != 2]) + "\n", done.stdout
+
+    back, _ = export_bit_identical(run, hf_dir, tmp_path)
+    for f in ("tokenizer.model", "tokenizer.json", "tokenizer_config.json"):
+        assert (back / f).read_bytes() == (hf_dir / f).read_bytes(), f
+    assert AutoTokenizer.from_pretrained(back, local_files_only=True)(prompt)["input_ids"] == ids
 
 
 @pytest.mark.parametrize("field,value,needle", [
