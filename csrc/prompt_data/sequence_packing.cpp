@@ -89,6 +89,9 @@ PackedRows make_packed_rows(const std::vector<const PromptExample*>& examples,
       if (std::find(examples[i]->is_virtual.begin(), examples[i]->is_virtual.end(), 1) != examples[i]->is_virtual.end())
         throw std::invalid_argument(fmt::format("example {} has virtual tokens: packed rows hold examples without them", i));
       const int64_t n = examples[i]->size() - 1;  // input positions
+      if (n < 1)
+        throw std::invalid_argument(fmt::format("example {} has {} token(s); a packed example needs at least 2", i,
+                                                examples[i]->size()));
       const int64_t at = starts.back();
       if (at + n > capacity)
         throw std::invalid_argument(fmt::format("packed row {}'s examples need more than its {} positions", r, capacity));

@@ -84,6 +84,12 @@ TEST_CASE("a packed row holds each example's own row, positions restarting, then
     const Ids pack = r == 0 ? Ids{2, 0} : Ids{1};
     for (size_t k = 0; k < pack.size(); ++k) {
       const int64_t n = starts[k + 1] - starts[k];
+      // Directly: the example's first token opens its segment and its last token is the last
+      // label, so nothing crosses into the next example.
+      const PromptExample& e = *examples[static_cast<size_t>(pack[k])];
+      CHECK(n == e.size() - 1);
+      CHECK(rows.tokens[static_cast<size_t>(r * capacity + starts[k])] == e.tokens.front());
+      CHECK(rows.labels[static_cast<size_t>(r * capacity + starts[k + 1] - 1)] == e.tokens.back());
       const PromptBatch own = make_prompt_batch({examples[static_cast<size_t>(pack[k])]}, templates, n, kEod);
       for (int64_t j = 0; j < n; ++j) {
         const size_t at = static_cast<size_t>(r * capacity + starts[k] + j);
