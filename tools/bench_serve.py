@@ -12,7 +12,14 @@ batches of 16) on the weights `loom convert --to hf` wrote.
 Without --checkpoint it trains a small model first (2 steps of recipes/gpt3_tiny_cpu.yaml at
 hidden 256, 4 layers: the figures measure speed, not quality). Every request asks for exactly
 --output-tokens greedy tokens (min_tokens = max_tokens), so both sides do the same work; the
-first prompt's greedy tokens are compared between the two, as a check of the weight mapping."""
+first prompt's greedy tokens are compared between the two, as a check of the weight mapping.
+
+  .venv/bin/python tools/bench_serve.py --speculation [--checkpoint RUN] [--concurrency 1,4]
+      [--num-speculative-tokens 4]
+
+runs only the repetitive-text workload (prompts that repeat a phrase) on the same server
+without and with `--speculative-method ngram` and prints both rows per level, the acceptance
+and the ratio of output tokens/s."""
 import argparse
 import concurrent.futures
 import json
@@ -134,6 +141,52 @@ def row(name, r):
             f"{ms(percentile(r['tpot'], 99)):.1f} |")
 
 
+def spec_counters(url):
+    """(drafted, accepted) tokens so far, from GET /metrics."""
+    values = {}
+    for line in requests.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("loom:spec_decode_num_"):
+            name, value = line.split()
+            values[name] = float(value)
+    return (values.get("loom:spec_decode_num_draft_tokens_total", 0.0),
+            values.get("loom:spec_decode_num_accepted_tokens_total", 0.0))
+
+
+def bench_speculation(run, ids, args, levels):
+    """The repetitive-text workload: prompts that are a 12-token phrase of the corpus repeated
+    (a form, a list, code: text whose continuation is in its context), greedy, the same server
+    without and with prompt-lookup speculation; output tokens/s and the ratio per level."""
+    prompts = []
+    for i in range(16):
+        phrase = ids[i * 997 + 5000: i * 997 + 5012]
+        prompts.append((phrase * (args.prompt_tokens // len(phrase) + 1))[:args.prompt_tokens])
+    print(f"repetitive workload: model {run}, {args.prompt_tokens} prompt tokens (a 12-token phrase repeated), "
+          f"{args.output_tokens} greedy output tokens, {args.requests} requests per level, {args.threads} threads")
+    print("| server, clients | requests/s | output tokens/s | TTFT p50 ms | TTFT p99 ms | per-token p50 ms | "
+          "per-token p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    env = {"OMP_NUM_THREADS": str(args.threads)}
+    results, texts = {}, {}
+    for name, flags in (("plain", ()), ("ngram", ("--speculative-method", "ngram", "--num-speculative-tokens",
+                                                  args.num_speculative_tokens))):
+        with Server(run, "--max-batch", args.max_batch, *flags, env=env) as server:
+            texts[name] = stream_one(server.url, prompts[0], args.output_tokens)[3]
+            before = spec_counters(server.url)
+            for c in levels:
+                r = bench_server(server.url, prompts, args.output_tokens, c, args.requests)
+                results[(name, c)] = r
+                print(row(f"loom serve {name}, {c}", r), flush=True)
+            drafted, accepted = (a - b for a, b in zip(spec_counters(server.url), before))
+            if name == "ngram":
+                print(f"ngram: {accepted:.0f} of {drafted:.0f} drafted tokens accepted "
+                      f"({accepted / max(drafted, 1):.2f})")
+    for c in levels:
+        ratio = results[("ngram", c)]["tps"] / results[("plain", c)]["tps"]
+        print(f"{c} clients: speculation gives {ratio:.2f}x the output tokens/s")
+    print(f"first prompt's greedy text {'equal' if texts['plain'] == texts['ngram'] else 'DIFFERENT'} "
+          f"with and without speculation")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", type=pathlib.Path, help="a Loom run directory (default: train a small model)")
@@ -144,6 +197,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--speculation", action="store_true",
+                    help="only the repetitive-text workload, without and with --speculative-method ngram")
+    ap.add_argument("--num-speculative-tokens", type=int, default=4)
     args = ap.parse_args()
 
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="loom_bench_serve_"))
@@ -157,6 +213,9 @@ def main():
     prompts = [ids[i * 997: i * 997 + args.prompt_tokens] for i in range(16)]
 
     levels = [int(c) for c in args.concurrency.split(",")]
+    if args.speculation:
+        bench_speculation(run, ids, args, levels)
+        return
     print(f"model {run}, {args.prompt_tokens} prompt tokens, {args.output_tokens} output tokens, "
           f"{args.requests} requests per level, {args.threads} threads")
     print("| clients | requests/s | output tokens/s | TTFT p50 ms | TTFT p99 ms | per-token p50 ms | per-token p99 ms |")

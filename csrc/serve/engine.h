@@ -8,7 +8,10 @@
 // decoding request first, then chunks of the prompts being prefilled, at most
 // max_num_batched_tokens in all, each sequence at its own positions (no padding: the paged
 // attention reads each one's keys and values through its block table). A long prompt is split
-// over steps, so the requests decoding beside it get a token in every step. A request takes blocks as it grows and frees them the moment it
+// over steps, so the requests decoding beside it get a token in every step. With speculative
+// decoding (docs/serving.md "Speculative decoding") a decoding request adds its drafted tokens
+// after its next token and keeps the accepted ones (their keys and values; the rest are rolled
+// back: its length and block table cut to them). A request takes blocks as it grows and frees them the moment it
 // ends. With prefix caching (on by default) a joining request reuses the cached full blocks of
 // a prefix it shares with earlier requests and prefills only the rest. When the pool has no
 // block for a running request's next token, the newest running request is preempted: its
@@ -52,6 +55,7 @@
 #include "runtime/pipeline_links.h"
 #include "serve/kv_block_pool.h"
 #include "serve/request.h"
+#include "serve/speculative.h"
 
 namespace loom::serve {
 
@@ -75,7 +79,7 @@ using FinishReason = generate::StopReason;
 struct RequestProgress {
   uint64_t id = 0;
   std::vector<TokenLogprob> prompt;      ///< in the step that prefilled it, when asked (echo)
-  std::vector<TokenLogprob> new_tokens;  ///< tokens generated in this step (0 or 1)
+  std::vector<TokenLogprob> new_tokens;  ///< tokens generated in this step (0, 1, or more when speculating)
   FinishReason finished = FinishReason::kNone;
   std::string error;                     ///< with kError: what failed
 };
@@ -109,6 +113,9 @@ struct EngineOptions {
   /// stage's device, by task index; a request with prompt_task k has row j of table k spliced
   /// into the embedding at its j-th virtual position in its prefill (model/prompt_splice.h).
   std::vector<at::Tensor> prompt_tables;
+  /// Speculative decoding (--speculative-method ngram): each decoding request drafts up to
+  /// num_tokens tokens by prompt lookup (speculative.h) and the step's forward verifies them.
+  SpeculativeOptions speculative;
 };
 
 /// `o` with its defaults filled in for a model of `context` positions (max_kv_tokens 0:
@@ -154,6 +161,9 @@ class GenerationEngine {
   int64_t preemptions() const { return preemptions_; }
   /// Step thread: tokens in the last step's forward (0: none ran).
   int64_t last_step_tokens() const { return last_step_tokens_; }
+  /// Step thread: speculative decoding so far: tokens drafted and drafted tokens accepted.
+  int64_t drafted_tokens() const { return drafted_tokens_; }
+  int64_t accepted_tokens() const { return accepted_tokens_; }
 
  private:
   struct Running;
@@ -193,6 +203,8 @@ class GenerationEngine {
   // Its prompt's log-probabilities are asked for and not reported yet.
   static bool echo_pending(const Running& r);
   std::vector<Segment> schedule(const std::vector<Running*>& decoding, bool preempted);
+  // Speculation: the tokens `r` (decoding) drafts this step, at most `limit`.
+  std::vector<int64_t> propose_draft(const Running& r, int64_t limit) const;
   // Points the cache row of `r` at its blocks and computed length.
   void bind_row(const Running& r);
   void run_batch(const std::vector<Segment>& batch, Choices& choices);
@@ -213,6 +225,7 @@ class GenerationEngine {
   std::vector<int64_t> free_rows_;
   int64_t preemptions_ = 0;
   int64_t last_step_tokens_ = 0;
+  int64_t drafted_tokens_ = 0, accepted_tokens_ = 0;
 
   // Serving rank only.
   mutable std::mutex mutex_;

@@ -9,7 +9,10 @@
 // Chunked prefill: a token budget as small as the batch (prompts split into many chunks)
 // gives the results of a large budget and of one at a time, at t = 1, t = 2, p = 2 and
 // t = 2 x p = 2, with and without preemption; no step's forward exceeds the budget; a long
-// prompt joining beside decoding requests leaves them a token in every step.
+// prompt joining beside decoding requests leaves them a token in every step. Speculation
+// (ngram drafts): greedy and seeded sampled requests give the tokens of plain decoding, alone,
+// batched, under a budget that cuts drafts, in a pool that preempts, at t = 2 and t = 2 x p = 2,
+// with drafts accepted and rolled back.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -651,4 +654,157 @@ TEST_CASE("Engine: a long prompt joining beside decoding requests leaves them a 
   for (int s = 2; s <= 11; ++s) REQUIRE(step_tokens[static_cast<size_t>(s)] == 4);
   for (int64_t t : step_tokens) REQUIRE(t <= 4);
   REQUIRE(out[2].prompt_logprobs.size() == 20);
+}
+
+namespace {
+
+// Prompts that repeat (prompt lookup finds drafts at once) and plain ones; greedy and seeded
+// sampled (penalties, top-k, top-p, min tokens), with log-probabilities.
+std::vector<RequestSpec> speculative_specs(const model::GptConfig& c) {
+  std::vector<RequestSpec> specs;
+  for (size_t i = 0; i < 4; ++i) {
+    RequestSpec s;
+    const int64_t period = 2 + static_cast<int64_t>(i % 3);
+    for (int64_t k = 0; k < 9; ++k) s.prompt.push_back((11 * static_cast<int64_t>(i) + 5 * (k % period) + 2) % c.vocab_size);
+    s.max_new_tokens = 12;
+    s.sampling.greedy = true;
+    s.stop_at_eod = false;
+    s.logprobs = true;
+    s.top_logprobs = 2;
+    specs.push_back(s);
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    RequestSpec s = specs[i];
+    auto& o = s.sampling;
+    o.greedy = false;
+    o.temperature = 0.6 + 0.3 * static_cast<double>(i);
+    o.top_k = i % 2 ? 10 : 0;
+    o.top_p = i == 2 ? 0.8 : 1.0;
+    o.repetition_penalty = i == 3 ? 1.2 : 1.0;
+    o.seed = 500 + i;
+    s.min_new_tokens = i == 1 ? 6 : 0;
+    s.stop_at_eod = i == 1;
+    specs.push_back(s);
+  }
+  for (const auto& more : {greedy_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
+  return specs;
+}
+
+serve::EngineOptions speculating(serve::EngineOptions o, int64_t k) {
+  o.speculative.method = serve::SpeculativeMethod::kNgram;
+  o.speculative.num_tokens = k;
+  o.speculative.prompt_lookup_min = 1;
+  o.speculative.prompt_lookup_max = 3;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("Engine: ngram speculation gives the tokens of plain decoding, greedy and seeded sampled") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = speculative_specs(c);
+  const auto plain = one_at_a_time(stage, specs);
+  // One at a time, batched, under a budget that cuts drafts, and in a tiny pool that preempts.
+  for (auto [k, batch, budget, pool] : {std::tuple{3, 1, 0, 0}, std::tuple{1, 4, 0, 0}, std::tuple{4, 4, 0, 0},
+                                        std::tuple{4, 4, 6, 0}, std::tuple{3, 4, 0, 24}}) {
+    INFO("k " << k << ", max_batch " << batch << ", budget " << budget << ", pool " << pool);
+    serve::EngineOptions options;
+    options.max_batch = batch;
+    options.max_num_batched_tokens = budget;
+    if (pool > 0) {
+      options.block_size = 4;
+      options.max_kv_tokens = pool;
+    }
+    options = speculating(options, k);
+    std::vector<Outcome> out;
+    int64_t drafted = 0, accepted = 0, preemptions = 0;
+    auto run = [&](const std::vector<RequestSpec>& s, const std::vector<int>& after) {
+      serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+      auto o = drive(engine, s, after, true, [&](int) {
+        REQUIRE(engine.last_step_tokens() <= engine.options().max_num_batched_tokens);
+      });
+      drafted += engine.drafted_tokens();
+      accepted += engine.accepted_tokens();
+      preemptions += engine.preemptions();
+      REQUIRE(engine.kv_blocks_used() == 0);
+      return o;
+    };
+    if (batch == 1) {
+      for (const auto& s : specs) out.push_back(run({s}, {0}).front());
+    } else {
+      std::vector<int> after;
+      for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+      out = run(specs, after);
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(out[i], plain[i]);
+    }
+    // Drafts were made, some accepted (several tokens in one step) and some rolled back.
+    REQUIRE(drafted > 0);
+    REQUIRE(accepted > 0);
+    REQUIRE(accepted < drafted);
+    if (pool > 0) REQUIRE(preemptions > 0);
+  }
+}
+
+namespace {
+
+// Worker: the speculative specs under (LOOM_T, LOOM_P), ngram speculation with k = 3; rank 0
+// writes the outcomes and the acceptance counters.
+void speculative_worker() {
+  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
+  auto groups = test::worker_groups(t, p);
+  const auto c = tiny_config();
+  const auto coords = groups->coords();
+  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
+  model::GptStage stage(c, groups->tensor_ptr(), layout);
+  set_truth(stage, coords.tp, t);
+  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                         groups->layout().rank_of({0, 0, p - 1})};
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, eg, speculating(options, 3));
+  const auto specs = speculative_specs(c);
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+  const bool serving = groups->rank() == 0;
+  const auto out = drive(engine, specs, after, serving);
+  if (serving) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& o : out) j.push_back(outcome_json(o));
+    std::ofstream(test::env_str("LOOM_OUT"))
+        << nlohmann::json{{"outcomes", j}, {"drafted", engine.drafted_tokens()}, {"accepted", engine.accepted_tokens()}}
+               .dump();
+  }
+  groups->shutdown();
+}
+
+}  // namespace
+
+LOOM_WORKER("serve_engine_speculative") { speculative_worker(); }
+
+TEST_CASE("Engine: ngram speculation under t=2 and t=2 x p=2 gives the t=1, p=1 plain tokens") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = speculative_specs(c);
+  const auto plain = one_at_a_time(stage, specs);
+  const std::string dir = temp_dir("serve_speculative");
+  for (auto [t, p] : {std::tuple{2, 1}, std::tuple{2, 2}}) {
+    INFO("t = " << t << ", p = " << p);
+    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+    auto result = test::run_ranks("serve_engine_speculative", t * p,
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+    REQUIRE(result.exit_code() == 0);
+    nlohmann::json j;
+    std::ifstream(out) >> j;
+    REQUIRE(j["drafted"].get<int64_t>() > 0);
+    REQUIRE(j["accepted"].get<int64_t>() > 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(outcome_from_json(j["outcomes"][i]), plain[i]);
+    }
+  }
+  launch::remove_tree(dir);
 }
