@@ -103,7 +103,6 @@ struct GenerationEngine::Running {
   uint64_t id = 0;
   RequestSpec spec;
   int64_t row = -1;
-  generate::TokenSampler sampler;
   std::vector<int64_t> context;  // prompt, then every generated token
   int64_t generated = 0;
   bool prefilled = false;        // its whole context is computed, in this admission
@@ -112,17 +111,34 @@ struct GenerationEngine::Running {
   RequestBlocks blocks;
   int64_t computed = 0;          // positions whose keys and values the cache holds
   std::vector<int64_t> draft;    // speculation: the tokens drafted this step, after its last one
+  std::vector<at::Tensor> draft_probs;  // a draft model's q of each, [V] float64
   Running(uint64_t id_, RequestSpec spec_)
-      : id(id_), spec(std::move(spec_)), sampler(spec.sampling), context(spec.prompt) {}
-  // The uniform of the i-th generated token (0-based): drawn in order and kept until used, so
-  // a request's randomness is a function of the position, whatever speculation drafts.
-  double uniform_at(int64_t i) {
-    while (static_cast<int64_t>(uniforms.size()) <= i) uniforms.push_back(sampler.draw_uniform());
-    return uniforms[static_cast<size_t>(i)];
+      : id(id_),
+        spec(std::move(spec_)),
+        context(spec.prompt),
+        streams{Stream{generate::TokenSampler(spec.sampling), {}},
+                Stream{generate::TokenSampler(derived(spec.sampling, 1)), {}},
+                Stream{generate::TokenSampler(derived(spec.sampling, 2)), {}}} {}
+  // The uniform of the i-th generated token (0-based) in stream s (0: the token's own draw,
+  // the one without speculation; 1: a draft model's draw of it; 2: its acceptance test):
+  // drawn in order and kept until used, so a request's randomness is a function of the
+  // position, whatever speculation drafts.
+  double uniform_at(int64_t i, int s = 0) {
+    Stream& st = streams[s];
+    while (static_cast<int64_t>(st.drawn.size()) <= i) st.drawn.push_back(st.sampler.draw_uniform());
+    return st.drawn[static_cast<size_t>(i)];
   }
 
  private:
-  std::vector<double> uniforms;
+  static generate::SamplingOptions derived(generate::SamplingOptions o, uint64_t stream) {
+    o.seed = o.seed * 0x9e3779b97f4a7c15ULL + stream;
+    return o;
+  }
+  struct Stream {
+    generate::TokenSampler sampler;
+    std::vector<double> drawn;
+  };
+  Stream streams[3];
 };
 
 // A token chosen on the last stage for one request (and its prompt's log-probabilities), or
@@ -142,6 +158,10 @@ GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups gr
             options_.prefix_caching),
       cache_(paged_cache(stage, groups_.tp->size(), options_, pool_)) {
   for (int64_t r = options_.max_batch - 1; r >= 0; --r) free_rows_.push_back(r);
+  if ((options_.speculative.method == SpeculativeMethod::kDraft) != (options_.draft_model != nullptr))
+    throw std::invalid_argument("--draft-checkpoint: a draft model goes with --speculative-method draft, and only there");
+  if (options_.draft_model != nullptr)
+    draft_ = std::make_unique<DraftModel>(*options_.draft_model, options_.max_batch, context(), stage.config().vocab_size);
 }
 
 GenerationEngine::~GenerationEngine() = default;
@@ -274,6 +294,7 @@ generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>
   // A speculating request's row d verifies its draft d after the context and drafts [0, d):
   // the penalty, the banned stop token and the uniform are those of that position.
   std::vector<std::vector<int64_t>> drafted_contexts;
+  std::vector<at::Tensor> draft_probs;  // a draft model's q per row (undefined: none)
   for (int64_t i : choosing) drafted_contexts.resize(drafted_contexts.size() + batch[static_cast<size_t>(i)].request->draft.size());
   size_t next_context = 0;
   for (int64_t i : choosing) {
@@ -296,6 +317,10 @@ generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>
       row.uniform = r.spec.sampling.greedy ? 0.0 : r.uniform_at(r.generated + d);
       row.top_logprobs = r.spec.logprobs ? r.spec.top_logprobs : 0;
       row.draft_token = d < drafted ? r.draft[static_cast<size_t>(d)] : -1;
+      if (draft_) {
+        row.accept_uniform = r.uniform_at(r.generated + d, 2);
+        draft_probs.push_back(d < drafted ? r.draft_probs[static_cast<size_t>(d)] : at::Tensor());
+      }
       rows.push_back(row);
     }
   }
@@ -303,13 +328,20 @@ generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>
       logits.select(1, 0).index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong).device(logits.device())));
   const at::Tensor full = model::gather_from_tensor_model_parallel_region(picked.contiguous(), groups_.tp)
                               .narrow(-1, 0, stage_.config().vocab_size);  // [m, V] on the device
-  return generate::sample_rows(full, rows);
+  at::Tensor q;  // [rows, V] float64, zero where a row verifies no draft
+  if (draft_) {
+    const at::Tensor none = at::zeros({stage_.config().vocab_size}, full.options().dtype(at::kDouble));
+    for (auto& p : draft_probs) p = p.defined() ? p.to(full.device()) : none;
+    q = at::stack(draft_probs);
+  }
+  return generate::sample_rows(full, rows, q);
 }
 
 void GenerationEngine::finish(Running& r, FinishReason reason, RequestProgress& progress) {
   progress.finished = reason;
   pool_.release(r.blocks);  // the moment it ends
   if (r.row >= 0) {
+    if (draft_) draft_->reset(r.row);
     cache_.clear_row(r.row);
     free_rows_.push_back(r.row);
     r.row = -1;
@@ -346,6 +378,7 @@ void GenerationEngine::preempt(std::map<uint64_t, std::unique_ptr<Running>>::ite
   r.prefilled = false;
   r.prompt_scores.clear();  // a prefill cut short: echo starts over
   r.draft.clear();
+  if (draft_) draft_->reset(r.row);
   cache_.clear_row(r.row);
   free_rows_.push_back(r.row);
   r.row = -1;
@@ -414,7 +447,39 @@ std::vector<int64_t> GenerationEngine::propose_draft(const Running& r, int64_t l
   // and the context (positions computed .. computed + k are run).
   const int64_t k = std::min({limit, r.spec.max_new_tokens - r.generated - 1, context() - 1 - r.computed});
   if (k < 1) return {};
+  if (o.method == SpeculativeMethod::kDraft) return std::vector<int64_t>(static_cast<size_t>(k), -1);
   return propose_ngram_draft(r.context, o.prompt_lookup_min, o.prompt_lookup_max, k);
+}
+
+// Every rank: the draft model drafts the placeholders make_room and schedule left (each
+// request's count of drafts may only shrink: its blocks are taken).
+void GenerationEngine::run_draft_model(std::vector<Segment>& batch) {
+  if (!draft_) return;
+  std::vector<DraftJob> jobs;
+  std::vector<Segment*> segments;
+  for (Segment& s : batch) {
+    Running& r = *s.request;
+    if (r.draft.empty()) continue;
+    DraftJob j;
+    j.row = r.row;
+    j.context = &r.context;
+    j.k = static_cast<int64_t>(r.draft.size());
+    j.options = r.spec.sampling;
+    j.banned_until = r.spec.min_new_tokens - r.generated;
+    j.banned_token = options_.eod_id;
+    Running* owner = &r;
+    j.uniform = [owner](int64_t d) { return owner->uniform_at(owner->generated + d, 1); };
+    jobs.push_back(std::move(j));
+    segments.push_back(&s);
+  }
+  if (jobs.empty()) return;
+  draft_->draft(jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Running& r = *segments[i]->request;
+    r.draft = jobs[i].tokens;
+    r.draft_probs = jobs[i].probs;
+    segments[i]->count = 1 + static_cast<int64_t>(r.draft.size());
+  }
 }
 
 // This step's flat batch, within the token budget: every decoding request's next token first,
@@ -437,7 +502,6 @@ std::vector<GenerationEngine::Segment> GenerationEngine::schedule(const std::vec
     const int64_t count = 1 + static_cast<int64_t>(r->draft.size());
     batch.push_back({r, count});
     budget -= count;
-    drafted_tokens_ += static_cast<int64_t>(r->draft.size());
   }
   for (auto& [id, r] : running_)
     if (!r->prefilled && budget > 0) add_chunk(r.get());
@@ -509,6 +573,7 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
   std::vector<at::Tensor> splice_vectors;
   for (const Segment& s : batch) {
     Running& r = *s.request;
+    drafted_tokens_ += static_cast<int64_t>(r.draft.size());
     bind_row(r);
     rows.push_back(r.row);
     counts.push_back(s.count);
@@ -645,6 +710,7 @@ void GenerationEngine::apply_choices(Choices& choices, std::map<uint64_t, Reques
             r.computed += accepted;
             pool_.commit(r.blocks, r.context, r.computed, extra_key(r.spec));
             pool_.truncate(r.blocks, r.computed + 1);
+            if (draft_) draft_->keep(r.row, r.computed);
           }
         }
       } else {
@@ -653,6 +719,7 @@ void GenerationEngine::apply_choices(Choices& choices, std::map<uint64_t, Reques
       }
     }
     r.draft.clear();
+    r.draft_probs.clear();
     if (done == FinishReason::kNone && r.prefilled && r.generated >= r.spec.max_new_tokens)
       done = FinishReason::kMaxNewTokens;
     if (done != FinishReason::kNone) {
@@ -679,7 +746,9 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
   bool preempted = false;
   const std::vector<Running*> decoding = make_room(preempted);
   Choices choices;
-  run_batch(schedule(decoding, preempted), choices);
+  std::vector<Segment> batch = schedule(decoding, preempted);
+  run_draft_model(batch);
+  run_batch(batch, choices);
   cache_.select_rows({});
   share_choices(choices);
   apply_choices(choices, progress);

@@ -54,6 +54,7 @@
 #include "runtime/communicator.h"
 #include "runtime/pipeline_links.h"
 #include "serve/kv_block_pool.h"
+#include "serve/draft_model.h"
 #include "serve/request.h"
 #include "serve/speculative.h"
 
@@ -116,6 +117,9 @@ struct EngineOptions {
   /// Speculative decoding (--speculative-method ngram): each decoding request drafts up to
   /// num_tokens tokens by prompt lookup (speculative.h) and the step's forward verifies them.
   SpeculativeOptions speculative;
+  /// With SpeculativeMethod::kDraft: the draft model, whole on this rank at t = 1 with the
+  /// served model's vocabulary (serve/draft_model.h), kept by reference.
+  const model::GptStage* draft_model = nullptr;
 };
 
 /// `o` with its defaults filled in for a model of `context` positions (max_kv_tokens 0:
@@ -203,8 +207,10 @@ class GenerationEngine {
   // Its prompt's log-probabilities are asked for and not reported yet.
   static bool echo_pending(const Running& r);
   std::vector<Segment> schedule(const std::vector<Running*>& decoding, bool preempted);
-  // Speculation: the tokens `r` (decoding) drafts this step, at most `limit`.
+  // Speculation: the tokens `r` (decoding) drafts this step, at most `limit` (a draft model's:
+  // placeholders, drafted by run_draft_model once the budget is known).
   std::vector<int64_t> propose_draft(const Running& r, int64_t limit) const;
+  void run_draft_model(std::vector<Segment>& batch);
   // Points the cache row of `r` at its blocks and computed length.
   void bind_row(const Running& r);
   void run_batch(const std::vector<Segment>& batch, Choices& choices);
@@ -223,6 +229,7 @@ class GenerationEngine {
   std::map<uint64_t, std::unique_ptr<Running>> running_;  // by id: same order on every rank
   std::deque<std::unique_ptr<Running>> waiting_;         // in order to join (preempted ones first)
   std::vector<int64_t> free_rows_;
+  std::unique_ptr<DraftModel> draft_;  // SpeculativeMethod::kDraft
   int64_t preemptions_ = 0;
   int64_t last_step_tokens_ = 0;
   int64_t drafted_tokens_ = 0, accepted_tokens_ = 0;

@@ -8,9 +8,8 @@ namespace loom::serve {
 SpeculativeMethod parse_speculative_method(const std::string& name) {
   if (name == "none" || name.empty()) return SpeculativeMethod::kNone;
   if (name == "ngram") return SpeculativeMethod::kNgram;
-  if (name == "draft" || name == "draft_model")
-    throw std::invalid_argument("--speculative-method: a draft model is not supported yet; use ngram");
-  throw std::invalid_argument("--speculative-method: expected none or ngram, found '" + name + "'");
+  if (name == "draft" || name == "draft_model") return SpeculativeMethod::kDraft;
+  throw std::invalid_argument("--speculative-method: expected none, ngram or draft, found '" + name + "'");
 }
 
 void validate(const SpeculativeOptions& o) {

@@ -12,7 +12,11 @@
 namespace loom::serve {
 
 /// `loom serve --speculative-method` (vLLM's speculative_config names).
-enum class SpeculativeMethod { kNone, kNgram };
+enum class SpeculativeMethod {
+  kNone,
+  kNgram,
+  kDraft,  ///< a draft model (--draft-checkpoint; EngineOptions::draft_model)
+};
 
 struct SpeculativeOptions {
   SpeculativeMethod method = SpeculativeMethod::kNone;
@@ -21,8 +25,8 @@ struct SpeculativeOptions {
   int64_t prompt_lookup_max = 4;  ///< --prompt-lookup-max: longest n-gram matched (>= prompt_lookup_min)
 };
 
-/// "none" or "ngram" -> the method; std::invalid_argument naming --speculative-method otherwise
-/// (a draft model is not supported yet, said so).
+/// "none", "ngram" or "draft" (also vLLM's "draft_model") -> the method; std::invalid_argument
+/// naming --speculative-method otherwise.
 SpeculativeMethod parse_speculative_method(const std::string& name);
 
 /// Throws std::invalid_argument naming the flag: num_tokens < 1, prompt_lookup_min < 1,

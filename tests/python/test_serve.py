@@ -136,6 +136,24 @@ def test_ngram_speculation_answers_as_the_default_and_counts_its_drafts(server, 
     assert 0 < counters["loom:spec_decode_num_accepted_tokens_total"] <= counters["loom:spec_decode_num_draft_tokens_total"]
 
 
+def test_a_draft_model_equal_to_the_served_one_accepts_every_draft(server, run_dir):
+    """`--speculative-method draft --draft-checkpoint RUN` with the served run as its own draft:
+    greedy completions equal the default server's and every drafted token is accepted."""
+    bodies = [{"prompt": p, "max_tokens": 12, "temperature": 0} for p in ["To be, or not to be: " * 3, *PROMPTS[:3]]]
+    expected = [complete(server.url, **b)["choices"][0]["text"] for b in bodies]
+    with Server(run_dir, "--max-batch", 4, "--speculative-method", "draft", "--draft-checkpoint", run_dir,
+                "--num-speculative-tokens", 3) as s:
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            got = list(pool.map(lambda b: complete(s.url, **b)["choices"][0]["text"], bodies))
+        metrics = requests.get(s.url + "/metrics", timeout=30).text
+        assert s.terminate() == 0
+    assert got == expected
+    counters = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+                if line.startswith("loom:spec_decode_num_")}
+    assert counters["loom:spec_decode_num_draft_tokens_total"] > 0
+    assert counters["loom:spec_decode_num_accepted_tokens_total"] == counters["loom:spec_decode_num_draft_tokens_total"]
+
+
 def test_lm_eval_loglikelihood_shape(server):
     """local-completions sends token ids, echo, logprobs and max_tokens 0 (or 1) and reads
     token_logprobs[ctxlen:] and top_logprobs; the echoed prompt's log-probabilities equal those
@@ -688,13 +706,15 @@ def test_bad_flags_exit_2_naming_the_flag(run_dir, tmp_path):
                             (["--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-prompt-tokens", 60,
                               "--bench-output-tokens", 8], "exceed the model's context of 64 tokens"),
                             (["--checkpoint", run_dir, "--speculative-method", "eagle"],
-                             "--speculative-method: expected none or ngram, found 'eagle'"),
+                             "--speculative-method: expected none, ngram or draft, found 'eagle'"),
+                            (["--checkpoint", run_dir, "--speculative-method", "draft"],
+                             "--draft-checkpoint goes with --speculative-method draft"),
                             (["--checkpoint", run_dir, "--speculative-method", "ngram", "--num-speculative-tokens", 0],
                              "--num-speculative-tokens: expected an integer >= 1"),
                             (["--checkpoint", run_dir, "--speculative-method", "ngram", "--prompt-lookup-min", 3,
                               "--prompt-lookup-max", 2], "--prompt-lookup-max: expected an integer >= --prompt-lookup-min"),
                             (["--checkpoint", run_dir, "--num-speculative-tokens", 3],
-                             "need --speculative-method ngram")]:
+                             "need --speculative-method ngram or draft")]:
         done = serve(*flags)
         assert done.returncode == 2 and expected in done.stderr, (flags, done.returncode, done.stderr[-2000:])
     done = serve("--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-batch", 2,

@@ -76,7 +76,7 @@ TEST_CASE("Speculative options and methods out of range are refused naming the f
   CHECK(serve::parse_speculative_method("ngram") == serve::SpeculativeMethod::kNgram);
   CHECK(serve::parse_speculative_method("none") == serve::SpeculativeMethod::kNone);
   CHECK_THROWS_WITH(serve::parse_speculative_method("medusa"), Catch::Contains("--speculative-method"));
-  CHECK_THROWS_WITH(serve::parse_speculative_method("draft"), Catch::Contains("not supported yet"));
+  CHECK(serve::parse_speculative_method("draft") == serve::SpeculativeMethod::kDraft);
 }
 
 TEST_CASE("A point-mass draft is accepted with probability p(x) and the output follows p") {
