@@ -9,8 +9,8 @@
 // max_num_batched_tokens in all, each sequence at its own positions (no padding: the paged
 // attention reads each one's keys and values through its block table). A long prompt is split
 // over steps, so the requests decoding beside it get a token in every step. With speculative
-// decoding (docs/serving.md "Speculative decoding") a decoding request adds its drafted tokens
-// after its next token and keeps the accepted ones (their keys and values; the rest are rolled
+// decoding (docs/serving.md "Speculative decoding"; prompt-lookup drafts or a draft model,
+// serve/draft_model.h) a decoding request adds its drafted tokens after its next token and keeps the accepted ones (their keys and values; the rest are rolled
 // back: its length and block table cut to them). A request takes blocks as it grows and frees them the moment it
 // ends. With prefix caching (on by default) a joining request reuses the cached full blocks of
 // a prefix it shares with earlier requests and prefills only the rest. When the pool has no
@@ -114,8 +114,9 @@ struct EngineOptions {
   /// stage's device, by task index; a request with prompt_task k has row j of table k spliced
   /// into the embedding at its j-th virtual position in its prefill (model/prompt_splice.h).
   std::vector<at::Tensor> prompt_tables;
-  /// Speculative decoding (--speculative-method ngram): each decoding request drafts up to
-  /// num_tokens tokens by prompt lookup (speculative.h) and the step's forward verifies them.
+  /// Speculative decoding (--speculative-method ngram|draft): each decoding request drafts up
+  /// to num_tokens tokens by prompt lookup (speculative.h) or with draft_model, and the step's
+  /// forward verifies them.
   SpeculativeOptions speculative;
   /// With SpeculativeMethod::kDraft: the draft model, whole on this rank at t = 1 with the
   /// served model's vocabulary (serve/draft_model.h), kept by reference.

@@ -12,7 +12,9 @@
 // prompt joining beside decoding requests leaves them a token in every step. Speculation
 // (ngram drafts): greedy and seeded sampled requests give the tokens of plain decoding, alone,
 // batched, under a budget that cuts drafts, in a pool that preempts, at t = 2 and t = 2 x p = 2,
-// with drafts accepted and rolled back.
+// with drafts accepted and rolled back. A draft model: equal to the target it accepts every
+// greedy draft, any draft keeps the greedy tokens, and sampled tokens follow the target's
+// exact marginals (which always accepting would not).
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
