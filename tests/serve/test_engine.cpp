@@ -959,3 +959,75 @@ TEST_CASE("Engine: with a draft model, sampled tokens follow the target's distri
   REQUIRE(total_variation(always2, want2) > 2 * bound);
   REQUIRE(total_variation(always3, want3) > 2 * bound);
 }
+
+namespace {
+
+// Worker: greedy and sampled speculative specs under (LOOM_T, LOOM_P) with a smaller draft
+// model (whole on every rank), k = 3; rank 0 writes the outcomes and the counters.
+void draft_worker() {
+  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
+  auto groups = test::worker_groups(t, p);
+  const auto c = tiny_config();
+  const auto coords = groups->coords();
+  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
+  model::GptStage stage(c, groups->tensor_ptr(), layout);
+  set_truth(stage, coords.tp, t);
+  const auto draft = small_draft(c);
+  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                         groups->layout().rank_of({0, 0, p - 1})};
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, eg, drafting(options, draft, 3));
+  const auto specs = speculative_specs(c);
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+  const bool serving = groups->rank() == 0;
+  const auto out = drive(engine, specs, after, serving);
+  if (serving) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& o : out) j.push_back(outcome_json(o));
+    std::ofstream(test::env_str("LOOM_OUT"))
+        << nlohmann::json{{"outcomes", j}, {"drafted", engine.drafted_tokens()}, {"accepted", engine.accepted_tokens()}}
+               .dump();
+  }
+  groups->shutdown();
+}
+
+}  // namespace
+
+LOOM_WORKER("serve_engine_draft") { draft_worker(); }
+
+TEST_CASE("Engine: a draft model under t=2 and t=2 x p=2 gives the t=1 tokens, greedy and sampled") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto draft = small_draft(c);
+  const auto specs = speculative_specs(c);
+  const auto plain = one_at_a_time(stage, specs);
+  // The t = 1 reference with the same draft: every rank drafts the same tokens, so the seeded
+  // sampled requests draw the same numbers too.
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), drafting(options, draft, 3));
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+  const auto reference = drive(engine, specs, after);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].sampling.greedy) require_same(reference[i], plain[i]);
+  const std::string dir = temp_dir("serve_draft");
+  for (auto [t, p] : {std::tuple{2, 1}, std::tuple{2, 2}}) {
+    INFO("t = " << t << ", p = " << p);
+    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+    auto result = test::run_ranks("serve_engine_draft", t * p,
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+    REQUIRE(result.exit_code() == 0);
+    nlohmann::json j;
+    std::ifstream(out) >> j;
+    REQUIRE(j["drafted"].get<int64_t>() > 0);
+    REQUIRE(j["accepted"].get<int64_t>() > 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(outcome_from_json(j["outcomes"][i]), reference[i]);
+    }
+  }
+  launch::remove_tree(dir);
+}
