@@ -7,7 +7,7 @@ chosen shape, tools/serve_peers.py), the same prompts and the same threads, in o
       [--concurrency 1,4,16,64] [--requests 64] [--prompt-tokens 32] [--output-tokens 32]
       [--workloads clients,shared-prefix,long-among-short,repetitive]
       [--llama-server PATH --llama-cpp DIR] [--skip-transformers] [--json FILE]
-      [--speculation "FLAGS"]
+      [--speculative-tokens 4] [--keep]
 
 Workloads (every request asks for exactly its output tokens: min_tokens on Loom, ignore_eos on
 llama.cpp, min_new_tokens in transformers; greedy):
@@ -18,7 +18,8 @@ llama.cpp, min_new_tokens in transformers; greedy):
   prefix caching on and off (llama.cpp: its prompt cache);
 - long-among-short: 8 decoding clients, then one 900-token prompt joins: the decoders' longest
   gap between two streamed tokens (a stall) and their per-token p99;
-- repetitive: text that repeats itself, Loom with and without --speculation's flags.
+- repetitive: prompts that repeat a phrase, Loom without and with prompt-lookup (n-gram)
+  speculation (`--speculative-method ngram`).
 The first prompt's greedy text is compared across the three: a check of the weight mapping.
 The llama.cpp rows need --llama-server (the built binary) and --llama-cpp (its source, for
 convert_hf_to_gguf.py); without them they are left out and the table says so."""
@@ -286,17 +287,39 @@ class Bench:
                       f"{1000 * ttft:.0f} |", flush=True)
 
     def repetitive(self):
-        line = "To be, or not to be, that is the question. "
-        texts = [(line * 12) + f"Act {i}: " + line * 2 for i in range(16)]
-        print(f"\n### repetitive: 16 requests of a repeated line, 64 output tokens, 4 at a time\n\n{HEADER}")
-        runs = [("loom serve", ())]
-        if self.args.speculation:
-            runs.append((f"loom serve, {self.args.speculation}", tuple(self.args.speculation.split())))
-        else:
-            print("| loom serve with speculation | not run: no --speculation flags | | | | | |")
-        for name, flags in runs:
+        """Text whose continuation is in its context (a form, a list, code): prompts that repeat a
+        12-token phrase of the corpus, greedy, the same server without and with prompt-lookup
+        (n-gram) speculation; the drafted and accepted counts from /metrics."""
+        a = self.args
+        phrases, _ = self.prompts(16, 12, offset=5000)
+        prompts = [(p * (a.prompt_tokens // 12 + 1))[:a.prompt_tokens] for p in phrases]
+        texts = [self.tok.decode(p) for p in prompts]
+        print(f"\n### repetitive: 16 requests, a 12-token phrase repeated to {a.prompt_tokens} tokens, 64 output "
+              f"tokens, 4 at a time; speculation: ngram, {a.speculative_tokens} tokens\n\n{HEADER}")
+        first = {}
+        for name, flags in [("loom serve", ()), ("loom serve, ngram speculation",
+                                                 ("--speculative-method", "ngram", "--num-speculative-tokens",
+                                                  a.speculative_tokens))]:
             with self.loom(*flags) as server:
-                self.record("repetitive", name, run_clients(loom_peer(server.url), texts, 64, 4))
+                peer = loom_peer(server.url)
+                first[name] = stream_one(peer, texts[0], 64)["text"]
+                before = spec_counters(server.url)
+                self.record("repetitive", name, run_clients(peer, texts, 64, 4))
+                drafted, accepted = (x - y for x, y in zip(spec_counters(server.url), before))
+        print(f"\nngram: {accepted:.0f} of {drafted:.0f} drafted tokens accepted ({accepted / max(drafted, 1):.2f}); "
+              f"first prompt's greedy text {'equal' if len(set(first.values())) == 1 else 'DIFFERENT'} "
+              f"with and without speculation")
+
+
+def spec_counters(url):
+    """(drafted, accepted) speculative tokens so far, from GET /metrics."""
+    values = {}
+    for line in requests.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("loom:spec_decode_num_"):
+            name, value = line.split()
+            values[name] = float(value)
+    return (values.get("loom:spec_decode_num_draft_tokens_total", 0.0),
+            values.get("loom:spec_decode_num_accepted_tokens_total", 0.0))
 
 
 def ratios(results):
@@ -345,7 +368,7 @@ def main():
     ap.add_argument("--llama-server", type=pathlib.Path, help="llama.cpp's built llama-server")
     ap.add_argument("--llama-cpp", type=pathlib.Path, help="llama.cpp's source (convert_hf_to_gguf.py, gguf-py)")
     ap.add_argument("--skip-transformers", action="store_true")
-    ap.add_argument("--speculation", default="", help="loom serve flags that turn speculation on")
+    ap.add_argument("--speculative-tokens", type=int, default=4, help="drafted tokens per step (repetitive workload)")
     ap.add_argument("--json", type=pathlib.Path, help="write every measured figure here")
     ap.add_argument("--keep", action="store_true", help="keep the weights, the Loom run and the GGUF (printed path)")
     args = ap.parse_args()

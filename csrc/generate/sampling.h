@@ -1,9 +1,10 @@
-// Choosing the next token from the logits of the whole (unpadded) vocabulary: greedy, or a
-// draw from softmax(logits / temperature) restricted to the top-k tokens and then to the
-// nucleus (top-p, Holtzman et al. 2019: the smallest set of most probable tokens whose
-// probability reaches p), renormalised. The order of the filters is Megatron's and Hugging
-// Face's (temperature, top-k, top-p). Torch-free; every rank that feeds the same logits to a
-// sampler built with the same options draws the same tokens.
+// The options that choose the next token from the logits of the whole (unpadded)
+// vocabulary: greedy, or a draw from softmax(logits / temperature) restricted to the top-k
+// tokens and then to the nucleus (top-p, Holtzman et al. 2019: the smallest set of most
+// probable tokens whose probability reaches p), renormalised. The order of the filters is
+// Megatron's and Hugging Face's (temperature, top-k, top-p); the rules themselves are
+// generate/sampling_batch.h's. Torch-free: the options, their checks and a request's seeded
+// uniforms.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -23,49 +24,23 @@ struct SamplingOptions {
   double repetition_penalty = 1.0;
 };
 
-/// Applies `penalty` (see SamplingOptions::repetition_penalty) to logits[id] of every distinct
-/// id of `seen` in [0, n).
-void apply_repetition_penalty(float* logits, int64_t n, const std::vector<int64_t>& seen, double penalty);
-
 /// Throws std::invalid_argument naming the option (--temperature, --top-k, --top-p,
 /// --repetition-penalty) when it is out of range.
 void validate(const SamplingOptions& options);
 
+/// A request's seeded source of uniforms: the rules that turn logits and a uniform into a
+/// token live in one place, generate/sampling_batch.h (sample_rows), for `loom generate` and
+/// the serving engine alike.
 class TokenSampler {
  public:
   /// Validates `options` (see validate()).
   explicit TokenSampler(const SamplingOptions& options);
 
-  /// The next token id in [0, n) for logits[0..n). Greedy draws no random number; otherwise
-  /// exactly one uniform u in [0, 1) (53 random bits) is drawn per call and the token is the
-  /// first, in order of decreasing probability (ties: lower id first), whose cumulative
-  /// renormalised probability exceeds u. Throws std::invalid_argument when n == 0 or a logit
-  /// is NaN.
-  int64_t next(const float* logits, int64_t n);
-  int64_t next(const std::vector<float>& logits) {
-    return next(logits.data(), static_cast<int64_t>(logits.size()));
-  }
-
-  /// One step of generation, as `loom generate` and the serving engine take it: the
-  /// repetition penalty (the options') over `context` (the prompt and the tokens generated so
-  /// far), `stop_token` held back (logit -inf) while fewer than `min_new_tokens` of the
-  /// `generated` tokens exist (a stop_token outside [0, n): none), then next(). Changes
-  /// logits[0..n) in place. Throws what next() throws.
-  int64_t next_token(float* logits, int64_t n, const std::vector<int64_t>& context, int64_t generated,
-                     int64_t stop_token, int64_t min_new_tokens);
-
-  /// The uniform u in [0, 1) (53 random bits) next() draws for a sampled (not greedy) token,
-  /// advancing the generator as next() does: the batched sampler (sampling_batch.h) draws each
-  /// request's u here, on the host, so a request's tokens do not depend on how it is sampled.
+  /// The next uniform u in [0, 1) (53 random bits of std::mt19937_64 seeded with the options'
+  /// seed): a sampled (not greedy) token draws one, the i-th generated token the i-th.
   double draw_uniform();
 
-  /// The renormalised probabilities next() would draw from (0 for filtered tokens); for tests.
-  std::vector<double> distribution(const float* logits, int64_t n) const;
-
  private:
-  // Candidates in draw order and their renormalised probabilities.
-  void candidates(const float* logits, int64_t n, std::vector<int64_t>& ids,
-                  std::vector<double>& probs) const;
   SamplingOptions options_;
   std::mt19937_64 rng_;
 };

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "generate/request_checks.h"
+#include "generate/sampling_batch.h"
 #include "model/kv_cache.h"
 #include "model/mappings.h"
 
@@ -51,10 +52,14 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
   at::Tensor logits = model.forward_cached(at::tensor(prompt, on_device).unsqueeze(0), cache, virtual_tokens);
   std::vector<int64_t> context = prompt;  // for the repetition penalty
   while (true) {
-    at::Tensor full = gather_last_logits(logits, tp, config.vocab_size);  // [1, V]
-    const int64_t token =
-        sampler.next_token(full.data_ptr<float>(), config.vocab_size, context,
-                           static_cast<int64_t>(result.tokens.size()), options.stop_token, options.min_new_tokens);
+    SampleRow row;
+    row.options = options.sampling;
+    row.penalized = &context;
+    row.banned_token = static_cast<int64_t>(result.tokens.size()) < options.min_new_tokens ? options.stop_token : -1;
+    row.uniform = options.sampling.greedy ? 0.0 : sampler.draw_uniform();
+    const SampledRows chosen = sample_rows(gather_last_logits(logits, tp, config.vocab_size), {row});  // [1, V]
+    if (!chosen.errors[0].empty()) throw std::invalid_argument(chosen.errors[0]);
+    const int64_t token = chosen.tokens[0];
     if (token == options.stop_token) {
       result.reason = StopReason::kStopToken;
       break;

@@ -1,7 +1,8 @@
 // Autoregressive generation with a key/value cache on a tensor-parallel whole-model stage:
 // the prompt is run once (prefill), then one token per step. Each step's vocab-parallel
 // logits of the last position are all-gathered to the full unpadded vocabulary on every TP
-// rank and a TokenSampler with the same options on every rank picks the token, so all ranks
+// rank and sample_rows (sampling_batch.h, the serving engine's sampler) picks the token with
+// the uniform of a TokenSampler seeded alike on every rank, so all ranks
 // (and every t, up to floating-point rounding of the logits) produce the same tokens.
 #pragma once
 #include <functional>

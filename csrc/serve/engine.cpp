@@ -64,6 +64,7 @@ TokenLogprob logprob_from_json(const nlohmann::json& j) {
 }  // namespace
 
 EngineOptions resolve_engine_options(EngineOptions o, int64_t context) {
+  if (o.speculative.method != SpeculativeMethod::kNone) validate(o.speculative);
   if (o.max_batch < 1)
     throw std::invalid_argument("--max-batch: expected an integer >= 1, found " + std::to_string(o.max_batch));
   if (o.max_kv_tokens < 0)
@@ -102,7 +103,6 @@ struct GenerationEngine::Running {
   uint64_t id = 0;
   RequestSpec spec;
   int64_t row = -1;
-  generate::TokenSampler sampler;
   std::vector<int64_t> context;  // prompt, then every generated token
   int64_t generated = 0;
   bool prefilled = false;        // its whole context is computed, in this admission
@@ -110,14 +110,41 @@ struct GenerationEngine::Running {
   bool prompt_reported = false;  // its prompt's log-probabilities went out (echo)
   RequestBlocks blocks;
   int64_t computed = 0;          // positions whose keys and values the cache holds
+  std::vector<int64_t> draft;    // speculation: the tokens drafted this step, after its last one
+  std::vector<at::Tensor> draft_probs;  // a draft model's q of each, [V] float64
   Running(uint64_t id_, RequestSpec spec_)
-      : id(id_), spec(std::move(spec_)), sampler(spec.sampling), context(spec.prompt) {}
+      : id(id_),
+        spec(std::move(spec_)),
+        context(spec.prompt),
+        streams{Stream{generate::TokenSampler(spec.sampling), {}},
+                Stream{generate::TokenSampler(derived(spec.sampling, 1)), {}},
+                Stream{generate::TokenSampler(derived(spec.sampling, 2)), {}}} {}
+  // The uniform of the i-th generated token (0-based) in stream s (0: the token's own draw,
+  // the one without speculation; 1: a draft model's draw of it; 2: its acceptance test):
+  // drawn in order and kept until used, so a request's randomness is a function of the
+  // position, whatever speculation drafts.
+  double uniform_at(int64_t i, int s = 0) {
+    Stream& st = streams[s];
+    while (static_cast<int64_t>(st.drawn.size()) <= i) st.drawn.push_back(st.sampler.draw_uniform());
+    return st.drawn[static_cast<size_t>(i)];
+  }
+
+ private:
+  static generate::SamplingOptions derived(generate::SamplingOptions o, uint64_t stream) {
+    o.seed = o.seed * 0x9e3779b97f4a7c15ULL + stream;
+    return o;
+  }
+  struct Stream {
+    generate::TokenSampler sampler;
+    std::vector<double> drawn;
+  };
+  Stream streams[3];
 };
 
 // A token chosen on the last stage for one request (and its prompt's log-probabilities), or
 // why none could be chosen.
 struct GenerationEngine::Choice {
-  TokenLogprob token;
+  std::vector<TokenLogprob> tokens;  // the accepted drafts, then the chosen token; empty: none
   std::vector<TokenLogprob> prompt;
   std::string error;
 };
@@ -131,6 +158,10 @@ GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups gr
             options_.prefix_caching),
       cache_(paged_cache(stage, groups_.tp->size(), options_, pool_)) {
   for (int64_t r = options_.max_batch - 1; r >= 0; --r) free_rows_.push_back(r);
+  if ((options_.speculative.method == SpeculativeMethod::kDraft) != (options_.draft_model != nullptr))
+    throw std::invalid_argument("--draft-checkpoint: a draft model goes with --speculative-method draft, and only there");
+  if (options_.draft_model != nullptr)
+    draft_ = std::make_unique<DraftModel>(*options_.draft_model, options_.max_batch, context(), stage.config().vocab_size);
 }
 
 GenerationEngine::~GenerationEngine() = default;
@@ -260,29 +291,57 @@ generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>
   if (choosing.empty()) return {};
   std::vector<int64_t> last;
   std::vector<generate::SampleRow> rows;
+  // A speculating request's row d verifies its draft d after the context and drafts [0, d):
+  // the penalty, the banned stop token and the uniform are those of that position.
+  std::vector<std::vector<int64_t>> drafted_contexts;
+  std::vector<at::Tensor> draft_probs;  // a draft model's q per row (undefined: none)
+  for (int64_t i : choosing) drafted_contexts.resize(drafted_contexts.size() + batch[static_cast<size_t>(i)].request->draft.size());
+  size_t next_context = 0;
   for (int64_t i : choosing) {
     const Segment& s = batch[static_cast<size_t>(i)];
     Running& r = *s.request;
-    last.push_back(first_logit[static_cast<size_t>(i)] + s.count - 1);
-    generate::SampleRow row;
-    row.options = r.spec.sampling;
-    row.penalized = &r.context;
-    row.banned_token = r.generated < r.spec.min_new_tokens ? options_.eod_id : -1;
-    row.uniform = r.spec.sampling.greedy ? 0.0 : r.sampler.draw_uniform();
-    row.top_logprobs = r.spec.logprobs ? r.spec.top_logprobs : 0;
-    rows.push_back(row);
+    const int64_t drafted = static_cast<int64_t>(r.draft.size());
+    for (int64_t d = 0; d <= drafted; ++d) {
+      last.push_back(first_logit[static_cast<size_t>(i)] + s.count - 1 - drafted + d);
+      generate::SampleRow row;
+      row.options = r.spec.sampling;
+      if (d == 0) {
+        row.penalized = &r.context;
+      } else {
+        std::vector<int64_t>& c = drafted_contexts[next_context++];
+        c = r.context;
+        c.insert(c.end(), r.draft.begin(), r.draft.begin() + d);
+        row.penalized = &c;
+      }
+      row.banned_token = r.generated + d < r.spec.min_new_tokens ? options_.eod_id : -1;
+      row.uniform = r.spec.sampling.greedy ? 0.0 : r.uniform_at(r.generated + d);
+      row.top_logprobs = r.spec.logprobs ? r.spec.top_logprobs : 0;
+      row.draft_token = d < drafted ? r.draft[static_cast<size_t>(d)] : -1;
+      if (draft_) {
+        row.accept_uniform = r.uniform_at(r.generated + d, 2);
+        draft_probs.push_back(d < drafted ? r.draft_probs[static_cast<size_t>(d)] : at::Tensor());
+      }
+      rows.push_back(row);
+    }
   }
   const at::Tensor picked =
       logits.select(1, 0).index_select(0, at::tensor(last, at::TensorOptions().dtype(at::kLong).device(logits.device())));
   const at::Tensor full = model::gather_from_tensor_model_parallel_region(picked.contiguous(), groups_.tp)
                               .narrow(-1, 0, stage_.config().vocab_size);  // [m, V] on the device
-  return generate::sample_rows(full, rows);
+  at::Tensor q;  // [rows, V] float64, zero where a row verifies no draft
+  if (draft_) {
+    const at::Tensor none = at::zeros({stage_.config().vocab_size}, full.options().dtype(at::kDouble));
+    for (auto& p : draft_probs) p = p.defined() ? p.to(full.device()) : none;
+    q = at::stack(draft_probs);
+  }
+  return generate::sample_rows(full, rows, q);
 }
 
 void GenerationEngine::finish(Running& r, FinishReason reason, RequestProgress& progress) {
   progress.finished = reason;
   pool_.release(r.blocks);  // the moment it ends
   if (r.row >= 0) {
+    if (draft_) draft_->reset(r.row);
     cache_.clear_row(r.row);
     free_rows_.push_back(r.row);
     r.row = -1;
@@ -318,6 +377,8 @@ void GenerationEngine::preempt(std::map<uint64_t, std::unique_ptr<Running>>::ite
   r.computed = 0;
   r.prefilled = false;
   r.prompt_scores.clear();  // a prefill cut short: echo starts over
+  r.draft.clear();
+  if (draft_) draft_->reset(r.row);
   cache_.clear_row(r.row);
   free_rows_.push_back(r.row);
   r.row = -1;
@@ -336,8 +397,12 @@ std::vector<GenerationEngine::Running*> GenerationEngine::make_room(bool& preemp
     if (it == running_.end()) continue;
     Running& r = *it->second;
     if (!r.prefilled) continue;  // a prefill in progress holds the blocks of its whole context
-    // Its last token goes to position `computed`. Only requests after this one can be the
-    // newest, so the ones already in `decoding` stay.
+    // Its last token goes to position `computed`, its drafts (if their blocks are free) after
+    // it. Only requests after this one can be the newest, so the ones already in `decoding`
+    // stay.
+    r.draft = propose_draft(r, options_.speculative.num_tokens);
+    if (!r.draft.empty() && !pool_.grow(r.blocks, r.computed + 1 + static_cast<int64_t>(r.draft.size())))
+      r.draft.clear();
     bool here = true;
     while (here && !pool_.grow(r.blocks, r.computed + 1)) {
       preempt(std::prev(running_.end()));
@@ -375,6 +440,48 @@ GenerationEngine::Running* GenerationEngine::admit_next() {
 
 bool GenerationEngine::echo_pending(const Running& r) { return r.spec.prompt_logprobs && !r.prompt_reported; }
 
+std::vector<int64_t> GenerationEngine::propose_draft(const Running& r, int64_t limit) const {
+  const SpeculativeOptions& o = options_.speculative;
+  if (o.method == SpeculativeMethod::kNone) return {};
+  // Every drafted token, if accepted, leaves room for one more chosen token within max_tokens
+  // and the context (positions computed .. computed + k are run).
+  const int64_t k = std::min({limit, r.spec.max_new_tokens - r.generated - 1, context() - 1 - r.computed});
+  if (k < 1) return {};
+  if (o.method == SpeculativeMethod::kDraft) return std::vector<int64_t>(static_cast<size_t>(k), -1);
+  return propose_ngram_draft(r.context, o.prompt_lookup_min, o.prompt_lookup_max, k);
+}
+
+// Every rank: the draft model drafts the placeholders make_room and schedule left (each
+// request's count of drafts may only shrink: its blocks are taken).
+void GenerationEngine::run_draft_model(std::vector<Segment>& batch) {
+  if (!draft_) return;
+  std::vector<DraftJob> jobs;
+  std::vector<Segment*> segments;
+  for (Segment& s : batch) {
+    Running& r = *s.request;
+    if (r.draft.empty()) continue;
+    DraftJob j;
+    j.row = r.row;
+    j.context = &r.context;
+    j.k = static_cast<int64_t>(r.draft.size());
+    j.options = r.spec.sampling;
+    j.banned_until = r.spec.min_new_tokens - r.generated;
+    j.banned_token = options_.eod_id;
+    Running* owner = &r;
+    j.uniform = [owner](int64_t d) { return owner->uniform_at(owner->generated + d, 1); };
+    jobs.push_back(std::move(j));
+    segments.push_back(&s);
+  }
+  if (jobs.empty()) return;
+  draft_->draft(jobs);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Running& r = *segments[i]->request;
+    r.draft = jobs[i].tokens;
+    r.draft_probs = jobs[i].probs;
+    segments[i]->count = 1 + static_cast<int64_t>(r.draft.size());
+  }
+}
+
 // This step's flat batch, within the token budget: every decoding request's next token first,
 // then the next chunk of each prefill begun in an earlier step (oldest request first), then
 // the first chunk of each request that joins now (none join in a step that had to preempt).
@@ -387,9 +494,14 @@ std::vector<GenerationEngine::Segment> GenerationEngine::schedule(const std::vec
     batch.push_back({r, count});
     budget -= count;
   };
+  // Drafts take what the decodes leave of the budget, in order.
+  int64_t spare = budget - static_cast<int64_t>(decoding.size());
   for (Running* r : decoding) {
-    batch.push_back({r, 1});
-    budget -= 1;
+    if (static_cast<int64_t>(r->draft.size()) > spare) r->draft.resize(static_cast<size_t>(std::max<int64_t>(spare, 0)));
+    spare -= static_cast<int64_t>(r->draft.size());
+    const int64_t count = 1 + static_cast<int64_t>(r->draft.size());
+    batch.push_back({r, count});
+    budget -= count;
   }
   for (auto& [id, r] : running_)
     if (!r->prefilled && budget > 0) add_chunk(r.get());
@@ -461,12 +573,15 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
   std::vector<at::Tensor> splice_vectors;
   for (const Segment& s : batch) {
     Running& r = *s.request;
+    drafted_tokens_ += static_cast<int64_t>(r.draft.size());
     bind_row(r);
     rows.push_back(r.row);
     counts.push_back(s.count);
     starts.push_back(static_cast<int64_t>(flat.size()));
     add_prompt_splice(r.spec, r.computed, s.count, static_cast<int64_t>(flat.size()), splice_at, splice_vectors);
-    flat.insert(flat.end(), r.context.begin() + r.computed, r.context.begin() + r.computed + s.count);
+    const int64_t own = s.count - static_cast<int64_t>(r.draft.size());  // the context's positions
+    flat.insert(flat.end(), r.context.begin() + r.computed, r.context.begin() + r.computed + own);
+    flat.insert(flat.end(), r.draft.begin(), r.draft.end());
   }
   model::PromptSplice splice;
   if (!splice_at.empty()) {
@@ -484,11 +599,13 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
   for (size_t i = 0; i < batch.size(); ++i) {
     const Running& r = *batch[i].request;
     echo[i] = echo_pending(r);
-    const bool computed_all = r.computed + batch[i].count == static_cast<int64_t>(r.context.size());
+    const int64_t drafted = static_cast<int64_t>(r.draft.size());
+    const bool computed_all = r.computed + batch[i].count - drafted == static_cast<int64_t>(r.context.size());
     completes[i] = computed_all && !r.prefilled;
     const bool chooses = computed_all && r.spec.max_new_tokens > r.generated;
     if (chooses) choosing.push_back(static_cast<int64_t>(i));
-    const int64_t first = echo[i] ? 0 : chooses ? batch[i].count - 1 : batch[i].count;  // of the chunk
+    // Logits of the chunk from `first`: its last position, and every drafted one after it.
+    const int64_t first = echo[i] ? 0 : chooses ? batch[i].count - 1 - drafted : batch[i].count;
     first_logit[i] = static_cast<int64_t>(output_rows.size()) - first;
     for (int64_t k = first; k < batch[i].count; ++k) output_rows.push_back(starts[i] + k);
   }
@@ -497,7 +614,7 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
   last_step_tokens_ = static_cast<int64_t>(flat.size());
   for (size_t i = 0; i < batch.size(); ++i) {  // every rank: the new positions are computed
     Running& r = *batch[i].request;
-    r.computed += batch[i].count;
+    r.computed += batch[i].count - static_cast<int64_t>(r.draft.size());  // accepted drafts count in apply_choices
     pool_.commit(r.blocks, r.context, r.computed, extra_key(r.spec));
     if (r.computed < static_cast<int64_t>(r.context.size())) continue;  // more chunks to come
     r.prefilled = true;
@@ -508,27 +625,29 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
     if (echo[i]) score_prompt(*batch[i].request, logits, first_logit[i], batch[i].request->computed - batch[i].count,
                               batch[i].count);
   const generate::SampledRows sampled = choose_tokens(batch, choosing, first_logit, logits);
-  for (size_t i = 0, k = 0; i < batch.size(); ++i) {
+  // choose_tokens' rows: per choosing request, one per drafted token and one more.
+  for (size_t i = 0, k = 0, j = 0; i < batch.size(); ++i) {
     Running& r = *batch[i].request;
     const bool chooses = k < choosing.size() && choosing[k] == static_cast<int64_t>(i);
     if (!chooses && !completes[i]) continue;
     Choice c;
     if (completes[i] && echo[i]) c.prompt = std::move(r.prompt_scores);
     r.prompt_scores.clear();
-    if (chooses) {
-      const size_t j = k++;
-      if (sampled.errors[j].empty()) {
-        c.token.token = sampled.tokens[j];
-        c.token.logprob = sampled.logprobs[j];
-        c.token.top = sampled.top[j];
-      } else {  // a non-finite logit: this request fails alone
-        c.token.token = -1;
-        c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the model "
-                              "gave a non-finite logit)", r.generated, sampled.errors[j]);
+    if (chooses) {  // the accepted drafts, then the first rejection's token or the bonus one
+      ++k;
+      const size_t end = j + r.draft.size() + 1;
+      for (; j < end; ++j) {
+        if (!sampled.errors[j].empty()) {  // a non-finite logit: this request fails alone
+          c.tokens.clear();
+          c.error = fmt::format("generation failed after {} tokens: {} (the request's sampling options or the "
+                                "model gave a non-finite logit)", r.generated, sampled.errors[j]);
+          break;
+        }
+        c.tokens.push_back({sampled.tokens[j], sampled.logprobs[j], sampled.top[j]});
+        if (!sampled.accepted[j]) break;
       }
-    } else {
-      c.token.token = -1;  // echo with max_tokens 0: nothing generated
-    }
+      j = end;
+    }  // else echo with max_tokens 0: nothing generated
     choices[r.id] = std::move(c);
   }
 }
@@ -541,14 +660,16 @@ void GenerationEngine::share_choices(Choices& choices) {
     for (const auto& [id, c] : choices) {
       nlohmann::json prompt = nlohmann::json::array();
       for (const auto& t : c.prompt) prompt.push_back(logprob_json(t));
-      message[std::to_string(id)] = {logprob_json(c.token), prompt, c.error};
+      nlohmann::json tokens = nlohmann::json::array();
+      for (const auto& t : c.tokens) tokens.push_back(logprob_json(t));
+      message[std::to_string(id)] = {tokens, prompt, c.error};
     }
   }
   broadcast_json(*groups_.control, message, groups_.last_stage_root);
   choices.clear();
   for (const auto& [key, value] : message.items()) {
     Choice c;
-    c.token = logprob_from_json(value.at(0));
+    for (const auto& t : value.at(0)) c.tokens.push_back(logprob_from_json(t));
     for (const auto& t : value.at(1)) c.prompt.push_back(logprob_from_json(t));
     c.error = value.at(2).get<std::string>();
     choices[std::stoull(key)] = std::move(c);
@@ -558,7 +679,6 @@ void GenerationEngine::share_choices(Choices& choices) {
 // Appends a chosen token to `r` (unless it is the stop token) and says whether it ends `r`:
 // kStop for <|endoftext|> or a stop string in the generated text, else kNone.
 FinishReason GenerationEngine::take_token(Running& r, const TokenLogprob& t, RequestProgress& p) {
-  if (t.token < 0) return FinishReason::kNone;  // echo with max_tokens 0: nothing generated
   if (r.spec.stop_at_eod && t.token == options_.eod_id) return FinishReason::kStop;
   r.context.push_back(t.token);
   ++r.generated;
@@ -580,12 +700,26 @@ void GenerationEngine::apply_choices(Choices& choices, std::map<uint64_t, Reques
     if (auto chosen = choices.find(r.id); chosen != choices.end()) {
       p.prompt = std::move(chosen->second.prompt);
       if (chosen->second.error.empty()) {
-        done = take_token(r, chosen->second.token, p);
+        const auto& tokens = chosen->second.tokens;
+        for (size_t t = 0; t < tokens.size() && done == FinishReason::kNone; ++t) done = take_token(r, tokens[t], p);
+        if (!r.draft.empty() && !tokens.empty()) {
+          // The accepted drafts' keys and values stay; the rest are rolled back.
+          const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
+          accepted_tokens_ += accepted;
+          if (done == FinishReason::kNone) {
+            r.computed += accepted;
+            pool_.commit(r.blocks, r.context, r.computed, extra_key(r.spec));
+            pool_.truncate(r.blocks, r.computed + 1);
+            if (draft_) draft_->keep(r.row, r.computed);
+          }
+        }
       } else {
         done = FinishReason::kError;
         p.error = std::move(chosen->second.error);
       }
     }
+    r.draft.clear();
+    r.draft_probs.clear();
     if (done == FinishReason::kNone && r.prefilled && r.generated >= r.spec.max_new_tokens)
       done = FinishReason::kMaxNewTokens;
     if (done != FinishReason::kNone) {
@@ -612,7 +746,9 @@ bool GenerationEngine::step(bool stop, const std::function<void(const RequestPro
   bool preempted = false;
   const std::vector<Running*> decoding = make_room(preempted);
   Choices choices;
-  run_batch(schedule(decoding, preempted), choices);
+  std::vector<Segment> batch = schedule(decoding, preempted);
+  run_draft_model(batch);
+  run_batch(batch, choices);
   cache_.select_rows({});
   share_choices(choices);
   apply_choices(choices, progress);

@@ -8,7 +8,10 @@
 // decoding request first, then chunks of the prompts being prefilled, at most
 // max_num_batched_tokens in all, each sequence at its own positions (no padding: the paged
 // attention reads each one's keys and values through its block table). A long prompt is split
-// over steps, so the requests decoding beside it get a token in every step. A request takes blocks as it grows and frees them the moment it
+// over steps, so the requests decoding beside it get a token in every step. With speculative
+// decoding (docs/serving.md "Speculative decoding"; prompt-lookup drafts or a draft model,
+// serve/draft_model.h) a decoding request adds its drafted tokens after its next token and keeps the accepted ones (their keys and values; the rest are rolled
+// back: its length and block table cut to them). A request takes blocks as it grows and frees them the moment it
 // ends. With prefix caching (on by default) a joining request reuses the cached full blocks of
 // a prefix it shares with earlier requests and prefills only the rest. When the pool has no
 // block for a running request's next token, the newest running request is preempted: its
@@ -51,7 +54,9 @@
 #include "runtime/communicator.h"
 #include "runtime/pipeline_links.h"
 #include "serve/kv_block_pool.h"
+#include "serve/draft_model.h"
 #include "serve/request.h"
+#include "serve/speculative.h"
 
 namespace loom::serve {
 
@@ -75,7 +80,7 @@ using FinishReason = generate::StopReason;
 struct RequestProgress {
   uint64_t id = 0;
   std::vector<TokenLogprob> prompt;      ///< in the step that prefilled it, when asked (echo)
-  std::vector<TokenLogprob> new_tokens;  ///< tokens generated in this step (0 or 1)
+  std::vector<TokenLogprob> new_tokens;  ///< tokens generated in this step (0, 1, or more when speculating)
   FinishReason finished = FinishReason::kNone;
   std::string error;                     ///< with kError: what failed
 };
@@ -109,6 +114,13 @@ struct EngineOptions {
   /// stage's device, by task index; a request with prompt_task k has row j of table k spliced
   /// into the embedding at its j-th virtual position in its prefill (model/prompt_splice.h).
   std::vector<at::Tensor> prompt_tables;
+  /// Speculative decoding (--speculative-method ngram|draft): each decoding request drafts up
+  /// to num_tokens tokens by prompt lookup (speculative.h) or with draft_model, and the step's
+  /// forward verifies them.
+  SpeculativeOptions speculative;
+  /// With SpeculativeMethod::kDraft: the draft model, whole on this rank at t = 1 with the
+  /// served model's vocabulary (serve/draft_model.h), kept by reference.
+  const model::GptStage* draft_model = nullptr;
 };
 
 /// `o` with its defaults filled in for a model of `context` positions (max_kv_tokens 0:
@@ -154,6 +166,9 @@ class GenerationEngine {
   int64_t preemptions() const { return preemptions_; }
   /// Step thread: tokens in the last step's forward (0: none ran).
   int64_t last_step_tokens() const { return last_step_tokens_; }
+  /// Step thread: speculative decoding so far: tokens drafted and drafted tokens accepted.
+  int64_t drafted_tokens() const { return drafted_tokens_; }
+  int64_t accepted_tokens() const { return accepted_tokens_; }
 
  private:
   struct Running;
@@ -193,6 +208,10 @@ class GenerationEngine {
   // Its prompt's log-probabilities are asked for and not reported yet.
   static bool echo_pending(const Running& r);
   std::vector<Segment> schedule(const std::vector<Running*>& decoding, bool preempted);
+  // Speculation: the tokens `r` (decoding) drafts this step, at most `limit` (a draft model's:
+  // placeholders, drafted by run_draft_model once the budget is known).
+  std::vector<int64_t> propose_draft(const Running& r, int64_t limit) const;
+  void run_draft_model(std::vector<Segment>& batch);
   // Points the cache row of `r` at its blocks and computed length.
   void bind_row(const Running& r);
   void run_batch(const std::vector<Segment>& batch, Choices& choices);
@@ -211,8 +230,10 @@ class GenerationEngine {
   std::map<uint64_t, std::unique_ptr<Running>> running_;  // by id: same order on every rank
   std::deque<std::unique_ptr<Running>> waiting_;         // in order to join (preempted ones first)
   std::vector<int64_t> free_rows_;
+  std::unique_ptr<DraftModel> draft_;  // SpeculativeMethod::kDraft
   int64_t preemptions_ = 0;
   int64_t last_step_tokens_ = 0;
+  int64_t drafted_tokens_ = 0, accepted_tokens_ = 0;
 
   // Serving rank only.
   mutable std::mutex mutex_;

@@ -237,6 +237,7 @@ struct HttpServer::State {
       metrics.progressed(p);
       const PrefixCacheStats& cached = engine.prefix_cache_stats();  // this (the engine's) thread owns it
       metrics.prefix_cache_totals(cached.queried_tokens, cached.hit_tokens);
+      metrics.speculation_totals(engine.drafted_tokens(), engine.accepted_tokens());
       auto it = jobs.find(p.id);
       if (it == jobs.end()) return;
       job = it->second.first;

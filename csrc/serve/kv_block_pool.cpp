@@ -187,6 +187,14 @@ void KvBlockPool::commit(RequestBlocks& table, const std::vector<int64_t>& token
   }
 }
 
+void KvBlockPool::truncate(RequestBlocks& table, int64_t positions) {
+  const int64_t keep = std::max(blocks_for(positions), table.committed);
+  if (keep >= static_cast<int64_t>(table.blocks.size())) return;
+  std::vector<int64_t> tail(table.blocks.rbegin(), table.blocks.rend() - keep);
+  free_blocks(tail);
+  table.blocks.resize(static_cast<size_t>(keep));
+}
+
 void KvBlockPool::release(RequestBlocks& table) {
   free_blocks(std::vector<int64_t>(table.blocks.rbegin(), table.blocks.rend()));
   table = RequestBlocks{};

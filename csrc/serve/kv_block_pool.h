@@ -93,6 +93,9 @@ class KvBlockPool {
   /// request's token sequence) hold keys and values. A block whose hash another block already
   /// holds stays unregistered (the chain goes on with the same hash).
   void commit(RequestBlocks& table, const std::vector<int64_t>& tokens, int64_t computed, int64_t extra);
+  /// Speculation's roll-back: drops the table's blocks past those holding `positions`
+  /// positions (never a committed one), last first.
+  void truncate(RequestBlocks& table, int64_t positions);
   /// Drops the table's references (last block first, so a request's tail is evicted before
   /// its prefix) and empties it.
   void release(RequestBlocks& table);

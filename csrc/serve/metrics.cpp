@@ -123,6 +123,12 @@ void ServeMetrics::prefix_cache_totals(int64_t queried_tokens, int64_t hit_token
   prefix_hits_ = std::max(prefix_hits_, hit_tokens);
 }
 
+void ServeMetrics::speculation_totals(int64_t drafted_tokens, int64_t accepted_tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drafted_ = std::max(drafted_, drafted_tokens);
+  accepted_ = std::max(accepted_, accepted_tokens);
+}
+
 std::string ServeMetrics::exposition(int64_t open_connections) const {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t running = 0, waiting = 0, used = 0, reserved = 0;
@@ -160,6 +166,10 @@ std::string ServeMetrics::exposition(int64_t open_connections) const {
   metric(out, "loom:prefix_cache_hits_total", "counter",
          "Prompt tokens found in the prefix cache; 0: the engine does not cache prefixes yet.",
          static_cast<double>(prefix_hits_));
+  metric(out, "loom:spec_decode_num_draft_tokens_total", "counter",
+         "Tokens drafted by speculative decoding (--speculative-method) and verified.", static_cast<double>(drafted_));
+  metric(out, "loom:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.",
+         static_cast<double>(accepted_));
   metric(out, "loom:prompt_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(prompt_tokens_));
   metric(out, "loom:generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(generation_tokens_));
   family(out, "loom:requests_finished_total", "counter", "Requests ended, by finish reason.");

@@ -56,6 +56,9 @@ class ServeMetrics {
   /// The engine's prefix-cache totals so far (KvBlockPool::stats): prompt tokens looked up and
   /// found cached. Counters, so a smaller value than the last one is ignored.
   void prefix_cache_totals(int64_t queried_tokens, int64_t hit_tokens);
+  /// The engine's speculative-decoding totals so far: tokens drafted and drafted tokens
+  /// accepted (counters, as prefix_cache_totals).
+  void speculation_totals(int64_t drafted_tokens, int64_t accepted_tokens);
 
   /// The text exposition (format 0.0.4) of every metric; `open_connections` is the HTTP
   /// front's count at the scrape.
@@ -74,6 +77,7 @@ class ServeMetrics {
   std::map<uint64_t, Tracked> requests_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  int64_t drafted_ = 0, accepted_ = 0;
   std::map<std::string, int64_t> finished_;  // by finish_reason
   Histogram ttft_, inter_token_, e2e_;
 };

@@ -4,9 +4,11 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "convert/hf_files.h"
+#include "generate/model_loader.h"
 #include "model/gpt_stage.h"
 #include "ptune/frozen_base.h"
 #include "ptune/prompt_tables.h"
@@ -99,12 +101,32 @@ std::string chat_template_path(const ServeRequest& request, const generate::Gene
   return !own.empty() && std::ifstream(own).good() ? own : std::string();
 }
 
+// --draft-checkpoint's plan (read like --checkpoint, at t = 1), checked against the served
+// model's config: the same vocabulary; nullopt without one.
+std::optional<generate::GeneratePlan> draft_plan(const ServeRequest& request, const model::GptConfig& served) {
+  if (request.draft_checkpoint.empty()) return std::nullopt;
+  generate::GenerateRequest r;
+  r.checkpoint = request.draft_checkpoint;
+  r.tensor_parallel = 1;
+  r.vocab_file = request.model.vocab_file;
+  r.merge_file = request.model.merge_file;
+  r.accelerator = request.model.accelerator;
+  auto plan = generate::plan_generation(r);
+  const auto config = generate::inference_config(plan.info.layout.model_shape, plan.model_options);
+  if (config.vocab_size != served.vocab_size)
+    throw GenerateInputError(fmt::format("--draft-checkpoint {}: its vocabulary has {} tokens, the served model's {}: "
+                                         "a draft model must share the tokenizer",
+                                         request.draft_checkpoint, config.vocab_size, served.vocab_size));
+  return plan;
+}
+
 generate::GeneratePlan plan_serving(const ServeRequest& request) {
   auto plan = generate::plan_generation(checkpoint_request(request));
   const auto config = generate::inference_config(plan.info.layout.model_shape, plan.model_options);
   if (request.pipeline_parallel < 1 || config.num_layers % request.pipeline_parallel != 0)
     throw GenerateInputError(fmt::format("--pipeline-parallel {}: expected a divisor of the model's {} layers",
                                          request.pipeline_parallel, config.num_layers));
+  draft_plan(request, config);
   try {  // the engine's flags (--max-batch, --max-kv-tokens, --max-num-batched-tokens), before any rank starts
     resolve_engine_options(request.engine, config.max_position_embeddings);
   } catch (const std::invalid_argument& e) {
@@ -152,6 +174,14 @@ void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, con
   request.engine.decode = [&tokenizer](const std::vector<int64_t>& ids) {
     return tokenizer.decode(std::vector<int32_t>(ids.begin(), ids.end()));
   };
+  // The draft model, whole on every rank: each proposes the same drafts.
+  std::optional<model::GptStage> draft;
+  if (const auto d = draft_plan(request, config)) {
+    const auto draft_config = generate::inference_config(d->info.layout.model_shape, d->model_options);
+    draft.emplace(generate::load_inference_model(generate::read_full_checkpoint(d->location.checkpoints, d->info),
+                                                 draft_config, runtime::Communicator::solo(), groups.device()));
+    request.engine.draft_model = &*draft;
+  }
   EngineGroups engine_groups{groups.tensor_ptr(), &groups.pipeline_links(), &groups.host_world(),
                              groups.layout().rank_of({0, 0, pp - 1})};
   GenerationEngine engine(stage, engine_groups, request.engine);

@@ -31,6 +31,9 @@ struct ServeRequest {
   EngineOptions engine;           ///< --max-batch, --max-kv-tokens (the rest is set on the rank)
   std::string model_name;         ///< the model id the APIs report
   std::string prompt_checkpoint;  ///< --prompt-checkpoint: a prompt-learning run's tables (empty: none)
+  /// --draft-checkpoint (with --speculative-method draft): a smaller run with the served
+  /// model's vocabulary, loaded whole (t = 1) on every rank as the draft model.
+  std::string draft_checkpoint;
   /// --chat-template: a Jinja chat template file (empty: the run's tokenizer/chat_template.jinja
   /// when it has one, else chat requests are refused).
   std::string chat_template;
@@ -63,7 +66,7 @@ std::string chat_template_path(const ServeRequest& request, const generate::Gene
 /// tensor_parallel × request.pipeline_parallel ranks serve). Throws
 /// generate::GenerateInputError naming the flag (a chat template that does not read or parse,
 /// --prompt-checkpoint tables that do not read,
-/// --pipeline-parallel not dividing the layers, --max-batch < 1, --max-kv-tokens < 0, --port
+/// --pipeline-parallel not dividing the layers, a --draft-checkpoint whose vocabulary differs, --max-batch < 1, --max-kv-tokens < 0, --port
 /// outside 0..65535), or train::CheckpointError for the checkpoint.
 generate::GeneratePlan plan_serving(const ServeRequest& request);
 

@@ -1,6 +1,7 @@
 // `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
 // [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--max-num-batched-tokens N]
-// [--no-prefix-caching] [--max-connections N]
+// [--no-prefix-caching] [--max-connections N] [--speculative-method ngram|draft] [--num-speculative-tokens K]
+// [--prompt-lookup-max N] [--prompt-lookup-min N] [--draft-checkpoint DIR]
 // [--chat-template FILE]`: serves a training checkpoint (any layout, resharded for t and split
 // into p stages) over HTTP with NeMo's `PUT /generate`, OpenAI's `POST /v1/completions` and
 // `POST /v1/chat/completions`, and Prometheus' `GET /metrics` (docs/serving.md), continuous batching
@@ -23,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
 
 #include "command_registry.h"
 #include "error_text.h"
@@ -42,6 +44,7 @@ struct ServeJob {
   std::string bench_out;  ///< --bench-out: measure the engine (no HTTP), its figures as JSON here
   loom::serve::BenchmarkWorkload bench;
   std::string api_key_file;  ///< --api-key-file: the key's first line
+  std::string speculative_method = "none";  ///< --speculative-method
 };
 
 // --bench-out: the figures of the serving rank's benchmark, written and summed up.
@@ -109,6 +112,21 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
       ->capture_default_str();
   app.add_flag_callback("--no-prefix-caching", [&job] { job.serve.engine.prefix_caching = false; },
                         "do not reuse the KV blocks of prompt prefixes shared with earlier requests");
+  auto& spec = job.serve.engine.speculative;
+  app.add_option("--speculative-method", job.speculative_method,
+                 "speculative decoding: none, or ngram (prompt lookup: drafts the tokens that followed the last "
+                 "n-gram's earlier occurrence in the request's context, verified in the step's forward with exact "
+                 "rejection sampling), or draft (a smaller model, --draft-checkpoint, drafts them)")
+      ->capture_default_str();
+  app.add_option("--draft-checkpoint", job.serve.draft_checkpoint,
+                 "with --speculative-method draft: a run directory of a smaller model with the same tokenizer, "
+                 "loaded whole on every rank");
+  app.add_option("--num-speculative-tokens", spec.num_tokens, "tokens a decoding request drafts per step at most (>= 1)")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-max", spec.prompt_lookup_max, "ngram: longest n-gram looked up (>= --prompt-lookup-min)")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-min", spec.prompt_lookup_min, "ngram: shortest n-gram looked up (>= 1)")
+      ->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "largest request body in MiB, chunked ones included (413 beyond)")
       ->capture_default_str();
   app.add_option("--header-timeout-s", job.serve.http.header_timeout_s,
@@ -138,6 +156,22 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
 // error printed) for a bad flag.
 bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, int64_t max_body_mb) {
   if (app.count("--iteration")) job.serve.model.iteration = iteration;
+  try {
+    auto& spec = job.serve.engine.speculative;
+    spec.method = loom::serve::parse_speculative_method(job.speculative_method);
+    if ((spec.method == loom::serve::SpeculativeMethod::kDraft) != !job.serve.draft_checkpoint.empty())
+      throw std::invalid_argument("--draft-checkpoint goes with --speculative-method draft (and that method needs it)");
+    if (spec.method != loom::serve::SpeculativeMethod::kNone) {
+      validate(spec);
+    } else if (app.count("--num-speculative-tokens") || app.count("--prompt-lookup-max") ||
+               app.count("--prompt-lookup-min")) {
+      throw std::invalid_argument("--num-speculative-tokens, --prompt-lookup-max and --prompt-lookup-min need "
+                                  "--speculative-method ngram or draft");
+    }
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "loom serve: error: " << e.what() << "\n";
+    return false;
+  }
   if (job.serve.model.checkpoint.empty() && job.serve.prompt_checkpoint.empty()) {
     std::cerr << "loom serve: error: --checkpoint DIR (or --prompt-checkpoint DIR) is required\n";
     return false;

@@ -9,6 +9,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "generate/generate_run.h"
 #include "generate/sampling.h"
+#include "generate/sampling_batch.h"
 #include "generate/token_generator.h"
 #include "generate_test_util.h"
 
@@ -24,12 +25,18 @@ runtime::CommunicatorPtr solo() { return runtime::Communicator::solo(); }
 }  // namespace
 
 TEST_CASE("repetition penalty divides positive and multiplies negative logits of seen tokens, once each") {
-  std::vector<float> z = {2.0f, -1.0f, 0.5f, 3.0f};
-  apply_repetition_penalty(z.data(), 4, {0, 1, 1, 7, -2}, 2.0);  // 7 and -2 are outside: ignored
-  CHECK(z == std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f});
-  std::vector<float> same = {2.0f, -1.0f};
-  apply_repetition_penalty(same.data(), 2, {0, 1}, 1.0);
-  CHECK(same == std::vector<float>{2.0f, -1.0f});
+  auto penalized = [](std::vector<float> z, std::vector<int64_t> seen, double penalty) {
+    SampleRow r;
+    r.options.greedy = true;
+    r.options.repetition_penalty = penalty;
+    r.penalized = &seen;
+    const at::Tensor out =
+        processed_logits(at::tensor(z).view({1, static_cast<int64_t>(z.size())}), {r}).contiguous();  // host: test input
+    return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
+  };
+  // 7 and -2 are outside: ignored.
+  CHECK(penalized({2.0f, -1.0f, 0.5f, 3.0f}, {0, 1, 1, 7, -2}, 2.0) == std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f});
+  CHECK(penalized({2.0f, -1.0f}, {0, 1}, 1.0) == std::vector<float>{2.0f, -1.0f});
   SamplingOptions o;
   o.repetition_penalty = 0.0;
   CHECK_THROWS_WITH(validate(o), Catch::Contains("--repetition-penalty"));

@@ -1,9 +1,11 @@
 // The inference vocabulary `loom generate` and `loom serve` share: the one request check
 // (generate/request_checks.h) names each field as the caller's interface does and enforces
-// the context budget only where the model reserves it; TokenSampler::next_token applies the
+// the context budget only where the model reserves it; sample_rows (one step's choice) applies the
 // repetition penalty and holds the stop token back before min_new_tokens; every StopReason
 // has its own words.
 #include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
 
 #include <limits>
 #include <set>
@@ -11,6 +13,7 @@
 
 #include "generate/request_checks.h"
 #include "generate/sampling.h"
+#include "generate/sampling_batch.h"
 #include "generate/stop_reason.h"
 
 using namespace loom::generate;
@@ -79,24 +82,29 @@ TEST_CASE("check_request names the fields as the caller's interface does") {
   CHECK_THROWS_WITH(check_request_fields(1, 0, {}, 0, hot, flags), Catch::Contains("--temperature"));
 }
 
-TEST_CASE("next_token: the repetition penalty, then the stop token held back before min_new_tokens") {
-  const std::vector<float> logits = {1.0f, 4.0f, 3.0f, 2.0f};
+TEST_CASE("one step's choice: the repetition penalty, then the stop token held back before min_new_tokens") {
+  const at::Tensor logits = at::tensor(std::vector<float>{1.0f, 4.0f, 3.0f, 2.0f}).view({1, 4});  // host: test input
+  const std::vector<int64_t> context = {1};
+  auto row = [&](const SamplingOptions& o, int64_t banned) {
+    SampleRow r;
+    r.options = o;
+    r.penalized = &context;
+    r.banned_token = banned;
+    return r;
+  };
   // Token 1 is the argmax; with a penalty of 2 on the context {1}, its logit falls to 2 and
   // token 2 wins; the raw logits are what a caller keeps (the engine's log-probabilities).
   SamplingOptions penalised = greedy();
   penalised.repetition_penalty = 2.0;
-  std::vector<float> z = logits;
-  CHECK(TokenSampler(penalised).next_token(z.data(), 4, {1}, 0, -1, 0) == 2);
-  CHECK(z[1] == 2.0f);
-  // Stop token 1: forbidden while fewer than 3 tokens were generated, allowed from then on.
-  z = logits;
-  CHECK(TokenSampler(greedy()).next_token(z.data(), 4, {}, 2, /*stop_token=*/1, /*min_new_tokens=*/3) == 2);
-  CHECK(z[1] == -std::numeric_limits<float>::infinity());
-  z = logits;
-  CHECK(TokenSampler(greedy()).next_token(z.data(), 4, {}, 3, 1, 3) == 1);
-  // A stop token outside the vocabulary (none) changes nothing.
-  z = logits;
-  CHECK(TokenSampler(greedy()).next_token(z.data(), 4, {}, 0, 7, 3) == 1);
+  CHECK(sample_rows(logits, {row(penalised, -1)}).tokens[0] == 2);
+  CHECK(processed_logits(logits, {row(penalised, -1)})[0][1].item<float>() == 2.0f);
+  CHECK(logits[0][1].item<float>() == 4.0f);
+  // Stop token 1 held back (the caller bans it while fewer than min_new_tokens exist).
+  CHECK(sample_rows(logits, {row(greedy(), 1)}).tokens[0] == 2);
+  CHECK(processed_logits(logits, {row(greedy(), 1)})[0][1].item<float>() == -std::numeric_limits<float>::infinity());
+  CHECK(sample_rows(logits, {row(greedy(), -1)}).tokens[0] == 1);
+  // A banned token outside the vocabulary (none) changes nothing.
+  CHECK(sample_rows(logits, {row(greedy(), 7)}).tokens[0] == 1);
 }
 
 TEST_CASE("every StopReason has its own words") {

@@ -2,8 +2,8 @@
 completions (text, lists, token ids, echo + logprobs + max_tokens 0 as lm-eval's
 local-completions model sends them, seeds, stop strings, server-sent events), NeMo's
 PUT /generate, the same answers as `loom generate` and under t = 2 × p = 2, concurrent requests
-equal to sequential ones (also with a KV pool small enough to preempt, and with prefix caching
-off), every bad input of the issue answered with a 4xx naming the field while the server keeps
+equal to sequential ones (also with a KV pool small enough to preempt, with prefix caching
+off, and with ngram speculation, whose drafts /metrics counts), every bad input of the issue answered with a 4xx naming the field while the server keeps
 serving, hostile input (deep nesting, numbers past a double, sampling
 values that would make logits non-finite, huge prompts, slow headers, chunked bodies past the
 limit, a half-close) refused or answered and memory returning to its baseline after it, the API
@@ -111,6 +111,47 @@ def test_a_tiny_kv_pool_and_no_prefix_caching_answer_as_the_default(server, run_
         for a, b in zip(got, expected):
             assert a["text"] == b["text"], flags
             assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-4)
+
+
+def test_ngram_speculation_answers_as_the_default_and_counts_its_drafts(server, run_dir):
+    """`--speculative-method ngram`: greedy and seeded sampled completions of repetitive and
+    plain prompts, sent together, equal the default server's (the verification keeps the
+    target's tokens), and /metrics counts drafted and accepted tokens."""
+    repeated = "To be, or not to be: " * 4
+    bodies = [{"prompt": p, "max_tokens": 16, "temperature": 0, "logprobs": 1} for p in [repeated, *PROMPTS]]
+    bodies.append({"prompt": repeated, "max_tokens": 16, "temperature": 0.8, "top_p": 0.9, "seed": 7})
+    expected = [complete(server.url, **b)["choices"][0] for b in bodies]
+    with Server(run_dir, "--max-batch", 8, "--speculative-method", "ngram", "--num-speculative-tokens", 3) as s:
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            got = list(pool.map(lambda b: complete(s.url, **b)["choices"][0], bodies))
+        metrics = requests.get(s.url + "/metrics", timeout=30).text
+        assert s.terminate() == 0
+    for a, b in zip(got, expected):
+        assert a["text"] == b["text"]
+        if b.get("logprobs"):
+            assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-4)
+    counters = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+                if line.startswith("loom:spec_decode_num_")}
+    assert counters["loom:spec_decode_num_draft_tokens_total"] > 0
+    assert 0 < counters["loom:spec_decode_num_accepted_tokens_total"] <= counters["loom:spec_decode_num_draft_tokens_total"]
+
+
+def test_a_draft_model_equal_to_the_served_one_accepts_every_draft(server, run_dir):
+    """`--speculative-method draft --draft-checkpoint RUN` with the served run as its own draft:
+    greedy completions equal the default server's and every drafted token is accepted."""
+    bodies = [{"prompt": p, "max_tokens": 12, "temperature": 0} for p in ["To be, or not to be: " * 3, *PROMPTS[:3]]]
+    expected = [complete(server.url, **b)["choices"][0]["text"] for b in bodies]
+    with Server(run_dir, "--max-batch", 4, "--speculative-method", "draft", "--draft-checkpoint", run_dir,
+                "--num-speculative-tokens", 3) as s:
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            got = list(pool.map(lambda b: complete(s.url, **b)["choices"][0]["text"], bodies))
+        metrics = requests.get(s.url + "/metrics", timeout=30).text
+        assert s.terminate() == 0
+    assert got == expected
+    counters = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+                if line.startswith("loom:spec_decode_num_")}
+    assert counters["loom:spec_decode_num_draft_tokens_total"] > 0
+    assert counters["loom:spec_decode_num_accepted_tokens_total"] == counters["loom:spec_decode_num_draft_tokens_total"]
 
 
 def test_lm_eval_loglikelihood_shape(server):
@@ -663,7 +704,17 @@ def test_bad_flags_exit_2_naming_the_flag(run_dir, tmp_path):
                               "--bench-batch", 3, "--bench-prompt-tokens", 8, "--bench-output-tokens", 4],
                              "--bench-batch 3"),
                             (["--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-prompt-tokens", 60,
-                              "--bench-output-tokens", 8], "exceed the model's context of 64 tokens")]:
+                              "--bench-output-tokens", 8], "exceed the model's context of 64 tokens"),
+                            (["--checkpoint", run_dir, "--speculative-method", "eagle"],
+                             "--speculative-method: expected none, ngram or draft, found 'eagle'"),
+                            (["--checkpoint", run_dir, "--speculative-method", "draft"],
+                             "--draft-checkpoint goes with --speculative-method draft"),
+                            (["--checkpoint", run_dir, "--speculative-method", "ngram", "--num-speculative-tokens", 0],
+                             "--num-speculative-tokens: expected an integer >= 1"),
+                            (["--checkpoint", run_dir, "--speculative-method", "ngram", "--prompt-lookup-min", 3,
+                              "--prompt-lookup-max", 2], "--prompt-lookup-max: expected an integer >= --prompt-lookup-min"),
+                            (["--checkpoint", run_dir, "--num-speculative-tokens", 3],
+                             "need --speculative-method ngram or draft")]:
         done = serve(*flags)
         assert done.returncode == 2 and expected in done.stderr, (flags, done.returncode, done.stderr[-2000:])
     done = serve("--checkpoint", run_dir, "--bench-out", tmp_path / "b.json", "--bench-batch", 2,

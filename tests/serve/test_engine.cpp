@@ -9,7 +9,12 @@
 // Chunked prefill: a token budget as small as the batch (prompts split into many chunks)
 // gives the results of a large budget and of one at a time, at t = 1, t = 2, p = 2 and
 // t = 2 x p = 2, with and without preemption; no step's forward exceeds the budget; a long
-// prompt joining beside decoding requests leaves them a token in every step.
+// prompt joining beside decoding requests leaves them a token in every step. Speculation
+// (ngram drafts): greedy and seeded sampled requests give the tokens of plain decoding, alone,
+// batched, under a budget that cuts drafts, in a pool that preempts, at t = 2 and t = 2 x p = 2,
+// with drafts accepted and rolled back. A draft model: equal to the target it accepts every
+// greedy draft, any draft keeps the greedy tokens, and sampled tokens follow the target's
+// exact marginals (which always accepting would not).
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -651,4 +656,378 @@ TEST_CASE("Engine: a long prompt joining beside decoding requests leaves them a 
   for (int s = 2; s <= 11; ++s) REQUIRE(step_tokens[static_cast<size_t>(s)] == 4);
   for (int64_t t : step_tokens) REQUIRE(t <= 4);
   REQUIRE(out[2].prompt_logprobs.size() == 20);
+}
+
+namespace {
+
+// Prompts that repeat (prompt lookup finds drafts at once) and plain ones; greedy and seeded
+// sampled (penalties, top-k, top-p, min tokens), with log-probabilities.
+std::vector<RequestSpec> speculative_specs(const model::GptConfig& c) {
+  std::vector<RequestSpec> specs;
+  for (size_t i = 0; i < 4; ++i) {
+    RequestSpec s;
+    const int64_t period = 2 + static_cast<int64_t>(i % 3);
+    for (int64_t k = 0; k < 9; ++k) s.prompt.push_back((11 * static_cast<int64_t>(i) + 5 * (k % period) + 2) % c.vocab_size);
+    s.max_new_tokens = 12;
+    s.sampling.greedy = true;
+    s.stop_at_eod = false;
+    s.logprobs = true;
+    s.top_logprobs = 2;
+    specs.push_back(s);
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    RequestSpec s = specs[i];
+    auto& o = s.sampling;
+    o.greedy = false;
+    o.temperature = 0.6 + 0.3 * static_cast<double>(i);
+    o.top_k = i % 2 ? 10 : 0;
+    o.top_p = i == 2 ? 0.8 : 1.0;
+    o.repetition_penalty = i == 3 ? 1.2 : 1.0;
+    o.seed = 500 + i;
+    s.min_new_tokens = i == 1 ? 6 : 0;
+    s.stop_at_eod = i == 1;
+    specs.push_back(s);
+  }
+  for (const auto& more : {greedy_specs(c), sampled_specs(c)}) specs.insert(specs.end(), more.begin(), more.end());
+  return specs;
+}
+
+serve::EngineOptions speculating(serve::EngineOptions o, int64_t k) {
+  o.speculative.method = serve::SpeculativeMethod::kNgram;
+  o.speculative.num_tokens = k;
+  o.speculative.prompt_lookup_min = 1;
+  o.speculative.prompt_lookup_max = 3;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("Engine: ngram speculation gives the tokens of plain decoding, greedy and seeded sampled") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = speculative_specs(c);
+  const auto plain = one_at_a_time(stage, specs);
+  // One at a time, batched, under a budget that cuts drafts, and in a tiny pool that preempts.
+  for (auto [k, batch, budget, pool] : {std::tuple{3, 1, 0, 0}, std::tuple{1, 4, 0, 0}, std::tuple{4, 4, 0, 0},
+                                        std::tuple{4, 4, 6, 0}, std::tuple{3, 4, 0, 24}}) {
+    INFO("k " << k << ", max_batch " << batch << ", budget " << budget << ", pool " << pool);
+    serve::EngineOptions options;
+    options.max_batch = batch;
+    options.max_num_batched_tokens = budget;
+    if (pool > 0) {
+      options.block_size = 4;
+      options.max_kv_tokens = pool;
+    }
+    options = speculating(options, k);
+    std::vector<Outcome> out;
+    int64_t drafted = 0, accepted = 0, preemptions = 0;
+    auto run = [&](const std::vector<RequestSpec>& s, const std::vector<int>& after) {
+      serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), options);
+      auto o = drive(engine, s, after, true, [&](int) {
+        REQUIRE(engine.last_step_tokens() <= engine.options().max_num_batched_tokens);
+      });
+      drafted += engine.drafted_tokens();
+      accepted += engine.accepted_tokens();
+      preemptions += engine.preemptions();
+      REQUIRE(engine.kv_blocks_used() == 0);
+      return o;
+    };
+    if (batch == 1) {
+      for (const auto& s : specs) out.push_back(run({s}, {0}).front());
+    } else {
+      std::vector<int> after;
+      for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+      out = run(specs, after);
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(out[i], plain[i]);
+    }
+    // Drafts were made, some accepted (several tokens in one step) and some rolled back.
+    REQUIRE(drafted > 0);
+    REQUIRE(accepted > 0);
+    REQUIRE(accepted < drafted);
+    if (pool > 0) REQUIRE(preemptions > 0);
+  }
+}
+
+namespace {
+
+// Worker: the speculative specs under (LOOM_T, LOOM_P), ngram speculation with k = 3; rank 0
+// writes the outcomes and the acceptance counters.
+void speculative_worker() {
+  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
+  auto groups = test::worker_groups(t, p);
+  const auto c = tiny_config();
+  const auto coords = groups->coords();
+  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
+  model::GptStage stage(c, groups->tensor_ptr(), layout);
+  set_truth(stage, coords.tp, t);
+  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                         groups->layout().rank_of({0, 0, p - 1})};
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, eg, speculating(options, 3));
+  const auto specs = speculative_specs(c);
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+  const bool serving = groups->rank() == 0;
+  const auto out = drive(engine, specs, after, serving);
+  if (serving) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& o : out) j.push_back(outcome_json(o));
+    std::ofstream(test::env_str("LOOM_OUT"))
+        << nlohmann::json{{"outcomes", j}, {"drafted", engine.drafted_tokens()}, {"accepted", engine.accepted_tokens()}}
+               .dump();
+  }
+  groups->shutdown();
+}
+
+}  // namespace
+
+LOOM_WORKER("serve_engine_speculative") { speculative_worker(); }
+
+TEST_CASE("Engine: ngram speculation under t=2 and t=2 x p=2 gives the t=1, p=1 plain tokens") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto specs = speculative_specs(c);
+  const auto plain = one_at_a_time(stage, specs);
+  const std::string dir = temp_dir("serve_speculative");
+  for (auto [t, p] : {std::tuple{2, 1}, std::tuple{2, 2}}) {
+    INFO("t = " << t << ", p = " << p);
+    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+    auto result = test::run_ranks("serve_engine_speculative", t * p,
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+    REQUIRE(result.exit_code() == 0);
+    nlohmann::json j;
+    std::ifstream(out) >> j;
+    REQUIRE(j["drafted"].get<int64_t>() > 0);
+    REQUIRE(j["accepted"].get<int64_t>() > 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(outcome_from_json(j["outcomes"][i]), plain[i]);
+    }
+  }
+  launch::remove_tree(dir);
+}
+
+namespace {
+
+// A smaller draft model: the truth model's first two layers (its vocabulary), perturbed by
+// `sharpen` (its embeddings scaled) so that its distribution differs from the target's.
+model::GptStage small_draft(const model::GptConfig& target, double sharpen = 1.0) {
+  model::GptConfig c = target;
+  c.num_layers = 2;
+  model::GptStage s(c, runtime::Communicator::solo());
+  set_truth(s, 0, 1);
+  at::NoGradGuard no_grad;
+  if (sharpen != 1.0)
+    for (const auto& p : s.parameters())
+      if (p.word_embedding) p.tensor.mul_(sharpen);
+  return s;
+}
+
+serve::EngineOptions drafting(serve::EngineOptions o, const model::GptStage& draft, int64_t k) {
+  o.speculative.method = serve::SpeculativeMethod::kDraft;
+  o.speculative.num_tokens = k;
+  o.draft_model = &draft;
+  return o;
+}
+
+// softmax of the last position's logits of each sequence (all of one length), [B, V] float64.
+at::Tensor last_probs(const model::GptStage& stage, const std::vector<std::vector<int64_t>>& seqs) {
+  std::vector<int64_t> flat;
+  for (const auto& s : seqs) flat.insert(flat.end(), s.begin(), s.end());
+  const int64_t b = static_cast<int64_t>(seqs.size()), n = static_cast<int64_t>(seqs.front().size());
+  model::StageInputs in;
+  in.tokens = at::tensor(flat, at::kLong).view({b, n});  // host: test input
+  in.position_ids = at::arange(n, at::kLong).unsqueeze(0).expand({b, n}).contiguous();  // host: test input
+  model::DropoutContext off;
+  off.training = false;
+  at::NoGradGuard no_grad;
+  const int64_t vocab = stage.config().vocab_size;
+  return at::softmax(stage.forward(in, off).select(0, n - 1).narrow(-1, 0, vocab).to(at::kDouble), -1);
+}
+
+double total_variation(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().sum().item<double>() / 2; }
+
+}  // namespace
+
+TEST_CASE("Engine: a draft model equal to the target accepts every draft, and any draft keeps greedy outputs") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto small = small_draft(c);
+  auto specs = speculative_specs(c);
+  specs.resize(4);  // the greedy repetitive ones
+  for (const auto& more : greedy_specs(c)) specs.push_back(more);
+  const auto plain = one_at_a_time(stage, specs);
+  for (const model::GptStage* draft : {&stage, &small}) {
+    INFO((draft == &stage ? "draft = target" : "a smaller draft"));
+    serve::EngineOptions options;
+    options.max_batch = 4;
+    serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), drafting(options, *draft, 3));
+    std::vector<int> after;
+    for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+    const auto out = drive(engine, specs, after);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(out[i], plain[i]);
+    }
+    REQUIRE(engine.drafted_tokens() > 0);
+    REQUIRE(engine.kv_blocks_used() == 0);
+    if (draft == &stage) {
+      REQUIRE(engine.accepted_tokens() == engine.drafted_tokens());  // acceptance rate 1
+    } else {
+      REQUIRE(engine.accepted_tokens() < engine.drafted_tokens());
+    }
+  }
+  // Sampled requests with the target as its own draft: p = q up to the rounding of two
+  // forwards, so (almost) every draft is accepted.
+  serve::EngineOptions options;
+  options.max_batch = 6;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), drafting(options, stage, 3));
+  const auto sampled = sampled_specs(c);
+  drive(engine, sampled, std::vector<int>(sampled.size(), 0));
+  REQUIRE(engine.drafted_tokens() > 20);
+  REQUIRE(engine.accepted_tokens() >= engine.drafted_tokens() * 99 / 100);
+  // A draft without the method, or the method without a draft, is refused.
+  options.speculative.method = serve::SpeculativeMethod::kDraft;
+  REQUIRE_THROWS_WITH(serve::GenerationEngine(stage, solo_groups(runtime::Communicator::solo()), options),
+                      Catch::Contains("--draft-checkpoint"));
+}
+
+TEST_CASE("Engine: with a draft model, sampled tokens follow the target's distribution") {
+  // Vocabulary 16; a fixed prompt; N seeded requests of 4 tokens at temperature 1 whose 2nd
+  // and 3rd tokens are verified drafts (k = 2 at the first decode step). Their marginals
+  // against the target's exact ones, sum over t1 (and t2) of p(t1) p(t2 | t1) (p(t3 | t1, t2)),
+  // from full forwards; always accepting would give the draft's marginals, far beyond the bound.
+  const auto c = tiny_config(16);
+  const auto stage = truth_stage(c);
+  const auto draft = small_draft(c, 3.0);
+  const std::vector<int64_t> prompt = {3, 1, 4, 1, 5};
+  const int64_t vocab = 16, n = 800;
+  auto exact = [&](const model::GptStage& m, const model::GptStage& next) {
+    // t1 from the target (the prefill's token is never drafted), t2 and t3 from `next`.
+    const at::Tensor p1 = last_probs(stage, {prompt})[0];
+    std::vector<std::vector<int64_t>> one, two;
+    for (int64_t a = 0; a < vocab; ++a) {
+      auto s = prompt;
+      s.push_back(a);
+      one.push_back(s);
+      for (int64_t b = 0; b < vocab; ++b) {
+        auto t = s;
+        t.push_back(b);
+        two.push_back(t);
+      }
+    }
+    const at::Tensor p2 = last_probs(next, one);                      // [a, b]
+    const at::Tensor p3 = last_probs(next, two).view({vocab, vocab, vocab});  // [a, b, c]
+    const at::Tensor joint12 = p1.view({vocab, 1}) * p2;
+    (void)m;
+    return std::pair{joint12.sum(0), (joint12.unsqueeze(2) * p3).sum(at::IntArrayRef{0, 1})};
+  };
+  const auto [want2, want3] = exact(stage, stage);
+  const auto [always2, always3] = exact(stage, draft);  // what always accepting the draft gives
+  std::vector<RequestSpec> specs;
+  for (int64_t i = 0; i < n; ++i) {
+    RequestSpec s;
+    s.prompt = prompt;
+    s.max_new_tokens = 4;
+    s.stop_at_eod = false;
+    s.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    specs.push_back(s);
+  }
+  serve::EngineOptions options;
+  options.max_batch = 128;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), drafting(options, draft, 2));
+  const auto out = drive(engine, specs, std::vector<int>(specs.size(), 0));
+  at::Tensor got2 = at::zeros({vocab}, at::kDouble), got3 = at::zeros({vocab}, at::kDouble);  // host: test counts
+  for (const auto& o : out) {
+    REQUIRE(o.tokens.size() == 4);
+    got2[o.tokens[1]] += 1.0 / n;
+    got3[o.tokens[2]] += 1.0 / n;
+  }
+  INFO("drafted " << engine.drafted_tokens() << ", accepted " << engine.accepted_tokens());
+  REQUIRE(engine.drafted_tokens() >= 2 * n);
+  REQUIRE(engine.accepted_tokens() < engine.drafted_tokens());
+  const double bound = 0.08;  // sampling noise of n = 800 draws over 16 tokens: TV about 0.035
+  INFO("TV(t2) " << total_variation(got2, want2) << ", TV(t3) " << total_variation(got3, want3)
+                 << ", always accepting: " << total_variation(always2, want2) << ", "
+                 << total_variation(always3, want3));
+  CHECK(total_variation(got2, want2) <= bound);
+  CHECK(total_variation(got3, want3) <= bound);
+  REQUIRE(total_variation(always2, want2) > 2 * bound);
+  REQUIRE(total_variation(always3, want3) > 2 * bound);
+}
+
+namespace {
+
+// Worker: greedy and sampled speculative specs under (LOOM_T, LOOM_P) with a smaller draft
+// model (whole on every rank), k = 3; rank 0 writes the outcomes and the counters.
+void draft_worker() {
+  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
+  auto groups = test::worker_groups(t, p);
+  const auto c = tiny_config();
+  const auto coords = groups->coords();
+  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
+  model::GptStage stage(c, groups->tensor_ptr(), layout);
+  set_truth(stage, coords.tp, t);
+  const auto draft = small_draft(c);
+  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
+                         groups->layout().rank_of({0, 0, p - 1})};
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, eg, drafting(options, draft, 3));
+  const auto specs = speculative_specs(c);
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+  const bool serving = groups->rank() == 0;
+  const auto out = drive(engine, specs, after, serving);
+  if (serving) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& o : out) j.push_back(outcome_json(o));
+    std::ofstream(test::env_str("LOOM_OUT"))
+        << nlohmann::json{{"outcomes", j}, {"drafted", engine.drafted_tokens()}, {"accepted", engine.accepted_tokens()}}
+               .dump();
+  }
+  groups->shutdown();
+}
+
+}  // namespace
+
+LOOM_WORKER("serve_engine_draft") { draft_worker(); }
+
+TEST_CASE("Engine: a draft model under t=2 and t=2 x p=2 gives the t=1 tokens, greedy and sampled") {
+  const auto c = tiny_config();
+  const auto stage = truth_stage(c);
+  const auto draft = small_draft(c);
+  const auto specs = speculative_specs(c);
+  const auto plain = one_at_a_time(stage, specs);
+  // The t = 1 reference with the same draft: every rank drafts the same tokens, so the seeded
+  // sampled requests draw the same numbers too.
+  serve::EngineOptions options;
+  options.max_batch = 4;
+  serve::GenerationEngine engine(stage, solo_groups(runtime::Communicator::solo()), drafting(options, draft, 3));
+  std::vector<int> after;
+  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
+  const auto reference = drive(engine, specs, after);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].sampling.greedy) require_same(reference[i], plain[i]);
+  const std::string dir = temp_dir("serve_draft");
+  for (auto [t, p] : {std::tuple{2, 1}, std::tuple{2, 2}}) {
+    INFO("t = " << t << ", p = " << p);
+    const std::string out = dir + "/out_" + std::to_string(t) + "_" + std::to_string(p) + ".json";
+    auto result = test::run_ranks("serve_engine_draft", t * p,
+                                  {{"LOOM_T", std::to_string(t)}, {"LOOM_P", std::to_string(p)}, {"LOOM_OUT", out}});
+    REQUIRE(result.exit_code() == 0);
+    nlohmann::json j;
+    std::ifstream(out) >> j;
+    REQUIRE(j["drafted"].get<int64_t>() > 0);
+    REQUIRE(j["accepted"].get<int64_t>() > 0);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      INFO("request " << i);
+      require_same(outcome_from_json(j["outcomes"][i]), reference[i]);
+    }
+  }
+  launch::remove_tree(dir);
 }

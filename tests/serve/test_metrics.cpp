@@ -98,6 +98,12 @@ TEST_CASE("ServeMetrics: waiting, running, tokens, latencies and finish reasons"
   CHECK(value_of(text, "loom:inter_token_latency_seconds_count") == "3");
   CHECK(value_of(text, "loom:e2e_request_latency_seconds_count") == "2");
   CHECK(value_of(text, "loom:prefix_cache_hit_rate") == "0");
+  CHECK(value_of(text, "loom:spec_decode_num_draft_tokens_total") == "0");
+  m.speculation_totals(12, 7);
+  m.speculation_totals(10, 5);  // older totals: ignored
+  text = m.exposition(0);
+  CHECK(value_of(text, "loom:spec_decode_num_draft_tokens_total") == "12");
+  CHECK(value_of(text, "loom:spec_decode_num_accepted_tokens_total") == "7");
   // Every family is announced with HELP and TYPE before its samples.
   CHECK(text.find("# TYPE loom:time_to_first_token_seconds histogram\n") != std::string::npos);
   CHECK(text.find("# TYPE loom:prompt_tokens_total counter\n") != std::string::npos);

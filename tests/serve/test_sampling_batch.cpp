@@ -1,8 +1,9 @@
-// The batched sampler (generate/sampling_batch.h) against TokenSampler (sampling.h), the
-// per-request host sampler it replaces in the serving engine: rows of every kind (greedy,
+// The batched sampler (generate/sampling_batch.h) against an independent host reference of
+// the documented rules (generate/sampling_reference.h): rows of every kind (greedy,
 // temperature, top-k, top-p, both, repetition penalty, a banned stop token, tied logits) drawn
-// for many steps with the same seeds give the same tokens; the log-probabilities and the
-// alternatives are the raw logits' log-softmax; a row with a NaN logit fails alone.
+// for many steps with the same uniforms give the same tokens and distributions; the
+// log-probabilities and the alternatives are the raw logits' log-softmax; a row with a NaN
+// logit fails alone.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -12,8 +13,10 @@
 
 #include "generate/sampling.h"
 #include "generate/sampling_batch.h"
+#include "generate/sampling_reference.h"
 
 using namespace loom::generate;
+using namespace loom::generate::test;
 
 namespace {
 
@@ -35,16 +38,15 @@ SamplingOptions options_of(int kind, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("Batched sampling chooses TokenSampler's tokens for the same seeds") {
+TEST_CASE("Batched sampling chooses the reference's tokens for the same uniforms") {
   const int64_t rows = 16, vocab = 60, steps = 200;
   std::mt19937 gen(5);
   std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<TokenSampler> host, batched;
+  std::vector<TokenSampler> batched;
   std::vector<SamplingOptions> opts;
   std::vector<std::vector<int64_t>> context(rows);
   for (int64_t i = 0; i < rows; ++i) {
     opts.push_back(options_of(static_cast<int>(i), 100 + static_cast<uint64_t>(i)));
-    host.emplace_back(opts.back());
     batched.emplace_back(opts.back());
     context[static_cast<size_t>(i)] = {static_cast<int64_t>(i) % vocab, 3, 7};
   }
@@ -66,14 +68,18 @@ TEST_CASE("Batched sampling chooses TokenSampler's tokens for the same seeds") {
       batch.push_back(r);
     }
     const SampledRows got = sample_rows(logits, batch);
+    const at::Tensor distributions = sampling_probabilities(logits, batch);
     for (int64_t i = 0; i < rows; ++i) {
       INFO("row " << i << ", step " << step);
       std::vector<float> row(z + i * vocab, z + (i + 1) * vocab);
-      const int64_t want = host[static_cast<size_t>(i)].next_token(
-          row.data(), vocab, context[static_cast<size_t>(i)], step, batch[static_cast<size_t>(i)].banned_token >= 0 ? 2 : -1,
-          batch[static_cast<size_t>(i)].banned_token >= 0 ? 1000 : 0);
+      const SampleRow& r = batch[static_cast<size_t>(i)];
+      const int64_t want = reference_token(row, r.options, r.uniform, context[static_cast<size_t>(i)], r.banned_token);
       REQUIRE(got.errors[static_cast<size_t>(i)].empty());
       REQUIRE(got.tokens[static_cast<size_t>(i)] == want);
+      if (step % 20 == 0) {
+        const auto d = reference_distribution(row, r.options, context[static_cast<size_t>(i)], r.banned_token);
+        for (int64_t v = 0; v < vocab; ++v) REQUIRE(std::abs(distributions[i][v].item<double>() - d[v]) < 1e-12);
+      }
       // Log-probabilities of the raw logits, in double.
       double mx = -INFINITY, sum = 0;
       for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(z[i * vocab + v]));
