@@ -4,7 +4,7 @@ the same adapters as one process, loss by loss and weight by weight; only adapte
 the base stays bit-identical; a resume continues exactly; `loom convert --merge-lora` writes
 W + (alpha/r)·B A into a run that `loom generate` reads; bad peft fields are named before any
 rank starts; Hugging Face `peft` loads the `--to peft` export over the `--to hf` export of the
-base and gives the merged model's logits."""
+base and gives the merged model's logits (GPT-2, and a Llama-family model imported from transformers)."""
 import json
 import math
 import subprocess
@@ -191,3 +191,35 @@ def test_peft_loads_the_exported_adapter_with_the_merged_models_logits(setup, tm
         plain = GPT2LMHeadModel.from_pretrained(base_hf).eval()(ids).logits
     assert (got - want).abs().max().item() < 1e-5
     assert (plain - want).abs().max().item() > 1e-3  # the adapter changes the model
+
+
+def test_peft_export_of_a_llama_adapter_has_the_merged_models_logits(tmp_path):
+    """The Llama-family names: the fused QKV adapter as q/k/v_proj adapters sharing A (grouped-query
+    attention: 2 K/V heads for 4 query heads), the SwiGLU fc1 adapter as gate/up_proj adapters."""
+    from peft import PeftModel
+    from test_convert_llama import random_llama
+    from transformers import LlamaForCausalLM
+    hf_dir, _ = random_llama(tmp_path, "llama_hf")
+    base = tmp_path / "llama_base"
+    run_loom("convert", "--from", ["hf", str(hf_dir), "--output", str(base)])
+    prefix = tmp_path / "llama_corpus"
+    done = subprocess.run([str(loom_binary()), "preprocess", "--input", str(ROOT / "data" / "tinyshakespeare.txt"),
+                           "--output-prefix", str(prefix), "--tokenizer-library", "huggingface", "--tokenizer-model",
+                           str(hf_dir / "tokenizer.json"), "--append-eod", "--workers", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    recipe = write_recipe(tmp_path / "lora.yaml", base, f"{prefix}_text_document")
+    run_dir = tmp_path / "llama_lora"
+    run_loom("finetune", recipe, layout(run_dir) + ["trainer.max_steps=2", "trainer.val_check_interval=2",
+                                                    "exp_manager.checkpoint_callback_params.every_n_steps=2"])
+    merged, merged_hf, adapter = tmp_path / "merged", tmp_path / "merged_hf", tmp_path / "peft"
+    run_loom("convert", "--merge-lora", ["--checkpoint", str(run_dir), "--output", str(merged)])
+    run_loom("convert", "--to", ["hf", str(merged_hf), "--checkpoint", str(merged)])
+    done = run_loom("convert", "--to", ["peft", str(adapter), "--checkpoint", str(run_dir)])
+    assert "14 modules" in done.stderr, done.stderr  # 2 layers x (q, k, v, o, gate, up, down)
+    adapted = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(hf_dir), adapter).eval()
+    want_model = LlamaForCausalLM.from_pretrained(merged_hf).eval()
+    ids = torch.randint(0, want_model.config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got, want = adapted(ids).logits, want_model(ids).logits
+    assert (got - want).abs().max().item() < 1e-5
