@@ -7,8 +7,9 @@ schema (csrc/config/schema.h, csrc/config/recipe_fields.h).
     .venv/bin/python tools/recipe_fields_table.py --check                           # compare
 
 The table lies between the lines `<!-- recipe-fields begin -->` and `<!-- recipe-fields end -->`.
-Its columns field, recipe (empty: both kinds; `train`: `loom train` recipes only; `ptune`:
-`loom ptune` recipes only), need (R / D / =) and default are generated; the last column, the
+Its columns field, recipe (empty: every kind; else the kinds that have it: `train` for `loom
+train` recipes, `ptune` for `loom ptune`'s, `finetune` for `loom finetune`'s), need (R / D / =)
+and default are generated; the last column, the
 rule, is prose kept from the README by field (a field new to the schema gets an empty rule; the
 rule of a field the schema no longer has is dropped, and named on stderr). --check writes
 nothing and exits 1 with a diff when the README's table is not what would be written
@@ -27,7 +28,7 @@ BEGIN = "<!-- recipe-fields begin -->"
 END = "<!-- recipe-fields end -->"
 HEADER = ["| field | recipe | | default | rule |", "|---|---|---|---|---|"]
 NEED = {"required": "R", "default": "D", "derived": "="}
-KIND_LABEL = {"pretraining": "train", "prompt_learning": "ptune"}
+KIND_LABEL = {"pretraining": "train", "prompt_learning": "ptune", "finetuning": "finetune"}
 
 
 def schema_fields(loom):
@@ -83,23 +84,26 @@ def rules_of(table_lines):
 
 
 def merged_fields(schema):
-    """Every field of either kind once, each with {kind: field}: the pretraining fields in their
-    dump order, and each run of prompt-learning-only fields just before the next field the two
-    kinds share (so after the pretraining-only fields that precede it), or at the end."""
+    """Every field of any kind once, each with {kind: field}: the pretraining fields in their
+    dump order, then each further kind merged in turn, each run of fields new to the table just
+    before the next field already in it (so after the fields that precede it), or at the end."""
     order = [f["field"] for f in schema["pretraining"]]
     by_path = {f["field"]: {"pretraining": f} for f in schema["pretraining"]}
-    pending = []
-    for f in schema["prompt_learning"]:
-        path = f["field"]
-        if path in by_path:
-            at = order.index(path)
-            order[at:at] = pending
-            pending = []
-            by_path[path]["prompt_learning"] = f
-        else:
-            pending.append(path)
-            by_path[path] = {"prompt_learning": f}
-    order += pending
+    for kind in KIND_LABEL:
+        if kind == "pretraining" or kind not in schema:
+            continue
+        pending = []
+        for f in schema[kind]:
+            path = f["field"]
+            if path in by_path:
+                at = order.index(path)
+                order[at:at] = pending
+                pending = []
+                by_path[path][kind] = f
+            else:
+                pending.append(path)
+                by_path[path] = {kind: f}
+        order += pending
     return [(path, by_path[path]) for path in order]
 
 
@@ -118,28 +122,26 @@ def default_cell(f):
     return " ".join(parts)
 
 
-def row_of(path, kinds, rule):
-    """One table row. A field whose requirement or default differs between the two kinds shows
-    each kind's, labelled."""
-    if len(kinds) == 2:
-        recipe = ""
-    else:
-        recipe = KIND_LABEL[next(iter(kinds))]
+def row_of(path, kinds, rule, all_kinds=len(KIND_LABEL)):
+    """One table row. A field whose requirement or default differs between kinds shows each
+    kind's, labelled."""
+    present = [k for k in KIND_LABEL if k in kinds]
+    recipe = "" if len(present) == all_kinds else ", ".join(KIND_LABEL[k] for k in present)
     per_kind = {kind: (NEED[f["need"]], default_cell(f)) for kind, f in kinds.items()}
     values = set(per_kind.values())
     if len(values) == 1:
         need, default = values.pop()
     else:
-        need = ", ".join(f"{per_kind[k][0]} ({KIND_LABEL[k]})" for k in ("pretraining", "prompt_learning"))
-        default = ", ".join(f"{per_kind[k][1]} ({KIND_LABEL[k]})" for k in ("pretraining", "prompt_learning")
-                            if per_kind[k][1])
+        need = ", ".join(f"{per_kind[k][0]} ({KIND_LABEL[k]})" for k in present)
+        default = ", ".join(f"{per_kind[k][1]} ({KIND_LABEL[k]})" for k in present if per_kind[k][1])
     cells = [path, recipe, need, default, rule]
     return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
 
 
 def render(schema, rules):
     """The table lines for `schema` with the rules kept by field."""
-    return HEADER + [row_of(path, kinds, rules.get(path, "")) for path, kinds in merged_fields(schema)]
+    kinds_in_schema = sum(kind in schema for kind in KIND_LABEL)
+    return HEADER + [row_of(path, kinds, rules.get(path, ""), kinds_in_schema) for path, kinds in merged_fields(schema)]
 
 
 def regenerate(text, schema):

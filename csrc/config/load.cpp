@@ -114,7 +114,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 void validate_adopted_shape(const Recipe& r) {
   std::vector<std::string> errors;
   for (const Finding& f : validate_recipe(r, {}, /*model_shape_known=*/true))
-    if (!f.warning) errors.push_back(located(r, f.path, f.message + " (the model's shape is the base's, model.language_model_path)"));
+    if (!f.warning)
+      errors.push_back(located(r, f.path,
+                               f.message + " (the model's shape is the base's, " +
+                                   (r.kind == RecipeKind::kFinetuning ? "model.restore_from_path)" : "model.language_model_path)")));
   if (!errors.empty()) throw RecipeError(errors);
 }
 

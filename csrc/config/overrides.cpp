@@ -1,5 +1,7 @@
 #include "config/overrides.h"
 
+#include "config/schema_read.h"
+
 #include "config/schema.h"
 
 namespace loom::config::detail {
@@ -109,6 +111,10 @@ void report_unknown_key(const std::string& key, const KeyIndex& index, RecipeKin
     diag.error(where, key,
                "'" + known_field + "' is a value, not a section, so it has no key '" + keys[depth + 1] +
                    "' (the items of a list are addressed by index from 0, as in '" + known_field + ".0=VALUE')");
+    return;
+  }
+  if (const std::string why = other_kind_key(key, kind); !why.empty()) {
+    diag.error(where, key, why);
     return;
   }
   const std::string in = parent.empty() ? "a top-level section" : "a key of section '" + parent + "'";

@@ -49,9 +49,10 @@ enum class SchedulerName { kCosineAnnealing, kLinearDecay, kConstant };
 /// model.tokenizer.library as NeMo spells it: megatron (GPT-2 BPE vocab + merges),
 /// sentencepiece (a .model file), huggingface (a tokenizer.json byte-level BPE).
 enum class TokenizerLibrary { kMegatron, kSentencePiece, kHuggingFace };
-/// What a recipe describes: pretraining a GPT (`loom train`) or prompt learning on a frozen
-/// one (`loom ptune`, docs/design/ptuning.md). The kind decides which keys the recipe has.
-enum class RecipeKind { kPretraining, kPromptLearning };
+/// What a recipe describes: pretraining a GPT (`loom train`), prompt learning on a frozen
+/// one (`loom ptune`, docs/design/ptuning.md) or fine-tuning a pretrained one (`loom finetune`,
+/// docs/design/lora.md). The kind decides which keys the recipe has.
+enum class RecipeKind { kPretraining, kPromptLearning, kFinetuning };
 /// model.virtual_prompt_style: p-tuning (an encoder makes the virtual tokens) or
 /// prompt-tuning (a table per task is trained directly).
 enum class VirtualPromptStyle { kPTuning, kPromptTuning };
@@ -220,6 +221,21 @@ struct PromptLearningConfig {
   PromptTuningConfig prompt_tuning;
 };
 
+/// model.peft.lora_tuning (NeMo 1.x keys): LoRA adapters (docs/design/lora.md).
+struct LoraTuningConfig {
+  /// [default] attention_qkv | attention_dense | mlp_fc1 | mlp_fc2 | all
+  std::vector<std::string> target_modules{"attention_qkv"};
+  int64_t adapter_dim = 32;                   ///< [default] r, the adapters' rank
+  std::optional<double> alpha;                ///< [default null: adapter_dim] the update is scaled by alpha / r
+  double adapter_dropout = 0.0;               ///< [default] dropout on each adapter's input
+};
+
+/// model.peft (NeMo 1.x's megatron_gpt_finetuning_config keys; recipe kind kFinetuning).
+struct PeftConfig {
+  std::string peft_scheme = "lora";           ///< [default] lora (the one scheme Loom has)
+  LoraTuningConfig lora_tuning;
+};
+
 struct ModelConfig {
   int64_t micro_batch_size = 0;               ///< [required] sequences per micro-batch per DP rank
   int64_t global_batch_size = 0;              ///< [required] sequences per optimizer step
@@ -282,6 +298,10 @@ struct ModelConfig {
   TokenizerConfig tokenizer;
   OptimConfig optim;
   PromptLearningConfig prompt;  ///< kPromptLearning recipes only
+  /// kFinetuning recipes only: the pretrained base, a Loom run or checkpoints directory (NeMo:
+  /// the .nemo file). Its shape becomes the model's.
+  std::string restore_from_path;
+  PeftConfig peft;  ///< kFinetuning recipes only
 };
 
 /// Slurm / container description for `loom` launch scripts and the planner (NeMo Framework
@@ -350,7 +370,7 @@ Recipe load_recipe_from_string(const std::string& yaml, const std::string& origi
 /// recipe. Starts with comment lines naming the source file and overrides.
 std::string to_yaml(const Recipe& recipe);
 
-/// A prompt-learning recipe once the base's shape has been filled in (num_layers, hidden_size,
+/// A prompt-learning or fine-tuning recipe once the base's shape has been filled in (num_layers, hidden_size,
 /// heads, sequence length, ...): runs every rule again, the layout rules that need the shape
 /// included (heads % t, sequence % t under SP, ...). Throws RecipeError with one located line
 /// per problem.

@@ -86,7 +86,8 @@ std::vector<RecipeField> recipe_fields(RecipeKind kind) {
 std::string recipe_fields_json() {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const auto& [name, kind] : {std::pair{"pretraining", RecipeKind::kPretraining},
-                                   std::pair{"prompt_learning", RecipeKind::kPromptLearning}}) {
+                                   std::pair{"prompt_learning", RecipeKind::kPromptLearning},
+                                   std::pair{"finetuning", RecipeKind::kFinetuning}}) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& f : recipe_fields(kind)) {
       nlohmann::ordered_json j;

@@ -166,7 +166,8 @@ KeyIndex build_key_index(RecipeKind kind) {
 const KeyIndex& key_index(RecipeKind kind) {
   static const KeyIndex pretraining = build_key_index(RecipeKind::kPretraining);
   static const KeyIndex prompt_learning = build_key_index(RecipeKind::kPromptLearning);
-  return kind == RecipeKind::kPretraining ? pretraining : prompt_learning;
+  static const KeyIndex finetuning = build_key_index(RecipeKind::kFinetuning);
+  return kind == RecipeKind::kPretraining ? pretraining : kind == RecipeKind::kPromptLearning ? prompt_learning : finetuning;
 }
 
 std::string suggest_key(const std::string& unknown_path, RecipeKind kind) {

@@ -19,14 +19,25 @@ enum class Need {
   kDerived,   ///< absent or null: computed by apply_derived_defaults()
 };
 
-/// model.data: pretraining corpora, or prompt learning's base, tasks and JSONL data.
+/// model.data: pretraining corpora (also the data of fine-tuning for now, with its base and
+/// adapters first), or prompt learning's base, tasks and JSONL data.
 template <class V>
-void visit_model_data(ModelConfig& m, V& v, bool pretraining) {
+void visit_model_data(ModelConfig& m, V& v, RecipeKind kind) {
   auto& d = m.data;
-  if (pretraining) {
+  if (kind == RecipeKind::kFinetuning) {
+    v("model.restore_from_path", m.restore_from_path, Need::kRequired);
+    auto& p = m.peft;
+    v("model.peft.peft_scheme", p.peft_scheme, Need::kDefault);
+    v("model.peft.lora_tuning.target_modules", p.lora_tuning.target_modules, Need::kDefault);
+    v("model.peft.lora_tuning.adapter_dim", p.lora_tuning.adapter_dim, Need::kDefault);
+    v("model.peft.lora_tuning.alpha", p.lora_tuning.alpha, Need::kDefault);
+    v("model.peft.lora_tuning.adapter_dropout", p.lora_tuning.adapter_dropout, Need::kDefault);
+  }
+  if (kind != RecipeKind::kPromptLearning) {
     v("model.data.data_prefix", d.data_prefix, Need::kRequired);
     v("model.data.splits_string", d.splits_string, Need::kDefault);
-    v("model.data.seq_length", d.seq_length, Need::kDerived);
+    // Fine-tuning has no encoder_seq_length of its own (the base's shape is adopted).
+    v("model.data.seq_length", d.seq_length, kind == RecipeKind::kFinetuning ? Need::kRequired : Need::kDerived);
     v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
     v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
     v("model.data.num_workers", d.num_workers, Need::kDefault);
@@ -88,7 +99,9 @@ void visit_model_tokenizer_and_optim(ModelConfig& m, V& v, bool pretraining) {
 
 /// The model section in dump order. Pretraining recipes hold the model's shape and their data;
 /// prompt-learning recipes (docs/design/ptuning.md; NeMo's megatron_gpt_prompt_learning_config
-/// keys) take the shape from the base checkpoint and hold the base, the tasks and JSONL data.
+/// keys) take the shape from the base checkpoint and hold the base, the tasks and JSONL data;
+/// fine-tuning recipes (docs/design/lora.md; NeMo's megatron_gpt_finetuning_config keys) take
+/// the shape from the base and hold the base, model.peft and their data.
 template <class V>
 void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
   const bool pretraining = kind == RecipeKind::kPretraining;
@@ -142,7 +155,7 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.share_embeddings_and_output_weights", m.share_embeddings_and_output_weights, Need::kDefault);
   }
 
-  visit_model_data(m, v, pretraining);
+  visit_model_data(m, v, kind);
   visit_model_tokenizer_and_optim(m, v, pretraining);
 }
 

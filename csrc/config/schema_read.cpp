@@ -344,6 +344,31 @@ struct Reader {
   }
 };
 
+}  // namespace
+
+std::string other_kind_key(const std::string& full, RecipeKind kind) {
+  auto known = [&](RecipeKind k) { return key_index(k).fields.count(full) || key_index(k).sections.count(full); };
+  const bool data = full.rfind("model.data.", 0) == 0;
+  if (kind == RecipeKind::kPromptLearning && known(RecipeKind::kPretraining))
+    return std::string("not a key of a prompt-learning recipe: ") +
+           (data ? "its records come from model.data.train_ds / validation_ds / test_ds"
+                 : "the model's shape comes from the base checkpoint (model.language_model_path)");
+  if (kind == RecipeKind::kPromptLearning && known(RecipeKind::kFinetuning))
+    return "a key of fine-tuning recipes (loom finetune), not of a prompt-learning recipe";
+  if (kind == RecipeKind::kFinetuning && (known(RecipeKind::kPretraining) || known(RecipeKind::kPromptLearning)))
+    return known(RecipeKind::kPretraining) && !data
+               ? "not a key of a fine-tuning recipe: the model's shape comes from the base checkpoint "
+                 "(model.restore_from_path)"
+               : "a key of prompt-learning recipes (loom ptune), not of a fine-tuning recipe";
+  if (kind == RecipeKind::kPretraining && known(RecipeKind::kPromptLearning))
+    return "a key of prompt-learning recipes (loom ptune), not of a pretraining recipe";
+  if (kind == RecipeKind::kPretraining && known(RecipeKind::kFinetuning))
+    return "a key of fine-tuning recipes (loom finetune), not of a pretraining recipe";
+  return "";
+}
+
+namespace {
+
 void check_map_keys(const Node& map, const std::string& path, Diagnostics& diag, RecipeKind kind) {
   const KeyIndex& index = key_index(kind);
   for (size_t i = 0; i < map.entries.size(); ++i) {
@@ -358,17 +383,9 @@ void check_map_keys(const Node& map, const std::string& path, Diagnostics& diag,
       }
       continue;
     }
-    // A key of the other kind of recipe: say so rather than guess a spelling.
-    const RecipeKind other =
-        kind == RecipeKind::kPretraining ? RecipeKind::kPromptLearning : RecipeKind::kPretraining;
-    if (key_index(other).fields.count(full) || key_index(other).sections.count(full)) {
-      diag.error(map.key_locations[i], full,
-                 kind == RecipeKind::kPromptLearning
-                     ? std::string("not a key of a prompt-learning recipe: ") +
-                           (full.rfind("model.data.", 0) == 0
-                                ? "its records come from model.data.train_ds / validation_ds / test_ds"
-                                : "the model's shape comes from the base checkpoint (model.language_model_path)")
-                     : "a key of prompt-learning recipes (loom ptune), not of a pretraining recipe");
+    // A key of another kind of recipe: say so rather than guess a spelling.
+    if (const std::string why = other_kind_key(full, kind); !why.empty()) {
+      diag.error(map.key_locations[i], full, why);
       continue;
     }
     const std::string where = path.empty() ? "a top-level section" : "a key of section '" + path + "'";

@@ -24,6 +24,11 @@ void check_keys(const Node& root, const SourceLocation& root_where, Diagnostics&
 void read_fields(const Node& root, const SourceLocation& root_where, Recipe& r, Diagnostics& diag,
                  std::set<std::string>& derived);
 
+/// Why `path`, not a key of a `kind` recipe, is a key of another kind's recipe (e.g. "not a
+/// key of a fine-tuning recipe: the model's shape comes from the base checkpoint ..."); "" when
+/// no kind has it.
+std::string other_kind_key(const std::string& path, RecipeKind kind);
+
 /// Scalar parsers shared with overrides/interpolation: whole-string parses, false on failure.
 bool parse_int(const std::string& text, int64_t& out);
 bool parse_double(const std::string& text, double& out);

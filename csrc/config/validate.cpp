@@ -10,6 +10,7 @@
 #include "config/derived.h"
 #include "config/schema.h"
 #include "config/schema_read.h"
+#include "rules/lora_config.h"
 #include "rules/layout_rules.h"
 
 namespace loom::config {
@@ -99,6 +100,7 @@ class Checker {
   void optimizer();
   void data();
   void prompt_learning();
+  void finetuning();
 
   const Recipe& r_;
   const std::set<std::string>& skip_;
@@ -314,6 +316,29 @@ void Checker::tokenizer() {
   }
 }
 
+void Checker::finetuning() {
+  const auto& m = r_.model;
+  non_empty("model.restore_from_path", m.restore_from_path);
+  if (ok({"model.peft.peft_scheme"}) && m.peft.peft_scheme != "lora")
+    error("model.peft.peft_scheme", "expected lora (the one scheme Loom has), found '" + m.peft.peft_scheme + "'");
+  const auto& l = m.peft.lora_tuning;
+  if (ok({"model.peft.lora_tuning.target_modules"})) {
+    if (l.target_modules.empty()) {
+      error("model.peft.lora_tuning.target_modules",
+            "expected at least one of attention_qkv, attention_dense, mlp_fc1, mlp_fc2, all, found none");
+    } else {
+      try {
+        parse_lora_targets(l.target_modules);
+      } catch (const std::invalid_argument& e) {
+        error("model.peft.lora_tuning.target_modules", e.what());
+      }
+    }
+  }
+  size_in_range("model.peft.lora_tuning.adapter_dim", l.adapter_dim, 1);
+  if (l.alpha) positive_real("model.peft.lora_tuning.alpha", *l.alpha);
+  probability("model.peft.lora_tuning.adapter_dropout", l.adapter_dropout);
+}
+
 void Checker::prompt_learning() {
   const auto& p = r_.model.prompt;
   non_empty("model.language_model_path", p.language_model_path);
@@ -379,18 +404,19 @@ std::vector<Finding> Checker::run() {
   sequence_lengths();
   recompute();
   if (r_.kind == RecipeKind::kPromptLearning) prompt_learning();
+  if (r_.kind == RecipeKind::kFinetuning) finetuning();
   return findings_;
 }
 
-// A prompt-learning recipe has no model shape or pretraining data of its own: until the base
-// checkpoint has been read, rules about them are not evaluated (and its tokenizer may come
-// from the base's run).
+// A prompt-learning or fine-tuning recipe has no model shape of its own (prompt learning no
+// pretraining data either): until the base checkpoint has been read, rules about them are not
+// evaluated (and its tokenizer may come from the base's run).
 std::set<std::string> not_in_prompt_recipes(const Recipe& r, bool shape_known) {
   std::set<std::string> out;
-  if (r.kind != RecipeKind::kPromptLearning) return out;
-  const auto& prompt_keys = detail::key_index(RecipeKind::kPromptLearning).fields;
+  if (r.kind == RecipeKind::kPretraining) return out;
+  const auto& own_keys = detail::key_index(r.kind).fields;
   for (const auto& path : detail::key_index(RecipeKind::kPretraining).fields) {
-    if (prompt_keys.count(path)) continue;
+    if (own_keys.count(path)) continue;
     const bool shape = path.rfind("model.data.", 0) != 0;
     if (!shape || !shape_known) out.insert(path);
   }

@@ -8,6 +8,7 @@
 #include "convert/convert_error.h"
 #include "launch/file_util.h"
 #include "model/gpt_stage.h"
+#include "model/init.h"
 #include "runtime/communicator.h"
 #include "train/checkpoint_files.h"
 #include "train/checkpoint_serialize.h"
@@ -75,6 +76,33 @@ nlohmann::json shard_record(const ParamSpec& spec, int tp, int t) {
   std::vector<int64_t> offset(spec.global_shape.size(), 0);
   if (spec.partition_dim >= 0) offset[spec.partition_dim] = spec.global_shape[spec.partition_dim] / t * tp;
   return {{"global_shape", spec.global_shape}, {"offset", offset}};
+}
+
+void write_fresh_ranks(CheckpointWriter& writer, const Layout& layout, const model::GptConfig& config,
+                       const std::map<std::string, at::Tensor>& params) {
+  const at::ScalarType dtype = model::scalar_type(config.params_dtype);
+  for (int pp = 0; pp < layout.pp; ++pp) {
+    const std::vector<ParamSpec> specs = stage_param_specs(config, layout.tp, layout.pp, layout.vp, pp);
+    for (int tp = 0; tp < layout.tp; ++tp) {
+      train::RankCheckpoint state;
+      for (const auto& spec : specs) {
+        const at::Tensor& full = params.at(spec.tied_copy ? "embedding.word_embeddings.weight" : spec.name);
+        at::Tensor local = spec.partition_dim >= 0 ? model::shard(full, spec.partition_dim, tp, layout.tp) : full.clone();
+        state.model[spec.name] = local.to(dtype);
+        state.shard_info[spec.name] = shard_record(spec, tp, layout.tp);
+        // A fresh optimizer (optim/optimizer.h's state): fp32 main parameters, zero moments.
+        state.optimizer["main/" + spec.name] = state.model[spec.name].to(at::kFloat).clone();
+        state.optimizer["exp_avg/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+        state.optimizer["exp_avg_sq/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+      }
+      state.values = {{"optimizer", {{"name", "adamw"}, {"step", 0}}},
+                      {"scheduler", {{"step", 0}}},
+                      {"scaler", nullptr},
+                      {"iteration", 0},
+                      {"consumed_samples", 0}};
+      writer.write_rank(tp, pp, state);
+    }
+  }
 }
 
 }  // namespace loom::convert

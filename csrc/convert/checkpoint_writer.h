@@ -6,7 +6,10 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,5 +52,14 @@ std::vector<ParamSpec> stage_param_specs(const model::GptConfig& config, int t, 
 
 /// {"global_shape", "offset"} of tensor rank `tp`'s shard of `spec` (as the trainer records it).
 nlohmann::json shard_record(const ParamSpec& spec, int tp, int t);
+
+/// Writes every rank's shard of `layout` (the caller commits): each parameter of
+/// stage_param_specs sliced from `params` (full tensors by name, the vocabulary padded for
+/// layout.tp; the last stage's tied copy from the embedding) in config's dtype, with a fresh
+/// optimizer (fp32 main parameters = the weights, zero moments, step 0) at position 0, so that
+/// `loom train` starts from it and `loom generate` reads it. Throws std::out_of_range for a
+/// parameter missing from `params`.
+void write_fresh_ranks(CheckpointWriter& writer, const Layout& layout, const model::GptConfig& config,
+                       const std::map<std::string, at::Tensor>& params);
 
 }  // namespace loom::convert

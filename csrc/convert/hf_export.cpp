@@ -22,22 +22,22 @@
 namespace fs = std::filesystem;
 
 namespace loom::convert {
-namespace {
 
-// An export never replaces a model without being told to (checked before anything is read).
-void refuse_occupied_output(const HfExportRequest& request) {
-  const fs::path out(request.output_dir);
+void refuse_occupied_output(const std::string& output_dir, bool overwrite, const std::string& flag) {
+  const fs::path out(output_dir);
   if (fs::is_symlink(fs::symlink_status(out)) && !fs::exists(out))
-    throw ConvertInputError(request.output_dir + " is a symbolic link to nothing: name a directory");
+    throw ConvertInputError(output_dir + " is a symbolic link to nothing: name a directory");
   if (!fs::exists(out)) return;
-  if (!fs::is_directory(out)) throw ConvertInputError(request.output_dir + " exists and is not a directory");
+  if (!fs::is_directory(out)) throw ConvertInputError(output_dir + " exists and is not a directory");
   // Not std::filesystem's directory iteration (launch/file_util.h says why).
-  const std::vector<std::string> entries = launch::list_directory(request.output_dir);
-  if (request.overwrite || entries.empty()) return;
-  throw ConvertInputError(fmt::format("{} is not empty (it holds '{}'): --to hf writes into a new or empty directory; "
+  const std::vector<std::string> entries = launch::list_directory(output_dir);
+  if (overwrite || entries.empty()) return;
+  throw ConvertInputError(fmt::format("{} is not empty (it holds '{}'): {} writes into a new or empty directory; "
                                       "pass --overwrite to replace the Hugging Face files in it",
-                                      request.output_dir, entries.front()));
+                                      output_dir, entries.front(), flag));
 }
+
+namespace {
 
 // A Llama-family checkpoint is exported as LlamaForCausalLM: the architecture it needs.
 void check_llama_exportable(const ModelShape& s) {
@@ -143,7 +143,7 @@ HfExportResult export_llama(const HfExportRequest& request, const generate::Chec
 }  // namespace
 
 HfExportResult export_hf(const HfExportRequest& request) {
-  refuse_occupied_output(request);
+  refuse_occupied_output(request.output_dir, request.overwrite, "--to hf");
   const generate::CheckpointLocation location = generate::locate_checkpoint(request.checkpoint);
   const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
   const generate::CheckpointInfo info = generate::read_checkpoint_info(location.checkpoints, request.iteration);

@@ -31,4 +31,9 @@ struct HfExportResult {
 /// damaged checkpoint), std::runtime_error on an I/O failure.
 HfExportResult export_hf(const HfExportRequest& request);
 
+/// An export never replaces files without being told to (checked before anything is read):
+/// throws ConvertInputError naming `output_dir` when it is a dangling link, not a directory, or
+/// a directory that is not empty without `overwrite`; `flag` ("--to hf") names the export.
+void refuse_occupied_output(const std::string& output_dir, bool overwrite, const std::string& flag);
+
 }  // namespace loom::convert

@@ -289,31 +289,9 @@ HfImportResult import_hf(const HfImportRequest& request) {
       llama ? llama_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.tp), result.weights_file)
             : hf_to_loom(hf_tensors, shape, config.padded_vocab_size(layout.tp), result.weights_file);
   hf_tensors.clear();  // one copy of the weights in memory from here on
-  const at::ScalarType dtype = model::scalar_type(config.params_dtype);
 
   CheckpointWriter writer(checkpoints, 0, train::checkpoint_layout(layout, config));
-  for (int pp = 0; pp < layout.pp; ++pp) {
-    const std::vector<ParamSpec> specs = stage_param_specs(config, layout.tp, layout.pp, layout.vp, pp);
-    for (int tp = 0; tp < layout.tp; ++tp) {
-      train::RankCheckpoint state;
-      for (const auto& spec : specs) {
-        const at::Tensor& full = params.at(spec.tied_copy ? "embedding.word_embeddings.weight" : spec.name);
-        at::Tensor local = spec.partition_dim >= 0 ? model::shard(full, spec.partition_dim, tp, layout.tp) : full.clone();
-        state.model[spec.name] = local.to(dtype);
-        state.shard_info[spec.name] = shard_record(spec, tp, layout.tp);
-        // A fresh optimizer (optim/optimizer.h's state): fp32 main parameters, zero moments.
-        state.optimizer["main/" + spec.name] = state.model[spec.name].to(at::kFloat).clone();
-        state.optimizer["exp_avg/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
-        state.optimizer["exp_avg_sq/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
-      }
-      state.values = {{"optimizer", {{"name", "adamw"}, {"step", 0}}},
-                      {"scheduler", {{"step", 0}}},
-                      {"scaler", nullptr},
-                      {"iteration", 0},
-                      {"consumed_samples", 0}};
-      writer.write_rank(tp, pp, state);
-    }
-  }
+  write_fresh_ranks(writer, layout, config, params);
   for (const auto& file : import_tokenizer.files)
     fs::copy_file(hf / file, run / "tokenizer" / file, fs::copy_options::overwrite_existing);
   if (!chat_template.empty())

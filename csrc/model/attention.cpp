@@ -33,11 +33,15 @@ ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
             full_normal(config.seed, prefix(layer) + "linear_proj.weight",
                         {config.hidden_size, config.num_attention_heads * config.head_dim()}, output_std(config)),
             full_bias(config.bias, config.hidden_size).value_or(at::Tensor()), tp, config.layout.sequence_parallel,
-            options) {}
+            options) {
+  qkv_.attach_lora(kLoraAttentionQkv, layer, config.lora, config.seed, options);
+  proj_.attach_lora(kLoraAttentionDense, layer, config.lora, config.seed, options);
+}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ParallelAttention::project_qkv(const at::Tensor& x,
-                                                                              const RotaryTables& rotary) const {
-  at::Tensor mixed = qkv_.forward(x);  // [s, b, (a + 2g)d/t], per group [q heads|k|v]
+                                                                              const RotaryTables& rotary,
+                                                                              const DropoutContext* dropout) const {
+  at::Tensor mixed = qkv_.forward(x, /*skip_bias_add=*/false, dropout);  // [s, b, (a + 2g)d/t], per group [q heads|k|v]
   const int64_t s = mixed.size(0), b = mixed.size(1);
   const int64_t d = config_.head_dim();
   const int64_t groups_local = config_.query_groups() / tp_->size();
@@ -60,7 +64,7 @@ at::Tensor ParallelAttention::expand_groups(const at::Tensor& kv) const {
 
 std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x, const DropoutContext& dropout,
                                                              const RotaryTables& rotary) const {
-  auto [q, k_groups, v_groups] = project_qkv(x, rotary);
+  auto [q, k_groups, v_groups] = project_qkv(x, rotary, &dropout);
   const at::Tensor k = expand_groups(k_groups), v = expand_groups(v_groups);
   const int64_t b = q.size(0), heads_local = q.size(1), s = q.size(2), d = q.size(3);
 
@@ -84,7 +88,7 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x
   }
   // [b, a/t, s, d] -> [s, b, a·d/t]
   context = context.permute({2, 0, 1, 3}).reshape({s, b, heads_local * d});
-  return proj_.forward(context);
+  return proj_.forward(context, &dropout);
 }
 
 void ParallelAttention::collect(ParamList& out) const {

@@ -51,8 +51,9 @@ class ParallelAttention {
 
  private:
   /// The QKV projection of x, split into q [b, a/t, s, d] and k, v [b, g/t, s, d], q and k
-  /// rotated when `rotary` is active.
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const at::Tensor& x, const RotaryTables& rotary) const;
+  /// rotated when `rotary` is active; `dropout` for a LoRA adapter's input (null: none).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const at::Tensor& x, const RotaryTables& rotary,
+                                                             const DropoutContext* dropout = nullptr) const;
   /// k or v [b, g/t, s, d] -> [b, a/t, s, d]: each K/V head repeated for its a/g query heads.
   at::Tensor expand_groups(const at::Tensor& kv) const;
 

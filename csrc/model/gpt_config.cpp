@@ -43,6 +43,11 @@ void GptConfig::validate(int t) const {
                         "GptConfig:");
   rules::throw_if_any(rules::fused_attention_violations(use_flash_attention, attention_dropout, r.granularity),
                       "GptConfig:");
+  if (lora.dim < 0) fail("peft.lora_tuning.adapter_dim", "expected >= 1, found " + std::to_string(lora.dim));
+  if (lora.enabled()) {
+    if (!(lora.alpha > 0.0)) fail("peft.lora_tuning.alpha", "expected > 0, found " + std::to_string(lora.alpha));
+    probability("peft.lora_tuning.adapter_dropout", lora.dropout);
+  }
   if (label_smoothing > 0.0 && vocab_size < 2)
     fail("label_smoothing", "needs a vocabulary of at least 2 tokens");
 }

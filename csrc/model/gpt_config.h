@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "rules/lora_config.h"
 #include "rules/layout.h"
 #include "rules/layout_terms.h"
 #include "rules/model_shape.h"
@@ -14,6 +15,7 @@ namespace loom::model {
 using loom::Precision;
 using loom::RecomputeGranularity;
 using loom::RecomputeMethod;
+using loom::LoraConfig;
 
 /// The model's constructor options: its shape (the one loom::ModelShape, rules/model_shape.h,
 /// held as the base so that config.hidden_size reads it) and how it runs.
@@ -39,6 +41,8 @@ struct GptConfig : ModelShape {
   /// and the uneven first / last stage (pipeline_split). t, p and v come from the tensor group
   /// and pipeline_stage_layouts' arguments, not from here.
   Layout layout;
+  /// LoRA adapters on the attention and MLP linears (model.peft; lora.h). Default: none.
+  LoraConfig lora;
 
   /// Throws std::invalid_argument naming the field when the config is inconsistent (sizes < 1,
   /// dropout outside [0, 1), ...) or breaks a layout rule for `tensor_parallel` ranks

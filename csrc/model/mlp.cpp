@@ -27,17 +27,20 @@ ParallelMlp::ParallelMlp(const GptConfig& c, int layer, runtime::CommunicatorPtr
            full_normal(c.seed, prefix(layer) + "linear_fc2.weight", {c.hidden_size, c.ffn()},
                        c.init_method_std / std::sqrt(2.0 * c.num_layers)),
            c.bias ? at::zeros({c.hidden_size}) : at::Tensor(),  // host: as above
-           tp, c.layout.sequence_parallel, options) {}
+           tp, c.layout.sequence_parallel, options) {
+  fc1_.attach_lora(kLoraMlpFc1, layer, c.lora, c.seed, options);
+  fc2_.attach_lora(kLoraMlpFc2, layer, c.lora, c.seed, options);
+}
 
-std::pair<at::Tensor, at::Tensor> ParallelMlp::forward(const at::Tensor& x) const {
+std::pair<at::Tensor, at::Tensor> ParallelMlp::forward(const at::Tensor& x, const DropoutContext* dropout) const {
   if (activation_ == Activation::kSwiglu) {
-    at::Tensor h = fc1_.forward(x);  // [s, b, 2·ffn/t], rows interleaved gate, up
+    at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/false, dropout);  // [s, b, 2·ffn/t], rows interleaved gate, up
     h = h.unflatten(-1, {h.size(-1) / 2, 2});
-    return fc2_.forward(at::silu(h.select(-1, 0)) * h.select(-1, 1));
+    return fc2_.forward(at::silu(h.select(-1, 0)) * h.select(-1, 1), dropout);
   }
-  at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/true);  // [s, b, ffn/t]
-  if (!fc1_.bias().defined()) return fc2_.forward(at::gelu(h, "tanh"));
-  return fc2_.forward(ops::bias_gelu(h, fc1_.bias()));
+  at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/true, dropout);  // [s, b, ffn/t]
+  if (!fc1_.bias().defined()) return fc2_.forward(at::gelu(h, "tanh"), dropout);
+  return fc2_.forward(ops::bias_gelu(h, fc1_.bias()), dropout);
 }
 
 void ParallelMlp::collect(ParamList& out) const {

@@ -14,6 +14,7 @@
 
 #include <utility>
 
+#include "model/dropout_context.h"
 #include "model/gpt_config.h"
 #include "model/parallel_linear.h"
 
@@ -24,8 +25,8 @@ class ParallelMlp {
   ParallelMlp(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
               const at::TensorOptions& options);
   /// x [s(/t), b, h] -> (fc2 output [s(/t), b, h] before its bias, fc2 bias [h] or undefined
-  /// without bias).
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) const;
+  /// without bias). `dropout`: for LoRA adapters' inputs (null: none).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext* dropout = nullptr) const;
   void collect(ParamList& out) const;
 
  private:

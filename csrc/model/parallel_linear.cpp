@@ -5,6 +5,7 @@
 
 #include "model/capsule.h"
 #include "model/init.h"
+#include "model/lora.h"
 #include "model/mappings.h"
 
 namespace loom::model {
@@ -56,13 +57,30 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, const at::Tensor& f
     bias_ = make_parameter(shard(*full_bias, 0, tp_->rank(), tp_->size()), options);
 }
 
-at::Tensor ColumnParallelLinear::forward(const at::Tensor& x, bool skip_bias_add) const {
+namespace detail {
+void ParallelLinearState::attach_lora_adapter(bool column, LoraTarget target, int layer, const LoraConfig& config,
+                                              uint64_t seed, const at::TensorOptions& options) {
+  if (!config.adapts(target)) return;
+  const int64_t t = tp_->size();
+  const int64_t out = column ? weight_.size(0) * t : weight_.size(0);
+  const int64_t in = column ? weight_.size(1) : weight_.size(1) * t;
+  lora_ = std::make_shared<const LoraAdapter>(name_, column ? LoraBase::kColumnParallel : LoraBase::kRowParallel,
+                                              target, layer, in, out, config, seed, tp_, sequence_parallel_, options);
+}
+}  // namespace detail
+
+at::Tensor ColumnParallelLinear::forward(const at::Tensor& x, bool skip_bias_add, const DropoutContext* dropout) const {
   std::optional<at::Tensor> b;
   if (bias_.defined() && !skip_bias_add) b = bias_;
-  if (sequence_parallel_)
-    return linear_with_sequence_parallel_gather(x, weight_, b, tp_);
-  at::Tensor input = copy_to_tensor_model_parallel_region(x, tp_);
-  return at::linear(input, weight_, b.has_value() ? *b : at::Tensor());
+  at::Tensor y;
+  if (sequence_parallel_) {
+    y = linear_with_sequence_parallel_gather(x, weight_, b, tp_);
+  } else {
+    at::Tensor input = copy_to_tensor_model_parallel_region(x, tp_);
+    y = at::linear(input, weight_, b.has_value() ? *b : at::Tensor());
+  }
+  if (lora_) y = y + lora_->column_update(x, dropout);
+  return y;
 }
 
 void ColumnParallelLinear::collect(ParamList& out) const {
@@ -72,6 +90,7 @@ void ColumnParallelLinear::collect(ParamList& out) const {
     b.weight_decay = false;
     out.push_back(b);
   }
+  if (lora_) lora_->collect(out);
 }
 
 RowParallelLinear::RowParallelLinear(std::string name, const at::Tensor& full_weight,
@@ -82,8 +101,9 @@ RowParallelLinear::RowParallelLinear(std::string name, const at::Tensor& full_we
   if (full_bias.defined()) bias_ = make_parameter(full_bias, options);
 }
 
-std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x) const {
+std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x, const DropoutContext* dropout) const {
   at::Tensor partial = at::linear(x, weight_);
+  if (lora_) partial = partial + lora_->row_partial_update(x, dropout);  // reduced with the base's
   at::Tensor out = sequence_parallel_ ? reduce_scatter_to_sequence_parallel_region(partial, tp_)
                                       : reduce_from_tensor_model_parallel_region(partial, tp_);
   return {out, bias_};
@@ -91,11 +111,13 @@ std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x
 
 void RowParallelLinear::collect(ParamList& out) const {
   out.push_back({name_ + ".weight", weight_, 1});
-  if (!bias_.defined()) return;
-  Param b{name_ + ".bias", bias_, -1};
-  b.sequence_parallel = sequence_parallel_;
-  b.weight_decay = false;
-  out.push_back(b);
+  if (bias_.defined()) {
+    Param b{name_ + ".bias", bias_, -1};
+    b.sequence_parallel = sequence_parallel_;
+    b.weight_decay = false;
+    out.push_back(b);
+  }
+  if (lora_) lora_->collect(out);
 }
 
 }  // namespace loom::model

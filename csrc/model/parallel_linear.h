@@ -11,17 +11,25 @@
 // products are all-reduced ([s, b, out]) or, under sequence parallelism, reduce-scattered to
 // [s/t, b, out]. The bias is returned separately (added after the reduction, fused into
 // bias_dropout_add) and is a sequence-parallel parameter under SP.
+//
+// Either may carry a LoRA adapter (attach_lora; model/lora.h), sharded as the layer is; its
+// update joins the layer's output (column) or partial product before the reduction (row).
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "model/dropout_context.h"
+#include "rules/lora_config.h"
 #include "model/parameter.h"
 #include "runtime/communicator.h"
 
 namespace loom::model {
+
+class LoraAdapter;
 
 /// y = all_gather_dim0(x) · wᵀ + b, saving only the local x (and w) for backward; backward
 /// all-gathers x again for dW and reduce-scatters dX. x [n, ..., in], w [out, in], b [out].
@@ -36,10 +44,14 @@ class ParallelLinearState {
  protected:
   ParallelLinearState(std::string name, runtime::CommunicatorPtr tp, bool sequence_parallel)
       : name_(std::move(name)), tp_(std::move(tp)), sequence_parallel_(sequence_parallel) {}
+  /// Adds this layer's LoRA adapter for `target` of global layer `layer` (lora.h).
+  void attach_lora_adapter(bool column, LoraTarget target, int layer, const LoraConfig& config, uint64_t seed,
+                           const at::TensorOptions& options);
   std::string name_;
   at::Tensor weight_, bias_;
   runtime::CommunicatorPtr tp_;
   bool sequence_parallel_;
+  std::shared_ptr<const LoraAdapter> lora_;  ///< null: no adapter
 };
 }  // namespace detail
 
@@ -49,8 +61,14 @@ class ColumnParallelLinear : detail::ParallelLinearState {
   ColumnParallelLinear(std::string name, const at::Tensor& full_weight,
                        const std::optional<at::Tensor>& full_bias, runtime::CommunicatorPtr tp,
                        bool sequence_parallel, const at::TensorOptions& options);
-  /// [s(/t), b, in] -> [s, b, out/t] (+ bias unless skip_bias_add, then add it yourself).
-  at::Tensor forward(const at::Tensor& x, bool skip_bias_add = false) const;
+  /// [s(/t), b, in] -> [s, b, out/t] (+ bias unless skip_bias_add, then add it yourself), plus
+  /// the LoRA update when attached (its input dropout per `dropout`; none when null).
+  at::Tensor forward(const at::Tensor& x, bool skip_bias_add = false, const DropoutContext* dropout = nullptr) const;
+  /// Gives this layer a LoRA adapter when config.adapts(target) (else does nothing).
+  void attach_lora(LoraTarget target, int layer, const LoraConfig& config, uint64_t seed,
+                   const at::TensorOptions& options) {
+    attach_lora_adapter(true, target, layer, config, seed, options);
+  }
   const at::Tensor& weight() const { return weight_; }
   const at::Tensor& bias() const { return bias_; }  ///< undefined when built without bias
   void collect(ParamList& out) const;
@@ -64,8 +82,14 @@ class RowParallelLinear : detail::ParallelLinearState {
   RowParallelLinear(std::string name, const at::Tensor& full_weight, const at::Tensor& full_bias,
                     runtime::CommunicatorPtr tp, bool sequence_parallel,
                     const at::TensorOptions& options);
-  /// [s, b, in/t] -> ([s(/t), b, out] without bias, bias [out]).
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) const;
+  /// [s, b, in/t] -> ([s(/t), b, out] without bias, bias [out]), with the LoRA update when
+  /// attached (its input dropout per `dropout`; none when null).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext* dropout = nullptr) const;
+  /// Gives this layer a LoRA adapter when config.adapts(target) (else does nothing).
+  void attach_lora(LoraTarget target, int layer, const LoraConfig& config, uint64_t seed,
+                   const at::TensorOptions& options) {
+    attach_lora_adapter(false, target, layer, config, seed, options);
+  }
   void collect(ParamList& out) const;
 };
 

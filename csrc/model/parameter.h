@@ -16,9 +16,11 @@ struct Param {
   std::string name;
   at::Tensor tensor;           ///< leaf, requires_grad; this rank's shard
   int partition_dim = -1;      ///< dim split over TP ranks; -1: replicated on every TP rank
-  /// Replicated parameter used in a sequence-parallel region: each TP rank's gradient covers
-  /// only its tokens, so it must be SUM all-reduced over the TP group after backward
-  /// (train::optim::all_reduce_sequence_parallel_grads). Only set when sequence_parallel is on.
+  /// Replicated parameter whose gradient each TP rank holds only a part of, so it must be SUM
+  /// all-reduced over the TP group after backward (train::optim::all_reduce_sequence_parallel_grads):
+  /// one used in a sequence-parallel region (each rank's gradient covers only its tokens; set
+  /// only when sequence_parallel is on), or the LoRA B of a row-parallel linear at t > 1 (each
+  /// rank's gradient comes from its input shard; model/lora.h).
   bool sequence_parallel = false;
   bool word_embedding = false;    ///< the tied input/output word embedding (either copy)
   /// The last pipeline stage's copy of the word embedding (its grad is summed with the first

@@ -43,7 +43,7 @@ at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& 
   auto [attn, attn_bias] = attention_.forward(ln1_.forward(x), dropout, rotary);
   at::Tensor h = ops::bias_dropout_add(attn, optional_bias(attn_bias), x,
                                        hidden_spec(ops::kDropoutSiteAttentionOutput));
-  auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h));
+  auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h), &dropout);
   return ops::bias_dropout_add(mlp, optional_bias(mlp_bias), h, hidden_spec(ops::kDropoutSiteMlpOutput));
 }
 

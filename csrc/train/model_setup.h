@@ -13,8 +13,8 @@
 
 namespace loom::train {
 
-/// The model section of a validated recipe as the model's config; `vocab_size` is the
-/// tokenizer's (unpadded) vocabulary.
+/// The model section of a validated recipe as the model's config (with a fine-tuning recipe's
+/// LoRA adapters, model.peft); `vocab_size` is the tokenizer's (unpadded) vocabulary.
 model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vocab_size);
 
 /// Model FLOPs of one optimizer step of `config`'s model at `layout`: layout.global_batch

@@ -143,7 +143,11 @@ std::optional<double> PretrainingTask::validate(TaskContext& ctx, TaskModel& mod
 }  // namespace
 
 int run_training(const config::Recipe& recipe, const TrainOptions& options) {
-  return run_training_task([&] { return std::make_unique<PretrainingTask>(recipe); }, options);
+  return run_training_task([&] { return make_pretraining_task(recipe); }, options);
+}
+
+std::unique_ptr<TrainingTask> make_pretraining_task(const config::Recipe& recipe) {
+  return std::make_unique<PretrainingTask>(recipe);
 }
 
 }  // namespace loom::train

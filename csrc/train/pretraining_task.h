@@ -3,6 +3,8 @@
 // reads m = global_batch / (micro_batch·d) micro-batches of the pretraining sample stream (data/pretraining_sampler.h);
 // validation scores the mean token loss over trainer.limit_val_batches global batches.
 #pragma once
+#include <memory>
+
 #include "config/recipe.h"
 #include "train/training_loop.h"
 
@@ -16,5 +18,10 @@ namespace loom::train {
 /// every_n_steps grid. Returns 0 when done (or stopped by a signal after saving). Throws on
 /// failure.
 int run_training(const config::Recipe& recipe, const TrainOptions& options = {});
+
+/// The pretraining task itself, for a task that trains on the same data: its prepare_data,
+/// step_micro_batches, has_validation and validate read the recipe's pretraining data
+/// (fine-tuning delegates to them; finetune/lora_task.h). `recipe` must outlive the task.
+std::unique_ptr<TrainingTask> make_pretraining_task(const config::Recipe& recipe);
 
 }  // namespace loom::train

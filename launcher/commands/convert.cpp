@@ -7,7 +7,13 @@
 //       `loom train` fine-tunes and `loom generate` reads;
 //   --checkpoint RUN --output RUN2 [--iteration N] [layout flags]
 //       a training checkpoint rewritten at another layout with its whole training state, so
-//       that `loom train` resumes at the new layout as if it had never stopped.
+//       that `loom train` resumes at the new layout as if it had never stopped;
+//   --to peft DIR --checkpoint ADAPTER_RUN [--iteration N] [--overwrite]
+//       the LoRA adapters of a `loom finetune` checkpoint in Hugging Face PEFT's format, for the
+//       base's --to hf export;
+//   --merge-lora --checkpoint ADAPTER_RUN --output RUN2 [--iteration N]
+//       the LoRA adapters of a `loom finetune` checkpoint folded into the base they name, as a
+//       whole run at the base's layout (docs/design/lora.md).
 // Layout flags: --tensor-parallel t --pipeline-parallel p --virtual-pipeline v
 // --data-parallel d --distributed-optimizer on|off --first-stage-layers N|even
 // --last-stage-layers N|even (unset: the source's).
@@ -23,6 +29,8 @@
 #include "convert/convert_error.h"
 #include "convert/hf_export.h"
 #include "convert/hf_import.h"
+#include "convert/lora_merge.h"
+#include "convert/peft_export.h"
 #include "convert/reshard.h"
 #include "error_text.h"
 #include "input_errors.h"
@@ -31,8 +39,8 @@
 namespace {
 
 constexpr const char* kUsage =
-    "one of: --to hf DIR --checkpoint RUN | --from hf DIR --output RUN | --checkpoint RUN --output RUN2 "
-    "with layout flags";
+    "one of: --to hf DIR --checkpoint RUN | --to peft DIR --checkpoint ADAPTER_RUN | --from hf DIR --output RUN | "
+    "--checkpoint RUN --output RUN2 with layout flags | --merge-lora --checkpoint ADAPTER_RUN --output RUN2";
 
 // The command line, parsed; the layout flags given become `layout`'s set fields.
 struct ConvertFlags {
@@ -40,6 +48,7 @@ struct ConvertFlags {
   std::string checkpoint, output, recipe;
   std::optional<int64_t> iteration;
   bool overwrite = false;
+  bool merge_lora = false;
   std::vector<std::string> overrides;
   loom::convert::LayoutRequest layout;
 
@@ -56,15 +65,23 @@ struct UsageError : std::invalid_argument {
 
 int export_hf(const ConvertFlags& f) {
   if (f.layout_flags() || !f.recipe.empty() || !f.overrides.empty())
-    throw UsageError("--to hf takes no layout flags, --recipe or overrides (Hugging Face models have no layout)");
-  if (f.to[0] != "hf") throw UsageError("--to " + f.to[0] + ": the only export format is hf (Hugging Face GPT-2)");
-  if (f.checkpoint.empty()) throw UsageError("--to hf DIR needs --checkpoint RUN (the Loom checkpoint to export)");
-  if (!f.from.empty() || !f.output.empty()) throw UsageError("--to hf goes with --checkpoint only (not --from or --output)");
+    throw UsageError("--to takes no layout flags, --recipe or overrides (Hugging Face models have no layout)");
+  if (f.to[0] != "hf" && f.to[0] != "peft")
+    throw UsageError("--to " + f.to[0] + ": the export formats are hf (Hugging Face GPT-2 / Llama) and peft (LoRA adapters)");
+  const std::string flag = "--to " + f.to[0];
+  if (f.checkpoint.empty()) throw UsageError(flag + " DIR needs --checkpoint RUN (the Loom checkpoint to export)");
+  if (!f.from.empty() || !f.output.empty()) throw UsageError(flag + " goes with --checkpoint only (not --from or --output)");
   loom::convert::HfExportRequest request;
   request.checkpoint = f.checkpoint;
   request.output_dir = f.to[1];
   request.iteration = f.iteration;
   request.overwrite = f.overwrite;
+  if (f.to[0] == "peft") {
+    const auto result = loom::convert::export_peft(request);
+    std::cerr << fmt::format("loom convert: the adapters of iteration {} written to {} in PEFT's format ({} modules)\n",
+                             result.iteration, request.output_dir, result.modules);
+    return 0;
+  }
   const auto result = loom::convert::export_hf(request);
   std::cerr << fmt::format("loom convert: iteration {} written to {} as a Hugging Face GPT2LMHeadModel ({} parameters)\n",
                            result.iteration, request.output_dir, result.parameters);
@@ -115,17 +132,35 @@ int reshard(const ConvertFlags& f) {
   return 0;
 }
 
+int merge_lora(const ConvertFlags& f) {
+  if (!f.to.empty() || !f.from.empty() || f.overwrite || f.layout_flags() || !f.recipe.empty() || !f.overrides.empty())
+    throw UsageError("--merge-lora goes with --checkpoint, --output and --iteration only (the merged run keeps the "
+                     "base's layout; reshard it afterwards)");
+  if (f.checkpoint.empty() || f.output.empty())
+    throw UsageError("--merge-lora needs --checkpoint ADAPTER_RUN (a loom finetune run) and --output RUN2");
+  loom::convert::LoraMergeRequest request;
+  request.adapter_checkpoint = f.checkpoint;
+  request.iteration = f.iteration;
+  request.output_run = f.output;
+  const auto r = loom::convert::merge_lora(request);
+  std::cerr << fmt::format("loom convert: the adapters of iteration {} ({} linears) merged into {} iteration {}, written "
+                           "to {}\n",
+                           r.iteration, r.merged_weights, r.base_checkpoints, r.base_iteration, f.output);
+  return 0;
+}
+
 int convert_command(int argc, char** argv) {
   CLI::App app{"Convert checkpoints: another layout, or Hugging Face GPT-2 and Llama out and in."};
   ConvertFlags f;
   int64_t iteration = -1;
   int t = 0, p = 0, v = 0, d = 0;
   std::string distributed;
-  app.add_option("--to", f.to, "hf DIR: write a Hugging Face directory (GPT2LMHeadModel, or LlamaForCausalLM for a Llama-family checkpoint)")->expected(2);
+  app.add_option("--to", f.to, "hf DIR: write a Hugging Face directory (GPT2LMHeadModel, or LlamaForCausalLM for a Llama-family checkpoint); peft DIR: a loom finetune run's LoRA adapters in PEFT's format")->expected(2);
   app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory")->expected(2);
   app.add_option("--checkpoint", f.checkpoint, "the Loom run directory (or its checkpoints/ folder) to read");
   app.add_option("--output", f.output, "the Loom run directory to write");
   app.add_flag("--overwrite", f.overwrite, "--to hf: replace the Hugging Face files of a DIR that is not empty");
+  app.add_flag("--merge-lora", f.merge_lora, "fold the LoRA adapters of --checkpoint (a loom finetune run) into their base");
   app.add_option("--iteration", iteration, "checkpoint iteration (default: the latest)");
   app.add_option("--recipe", f.recipe, "--from hf: the training recipe config.yaml starts from (default: a minimal one)");
   app.add_option("--tensor-parallel", t, "t of the output (default: the source's)");
@@ -154,6 +189,7 @@ int convert_command(int argc, char** argv) {
   if (app.count("--first-stage-layers")) f.layout.first_stage_layers = first_stage;
   if (app.count("--last-stage-layers")) f.layout.last_stage_layers = last_stage;
   try {
+    if (f.merge_lora) return merge_lora(f);
     if (!f.to.empty()) return export_hf(f);
     if (!f.from.empty()) return import_hf(f);
     return reshard(f);

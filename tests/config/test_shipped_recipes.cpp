@@ -23,9 +23,12 @@ TEST_CASE("every recipe in recipes/ loads and validates", "[config]") {
   for (const auto& entry : std::filesystem::directory_iterator(std::string(LOOM_SOURCE_DIR) + "/recipes")) {
     if (entry.path().extension() != ".yaml") continue;
     INFO(entry.path().string());
-    // ptune_*.yaml are prompt-learning recipes (loom ptune), the rest pretraining recipes.
-    const RecipeKind kind = entry.path().filename().string().rfind("ptune_", 0) == 0 ? RecipeKind::kPromptLearning
-                                                                                      : RecipeKind::kPretraining;
+    // ptune_*.yaml are prompt-learning recipes (loom ptune), lora_*.yaml fine-tuning recipes
+    // (loom finetune), the rest pretraining recipes.
+    const std::string file = entry.path().filename().string();
+    const RecipeKind kind = file.rfind("ptune_", 0) == 0  ? RecipeKind::kPromptLearning
+                            : file.rfind("lora_", 0) == 0 ? RecipeKind::kFinetuning
+                                                          : RecipeKind::kPretraining;
     Recipe r;
     REQUIRE_NOTHROW(r = load_recipe(entry.path().string(), {}, kind));
     CHECK(r.origin.warnings.empty());

@@ -1,5 +1,5 @@
 """recipes/README.md's field table is what tools/recipe_fields_table.py writes from the schema
-(issue 28, "each default stated once"): every field of both recipe kinds, each once, with the
+(issue 28, "each default stated once"): every field of the three recipe kinds, each once, with the
 requirement and the default `loom recipe-fields` reports, which it reads from csrc/config/recipe.h
 through the schema. Changing a default in recipe.h without running the tool fails this test."""
 import importlib.util
@@ -56,6 +56,10 @@ def test_the_schema_reports_known_defaults():
     prompt = {f["field"] for f in schema()["prompt_learning"]}
     assert "model.language_model_path" in prompt and "model.language_model_path" not in fields
     assert "model.hidden_size" not in prompt
+    finetune = {f["field"]: f for f in schema()["finetuning"]}
+    assert finetune["model.restore_from_path"]["need"] == "required" and "model.hidden_size" not in finetune
+    assert finetune["model.peft.lora_tuning.target_modules"]["default"] == "[attention_qkv]"
+    assert finetune["model.data.seq_length"]["need"] == "required"
 
 
 def test_a_changed_default_changes_the_table():
@@ -63,7 +67,7 @@ def test_a_changed_default_changes_the_table():
     tool = load_tool()
     text = (ROOT / "recipes" / "README.md").read_text()
     changed = schema()
-    for f in changed["pretraining"] + changed["prompt_learning"]:
+    for f in changed["pretraining"] + changed["prompt_learning"] + changed["finetuning"]:
         if f["field"] == "model.optim.sched.warmup_steps":
             f["default"] = str(int(f["default"]) + 1)
     regenerated, dropped = tool.regenerate(text, changed)
