@@ -36,14 +36,16 @@ void rotary_rows(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& s
       const scalar_t* xr = xp + b * sb + h * sh + s * ss;
       const scalar_t* c = cp + b * table_batch_stride + s * r;
       const scalar_t* sn = sp + b * table_batch_stride + s * r;
+      // forward: s[i] multiplies x₂ and s[i + r/2] multiplies x₁; backward swaps them and the
+      // sign (chosen per row, so that the loop below is branch-free and vectorises).
+      const scalar_t* s_x2 = backward ? sn + half : sn;
+      const scalar_t* s_x1 = backward ? sn : sn + half;
       scalar_t* o = op + row * d;
       for (int64_t i = 0; i < half; ++i) {
         const acc_t x1 = static_cast<acc_t>(xr[i]), x2 = static_cast<acc_t>(xr[i + half]);
-        // forward: s₁ = s[i] on x₂ and s₂ = s[i + r/2] on x₁; backward swaps them and the sign.
-        const acc_t s_on_x2 = static_cast<acc_t>(backward ? sn[i + half] : sn[i]);
-        const acc_t s_on_x1 = static_cast<acc_t>(backward ? sn[i] : sn[i + half]);
-        o[i] = static_cast<scalar_t>(x1 * static_cast<acc_t>(c[i]) - sign * x2 * s_on_x2);
-        o[i + half] = static_cast<scalar_t>(x2 * static_cast<acc_t>(c[i + half]) + sign * x1 * s_on_x1);
+        o[i] = static_cast<scalar_t>(x1 * static_cast<acc_t>(c[i]) - sign * x2 * static_cast<acc_t>(s_x2[i]));
+        o[i + half] =
+            static_cast<scalar_t>(x2 * static_cast<acc_t>(c[i + half]) + sign * x1 * static_cast<acc_t>(s_x1[i]));
       }
       for (int64_t j = r; j < d; ++j) o[j] = xr[j];
     }
