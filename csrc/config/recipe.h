@@ -262,6 +262,14 @@ struct ModelConfig {
   /// activations). Needs attention_dropout 0 and no selective recompute
   /// (rules::fused_attention_violations; docs/design/sp_sar.md, "Fused attention").
   bool use_flash_attention = false;
+  /// [default] NeMo's name: LayerNorm / RMSNorm through the op library's fused kernels
+  /// (loom::layer_norm, loom::rms_norm; a bias-less LayerNorm is always ATen's); false: ATen.
+  bool persist_layer_norm = true;
+  /// [default] NeMo's name: the MLP activation through loom::bias_gelu (with a bias) or
+  /// loom::swiglu; false: ATen compositions.
+  bool bias_activation_fusion = true;
+  /// [default] NeMo's name: RoPE through loom::rotary; false: the ATen composition.
+  bool apply_rope_fusion = true;
   double ffn_dropout = 0.0;                   ///< [default]
   double layernorm_epsilon = 1e-5;            ///< [default] LayerNorm's or RMSNorm's epsilon
   int64_t make_vocab_size_divisible_by = 128;  ///< [default]

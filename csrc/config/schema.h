@@ -124,6 +124,9 @@ void visit_model(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.hidden_dropout", m.hidden_dropout, Need::kDefault);
     v("model.attention_dropout", m.attention_dropout, Need::kDefault);
     v("model.use_flash_attention", m.use_flash_attention, Need::kDefault);
+    v("model.persist_layer_norm", m.persist_layer_norm, Need::kDefault);
+    v("model.bias_activation_fusion", m.bias_activation_fusion, Need::kDefault);
+    v("model.apply_rope_fusion", m.apply_rope_fusion, Need::kDefault);
     v("model.ffn_dropout", m.ffn_dropout, Need::kDefault);
     v("model.layernorm_epsilon", m.layernorm_epsilon, Need::kDefault);
     v("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by, Need::kDefault);

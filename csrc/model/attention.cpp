@@ -52,8 +52,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ParallelAttention::project_qkv(co
   at::Tensor k = mixed.narrow(3, per_group * d, d).permute({1, 2, 0, 3});
   at::Tensor v = mixed.narrow(3, (per_group + 1) * d, d).permute({1, 2, 0, 3});
   if (rotary.active()) {
-    q = apply_rotary(q, rotary);
-    k = apply_rotary(k, rotary);
+    q = apply_rotary(q, rotary, config_.apply_rope_fusion);
+    k = apply_rotary(k, rotary, config_.apply_rope_fusion);
   }
   return {q, k, v};
 }

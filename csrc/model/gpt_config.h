@@ -31,6 +31,12 @@ struct GptConfig : ModelShape {
   /// model.use_flash_attention: the core through at::scaled_dot_product_attention (attention.h);
   /// needs attention_dropout 0 and no selective recompute (rules::fused_attention_violations).
   bool use_flash_attention = false;
+  /// The op library's fused kernels (NeMo / Megatron-Core names; false: ATen compositions):
+  /// persist_layer_norm: loom::layer_norm / loom::rms_norm (a bias-less LayerNorm stays ATen's);
+  /// bias_activation_fusion: loom::bias_gelu / loom::swiglu; apply_rope_fusion: loom::rotary.
+  bool persist_layer_norm = true;
+  bool bias_activation_fusion = true;
+  bool apply_rope_fusion = true;
   double layernorm_epsilon = 1e-5;
   double label_smoothing = 0.0;
   uint64_t seed = 1234;              ///< initialisation seed (dropout seeds come per call)

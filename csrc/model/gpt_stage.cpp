@@ -82,7 +82,8 @@ GptStage::GptStage(const GptConfig& config, runtime::CommunicatorPtr tp, StageCh
     final_ln_ = std::make_unique<LayerNorm>("final_layernorm", config_.hidden_size,
                                             config_.layernorm_epsilon,
                                             config_.layout.sequence_parallel, options,
-                                            config_.normalization, config_.bias);
+                                            config_.normalization, config_.bias,
+                                            config_.persist_layer_norm);
     if (!tied_output())  // the model's own output weight, column-parallel over the vocabulary
       output_word_ = make_parameter(shard(initial_output_weight(config_, tp_->size()), 0, tp_->rank(), tp_->size()),
                                     options);

@@ -18,8 +18,10 @@ class LayerNorm {
  public:
   LayerNorm(std::string name, int64_t hidden, double eps, bool sequence_parallel,
             const at::TensorOptions& options, Normalization kind = Normalization::kLayerNorm,
-            bool bias = true);
-  /// Over the last dim: loom::ops::layer_norm (at::layer_norm without a bias), or rms_norm.
+            bool bias = true, bool fused = true);
+  /// Over the last dim. fused (model.persist_layer_norm): loom::ops::layer_norm or
+  /// loom::ops::rms_norm; otherwise, and for a LayerNorm without bias, at::layer_norm or the
+  /// rms_norm composition (rms_norm.h).
   at::Tensor forward(const at::Tensor& x) const;
   void collect(ParamList& out) const;
 
@@ -28,6 +30,7 @@ class LayerNorm {
   double eps_;
   bool sequence_parallel_;
   Normalization kind_;
+  bool fused_;
   at::Tensor weight_, bias_;  ///< bias_ undefined for RMSNorm and without bias
 };
 

@@ -18,6 +18,7 @@ int64_t fc1_rows(const GptConfig& c) { return c.activation == Activation::kSwigl
 ParallelMlp::ParallelMlp(const GptConfig& c, int layer, runtime::CommunicatorPtr tp,
                          const at::TensorOptions& options)
     : activation_(c.activation),
+      fused_(c.bias_activation_fusion),
       fc1_(prefix(layer) + "linear_fc1",
            full_normal(c.seed, prefix(layer) + "linear_fc1.weight", {fc1_rows(c), c.hidden_size},
                        c.init_method_std),
@@ -35,11 +36,13 @@ ParallelMlp::ParallelMlp(const GptConfig& c, int layer, runtime::CommunicatorPtr
 std::pair<at::Tensor, at::Tensor> ParallelMlp::forward(const at::Tensor& x, const DropoutContext* dropout) const {
   if (activation_ == Activation::kSwiglu) {
     at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/false, dropout);  // [s, b, 2·ffn/t], rows interleaved gate, up
+    if (fused_) return fc2_.forward(ops::swiglu(h), dropout);
     h = h.unflatten(-1, {h.size(-1) / 2, 2});
     return fc2_.forward(at::silu(h.select(-1, 0)) * h.select(-1, 1), dropout);
   }
   at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/true, dropout);  // [s, b, ffn/t]
   if (!fc1_.bias().defined()) return fc2_.forward(at::gelu(h, "tanh"), dropout);
+  if (!fused_) return fc2_.forward(at::gelu(h + fc1_.bias(), "tanh"), dropout);
   return fc2_.forward(ops::bias_gelu(h, fc1_.bias()), dropout);
 }
 

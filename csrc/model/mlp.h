@@ -8,7 +8,9 @@
 // gradients of the layout tests) is the same for every t: Loom's full tensors are the
 // concatenation of contiguous shards, which Megatron-Core's per-rank stacking [G_r; U_r] is
 // not. The Hugging Face converter (convert/hf_llama) maps gate_proj / up_proj to and from it.
-// ATen compositions (silu, mul; no fused kernel yet).
+// model.bias_activation_fusion (default true) runs the activation through loom::ops::bias_gelu
+// (with a bias) or loom::ops::swiglu (which reads the interleaved pairs directly); false: ATen
+// compositions (gelu of h + bias; silu and mul of the unflattened pairs).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -31,6 +33,7 @@ class ParallelMlp {
 
  private:
   Activation activation_;
+  bool fused_;  ///< model.bias_activation_fusion
   ColumnParallelLinear fc1_;
   RowParallelLinear fc2_;
 };

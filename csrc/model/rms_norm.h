@@ -1,6 +1,6 @@
 // RMSNorm (Zhang & Sennrich 2019), the Llama family's normalisation: y = x / sqrt(mean(x²) + eps)
-// · weight over the last dimension, no mean subtraction and no bias. An ATen composition (no
-// fused kernel yet): the statistic and the scaling run in float32 and the result is cast back to
+// · weight over the last dimension, no mean subtraction and no bias. The ATen composition (the
+// fused kernel is loom::ops::rms_norm, chosen by model.persist_layer_norm in layer_norm.h): the statistic and the scaling run in float32 and the result is cast back to
 // x's dtype before the weight multiplies it, as transformers' LlamaRMSNorm does, so fp32 and
 // bf16 models match it.
 #pragma once

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "loom_ops/ops.h"
+
 namespace loom::model {
 
 namespace {
@@ -54,7 +56,8 @@ RotaryTables rotary_tables(const at::Tensor& position_ids, int64_t head_dim, dou
   return rotary_tables(position_ids, plain, dtype);
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables) {
+at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables, bool fused) {
+  if (fused) return ops::rotary(x, tables.cos, tables.sin);
   const int64_t r = tables.cos.size(-1), half = r / 2;
   const at::Tensor x_r = r == x.size(-1) ? x : x.narrow(-1, 0, r);
   at::Tensor rotated = at::cat({x_r.narrow(-1, half, half).neg(), x_r.narrow(-1, 0, half)}, -1);

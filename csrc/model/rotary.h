@@ -3,8 +3,8 @@
 // rotated dimensions, dimension i rotates with dimension i + r/2 by angle position · f_i,
 // f_i = θ^(-2i/r), i < r/2 (docs/design/llama.md). r is the head dimension, or its leading
 // int(head_dim · rotary_percentage) dimensions (partial rotary, Megatron-Core's rotary_percent:
-// the rest pass through unrotated); Llama 3.1's rope scaling rescales the f_i. An ATen
-// composition (no fused kernel yet). The angles come from the position ids, so the training
+// the rest pass through unrotated); Llama 3.1's rope scaling rescales the f_i. The rotation is
+// loom::ops::rotary or an ATen composition (apply_rotary). The angles come from the position ids, so the training
 // forward, every tensor/pipeline layout and the cached decode (positions from the cache) rotate
 // each token by its own position.
 #pragma once
@@ -41,8 +41,9 @@ RotaryTables rotary_tables(const at::Tensor& position_ids, int64_t head_dim, dou
 
 /// x [b, heads, s, d] rotated: its first r = tables' last size dimensions x_r become
 /// x_r · cos + rotate_half(x_r) · sin, rotate_half(x_r) = [-x₂, x₁] for the halves
-/// x₁ = x_r[..., :r/2], x₂ = x_r[..., r/2:]; dimensions r.. d pass through. Differentiable
-/// (autograd through ATen).
-at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables);
+/// x₁ = x_r[..., :r/2], x₂ = x_r[..., r/2:]; dimensions r.. d pass through. Differentiable.
+/// fused (model.apply_rope_fusion): loom::ops::rotary (one pass, reading x through its
+/// strides); otherwise the ATen composition (autograd through ATen).
+at::Tensor apply_rotary(const at::Tensor& x, const RotaryTables& tables, bool fused = false);
 
 }  // namespace loom::model

@@ -17,10 +17,12 @@ TransformerLayer::TransformerLayer(const GptConfig& config, int layer, runtime::
       layer_(layer),
       tp_(tp),
       ln1_(prefix(layer) + "input_layernorm", config.hidden_size, config.layernorm_epsilon,
-           config.layout.sequence_parallel, options, config.normalization, config.bias),
+           config.layout.sequence_parallel, options, config.normalization, config.bias,
+           config.persist_layer_norm),
       attention_(config, layer, tp, options),
       ln2_(prefix(layer) + "pre_mlp_layernorm", config.hidden_size, config.layernorm_epsilon,
-           config.layout.sequence_parallel, options, config.normalization, config.bias),
+           config.layout.sequence_parallel, options, config.normalization, config.bias,
+           config.persist_layer_norm),
       mlp_(config, layer, tp, options) {}
 
 std::optional<at::Tensor> optional_bias(const at::Tensor& bias) {

@@ -18,6 +18,9 @@ model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vo
   // the attention core.
   c.layout = config::recipe_layout(recipe);
   c.use_flash_attention = m.use_flash_attention;
+  c.persist_layer_norm = m.persist_layer_norm;
+  c.bias_activation_fusion = m.bias_activation_fusion;
+  c.apply_rope_fusion = m.apply_rope_fusion;
   // Regularisation.
   c.hidden_dropout = m.hidden_dropout;
   c.attention_dropout = m.attention_dropout;

@@ -94,4 +94,32 @@ at::Tensor bias_gelu_backward(const at::Tensor& grad_out, const at::Tensor& x,
   return handles::bias_gelu_backward().call(grad_out, x, bias);
 }
 
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return std::get<0>(handles::rms_norm().call(x, weight, eps));
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_with_rstd(const at::Tensor& x, const at::Tensor& weight,
+                                                      double eps) {
+  return handles::rms_norm().call(x, weight, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                     const at::Tensor& weight, const at::Tensor& rstd) {
+  return handles::rms_norm_backward().call(grad_out, x, weight, rstd);
+}
+
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return handles::rotary().call(x, cos, sin);
+}
+
+at::Tensor rotary_backward(const at::Tensor& grad_out, const at::Tensor& cos, const at::Tensor& sin) {
+  return handles::rotary_backward().call(grad_out, cos, sin);
+}
+
+at::Tensor swiglu(const at::Tensor& x) { return handles::swiglu().call(x); }
+
+at::Tensor swiglu_backward(const at::Tensor& grad_out, const at::Tensor& x) {
+  return handles::swiglu_backward().call(grad_out, x);
+}
+
 }  // namespace loom::ops

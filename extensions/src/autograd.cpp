@@ -152,6 +152,52 @@ struct BiasGeluFn : torch::autograd::Function<BiasGeluFn> {
   }
 };
 
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                               double eps) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [y, rstd] = handles::rms_norm().call(x, weight, eps);
+    ctx->save_for_backward({x, weight, rstd});
+    ctx->mark_non_differentiable({rstd});
+    return {y, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto s = ctx->get_saved_variables();
+    auto [dx, dw] = handles::rms_norm_backward().call(grads[0], s[0], s[1], s[2]);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+struct RotaryFn : torch::autograd::Function<RotaryFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    // The tables are functions of positions: their gradient is never needed, and a silent
+    // zero would be wrong.
+    TORCH_CHECK(!cos.requires_grad() && !sin.requires_grad(),
+                "loom::rotary: cos and sin must not require grad (the op differentiates in the "
+                "input only)");
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({cos, sin});
+    return handles::rotary().call(x, cos, sin);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    return {handles::rotary_backward().call(grads[0], s[0], s[1]), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct SwigluFn : torch::autograd::Function<SwigluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    ctx->save_for_backward({x});
+    return handles::swiglu().call(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {handles::swiglu_backward().call(grads[0], ctx->get_saved_variables()[0])};
+  }
+};
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_autograd(const at::Tensor& x,
                                                                    const at::Tensor& weight,
                                                                    const at::Tensor& bias,
@@ -189,6 +235,18 @@ at::Tensor bias_gelu_autograd(const at::Tensor& x, const at::Tensor& bias) {
   return BiasGeluFn::apply(x, bias);
 }
 
+std::tuple<at::Tensor, at::Tensor> rms_norm_autograd(const at::Tensor& x, const at::Tensor& weight,
+                                                     double eps) {
+  auto out = RmsNormFn::apply(x, weight, eps);
+  return {out[0], out[1]};
+}
+
+at::Tensor rotary_autograd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return RotaryFn::apply(x, cos, sin);
+}
+
+at::Tensor swiglu_autograd(const at::Tensor& x) { return SwigluFn::apply(x); }
+
 }  // namespace
 }  // namespace loom::ops
 
@@ -199,4 +257,7 @@ TORCH_LIBRARY_IMPL(loom, Autograd, m) {
   m.impl("scaled_masked_softmax", &loom::ops::softmax_autograd);
   m.impl("core_attention", &loom::ops::core_attention_autograd);
   m.impl("bias_gelu", &loom::ops::bias_gelu_autograd);
+  m.impl("rms_norm", &loom::ops::rms_norm_autograd);
+  m.impl("rotary", &loom::ops::rotary_autograd);
+  m.impl("swiglu", &loom::ops::swiglu_autograd);
 }

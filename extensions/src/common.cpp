@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <initializer_list>
 #include <sstream>
+#include <utility>
 #include <stdexcept>
 
 namespace loom::ops::internal {
@@ -52,23 +54,89 @@ void check_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
   check_param("layer_norm", "bias", bias, x);
 }
 
+namespace {
+
+/// The checks every normalisation backward shares: input, grad_out, weight and the per-row
+/// statistics `stats` (named `stat_names` in the message).
+void check_norm_backward(const char* op, const at::Tensor& dy, const at::Tensor& x,
+                         const at::Tensor& weight, std::initializer_list<const at::Tensor*> stats,
+                         const char* stat_names) {
+  check_floating(op, "input", x);
+  TORCH_CHECK(dy.sizes() == x.sizes() && dy.scalar_type() == x.scalar_type(), "loom::", op,
+              ": grad_out must match the input (", x.sizes(), ", ", x.scalar_type(), "), got ",
+              dy.sizes(), ", ", dy.scalar_type());
+  check_param(op, "weight", weight, x);
+  const auto rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
+  const auto sd = acc_dtype(x.scalar_type());
+  for (const auto* t : stats) {
+    TORCH_CHECK(t->numel() == rows && t->scalar_type() == sd, "loom::", op, ": ", stat_names,
+                " must hold ", rows, " ", sd, " values (one per row of the input), got ",
+                t->numel(), " ", t->scalar_type());
+    check_same_device(op, x, stat_names, *t);
+  }
+  check_same_device(op, x, "grad_out", dy);
+}
+
+}  // namespace
+
 void check_layer_norm_backward(const at::Tensor& dy, const at::Tensor& x,
                                const at::Tensor& weight, const at::Tensor& mean,
                                const at::Tensor& rstd) {
-  check_floating("layer_norm_backward", "input", x);
-  TORCH_CHECK(dy.sizes() == x.sizes() && dy.scalar_type() == x.scalar_type(),
-              "loom::layer_norm_backward: grad_out must match the input (", x.sizes(), ", ",
-              x.scalar_type(), "), got ", dy.sizes(), ", ", dy.scalar_type());
-  check_param("layer_norm_backward", "weight", weight, x);
-  const auto rows = x.numel() / std::max<int64_t>(x.size(-1), 1);
-  const auto sd = acc_dtype(x.scalar_type());
-  for (const auto* t : {&mean, &rstd}) {
-    TORCH_CHECK(t->numel() == rows && t->scalar_type() == sd,
-                "loom::layer_norm_backward: mean and rstd must hold ", rows, " ", sd,
-                " values (one per row of the input), got ", t->numel(), " ", t->scalar_type());
-    check_same_device("layer_norm_backward", x, "mean/rstd", *t);
+  check_norm_backward("layer_norm_backward", dy, x, weight, {&mean, &rstd}, "mean and rstd");
+}
+
+void check_rms_norm(const at::Tensor& x, const at::Tensor& weight) {
+  check_floating("rms_norm", "input", x);
+  check_param("rms_norm", "weight", weight, x);
+}
+
+void check_rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                             const at::Tensor& rstd) {
+  check_norm_backward("rms_norm_backward", dy, x, weight, {&rstd}, "rstd");
+}
+
+void check_rotary(const char* op, const char* arg, const at::Tensor& x, const at::Tensor& cos,
+                  const at::Tensor& sin) {
+  check_floating(op, arg, x);
+  TORCH_CHECK(x.dim() == 4, "loom::", op, ": ", arg, " must be [b, heads, s, d], got ", x.sizes());
+  using Named = std::pair<const char*, const at::Tensor*>;
+  for (const auto& [name, t] : {Named{"cos", &cos}, Named{"sin", &sin}}) {
+    TORCH_CHECK(t->dim() == 4 && (t->size(0) == 1 || t->size(0) == x.size(0)) && t->size(1) == 1 &&
+                    t->size(2) == x.size(2),
+                "loom::", op, ": ", name, " must be [", x.size(0), " or 1, 1, ", x.size(2),
+                ", r] (the tables of the ", arg, "'s positions), got ", t->sizes());
+    TORCH_CHECK(t->scalar_type() == x.scalar_type(), "loom::", op, ": ", name, " must be ",
+                x.scalar_type(), " (the ", arg, "'s dtype), got ", t->scalar_type());
+    check_same_device(op, x, name, *t);
   }
-  check_same_device("layer_norm_backward", x, "grad_out", dy);
+  TORCH_CHECK(cos.sizes() == sin.sizes(), "loom::", op, ": cos and sin must have one shape, got ",
+              cos.sizes(), " and ", sin.sizes());
+  const int64_t r = cos.size(3);
+  TORCH_CHECK(r >= 2 && r % 2 == 0 && r <= x.size(3), "loom::", op,
+              ": the rotated width (the tables' last size) must be even and in [2, ", x.size(3),
+              "] (the head dimension), got ", r);
+}
+
+void check_swiglu(const at::Tensor& x) {
+  check_floating("swiglu", "input", x);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) % 2 == 0, "loom::swiglu: input must be [..., 2f] ",
+              "(interleaved gate and up), got ", x.sizes());
+}
+
+void check_swiglu_backward(const at::Tensor& dy, const at::Tensor& x) {
+  check_swiglu(x);
+  TORCH_CHECK(dy.sizes() == at::IntArrayRef(with_last_dim(x, x.size(-1) / 2)) &&
+                  dy.scalar_type() == x.scalar_type(),
+              "loom::swiglu_backward: grad_out must be ", x.scalar_type(), " ",
+              at::IntArrayRef(with_last_dim(x, x.size(-1) / 2)), " (the output's shape), got ",
+              dy.scalar_type(), " ", dy.sizes());
+  check_same_device("swiglu_backward", x, "grad_out", dy);
+}
+
+std::vector<int64_t> with_last_dim(const at::Tensor& x, int64_t last) {
+  auto shape = x.sizes().vec();
+  shape.back() = last;
+  return shape;
 }
 
 void check_bias_dropout_add(const at::Tensor& x, const std::optional<at::Tensor>& bias,

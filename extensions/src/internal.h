@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "loom_ops/dropout_layout.h"
 
@@ -35,6 +36,17 @@ void check_bias_dropout_add(const at::Tensor& x, const std::optional<at::Tensor>
 void check_softmax(const at::Tensor& x, const std::optional<at::Tensor>& mask);
 void check_softmax_backward(const at::Tensor& dy, const at::Tensor& y);
 void check_bias_gelu(const at::Tensor& x, const at::Tensor& bias);
+void check_rms_norm(const at::Tensor& x, const at::Tensor& weight);
+void check_rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,
+                             const at::Tensor& rstd);
+/// x [b, heads, s, d] (`arg` names it: input or grad_out), cos and sin [b or 1, 1, s, r], r even
+/// in [2, d], x's dtype and device.
+void check_rotary(const char* op, const char* arg, const at::Tensor& x, const at::Tensor& cos,
+                  const at::Tensor& sin);
+void check_swiglu(const at::Tensor& x);
+void check_swiglu_backward(const at::Tensor& dy, const at::Tensor& x);
+/// x.shape[:-1] + [last]: the shape of a row-wise op's output with rows of `last` elements.
+std::vector<int64_t> with_last_dim(const at::Tensor& x, int64_t last);
 
 /// Layout of `local` (its logical shape) as the block `offset` of `global_shape`;
 /// errors name `op`.

@@ -32,7 +32,18 @@ namespace loom::ops {
                                                      const at::Tensor& y, double scale);    \
   at::Tensor bias_gelu_##suffix(const at::Tensor& x, const at::Tensor& bias);               \
   at::Tensor bias_gelu_backward_##suffix(const at::Tensor& dy, const at::Tensor& x,         \
-                                         const at::Tensor& bias);
+                                         const at::Tensor& bias);                           \
+  std::tuple<at::Tensor, at::Tensor> rms_norm_##suffix(const at::Tensor& x,                 \
+                                                       const at::Tensor& weight, double eps); \
+  std::tuple<at::Tensor, at::Tensor> rms_norm_backward_##suffix(                            \
+      const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight,                  \
+      const at::Tensor& rstd);                                                              \
+  at::Tensor rotary_##suffix(const at::Tensor& x, const at::Tensor& cos,                    \
+                             const at::Tensor& sin);                                        \
+  at::Tensor rotary_backward_##suffix(const at::Tensor& dy, const at::Tensor& cos,          \
+                                      const at::Tensor& sin);                               \
+  at::Tensor swiglu_##suffix(const at::Tensor& x);                                          \
+  at::Tensor swiglu_backward_##suffix(const at::Tensor& dy, const at::Tensor& x);
 
 LOOM_DECLARE_BACKEND(cpu)
 LOOM_DECLARE_BACKEND(cuda)

@@ -82,6 +82,42 @@ at::Tensor bias_gelu_backward_meta(const at::Tensor& dy, const at::Tensor& x,
   return at::empty_like(x, at::MemoryFormat::Contiguous);
 }
 
+std::tuple<at::Tensor, at::Tensor> rms_norm_meta(const at::Tensor& x, const at::Tensor& weight,
+                                                 double) {
+  internal::check_rms_norm(x, weight);
+  auto stat_shape = x.sizes().vec();
+  stat_shape.pop_back();
+  return {at::empty_like(x, at::MemoryFormat::Contiguous),
+          at::empty(stat_shape, x.options().dtype(internal::acc_dtype(x.scalar_type())))};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_meta(const at::Tensor& dy, const at::Tensor& x,
+                                                          const at::Tensor& weight,
+                                                          const at::Tensor& rstd) {
+  internal::check_rms_norm_backward(dy, x, weight, rstd);
+  return {at::empty_like(x, at::MemoryFormat::Contiguous), at::empty_like(weight)};
+}
+
+at::Tensor rotary_meta(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  internal::check_rotary("rotary", "input", x, cos, sin);
+  return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+at::Tensor rotary_backward_meta(const at::Tensor& dy, const at::Tensor& cos, const at::Tensor& sin) {
+  internal::check_rotary("rotary_backward", "grad_out", dy, cos, sin);
+  return at::empty(dy.sizes(), dy.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+at::Tensor swiglu_meta(const at::Tensor& x) {
+  internal::check_swiglu(x);
+  return at::empty(internal::with_last_dim(x, x.size(-1) / 2), x.options());
+}
+
+at::Tensor swiglu_backward_meta(const at::Tensor& dy, const at::Tensor& x) {
+  internal::check_swiglu_backward(dy, x);
+  return at::empty_like(x, at::MemoryFormat::Contiguous);
+}
+
 }  // namespace loom::ops
 
 TORCH_LIBRARY_IMPL(loom, Meta, m) {
@@ -95,4 +131,10 @@ TORCH_LIBRARY_IMPL(loom, Meta, m) {
   m.impl("paged_attention", &loom::ops::paged_attention_meta);
   m.impl("bias_gelu", &loom::ops::bias_gelu_meta);
   m.impl("bias_gelu_backward", &loom::ops::bias_gelu_backward_meta);
+  m.impl("rms_norm", &loom::ops::rms_norm_meta);
+  m.impl("rms_norm_backward", &loom::ops::rms_norm_backward_meta);
+  m.impl("rotary", &loom::ops::rotary_meta);
+  m.impl("rotary_backward", &loom::ops::rotary_backward_meta);
+  m.impl("swiglu", &loom::ops::swiglu_meta);
+  m.impl("swiglu_backward", &loom::ops::swiglu_backward_meta);
 }

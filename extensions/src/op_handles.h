@@ -10,6 +10,7 @@
 
 namespace loom::ops::handles {
 
+using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using OptTensor = std::optional<at::Tensor>;
 
@@ -56,6 +57,17 @@ LOOM_OP_HANDLE(paged_attention, "loom::paged_attention",
 LOOM_OP_HANDLE(bias_gelu, "loom::bias_gelu", at::Tensor(const at::Tensor&, const at::Tensor&))
 LOOM_OP_HANDLE(bias_gelu_backward, "loom::bias_gelu_backward",
                at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&))
+LOOM_OP_HANDLE(rms_norm, "loom::rms_norm",
+               Tensor2(const at::Tensor&, const at::Tensor&, double))
+LOOM_OP_HANDLE(rms_norm_backward, "loom::rms_norm_backward",
+               Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&))
+LOOM_OP_HANDLE(rotary, "loom::rotary",
+               at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&))
+LOOM_OP_HANDLE(rotary_backward, "loom::rotary_backward",
+               at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&))
+LOOM_OP_HANDLE(swiglu, "loom::swiglu", at::Tensor(const at::Tensor&))
+LOOM_OP_HANDLE(swiglu_backward, "loom::swiglu_backward",
+               at::Tensor(const at::Tensor&, const at::Tensor&))
 
 #undef LOOM_OP_HANDLE
 

@@ -36,4 +36,13 @@ TORCH_LIBRARY(loom, m) {
         " Tensor context_lens, float scale, Tensor? query_starts=None) -> Tensor");
   m.def("bias_gelu(Tensor input, Tensor bias) -> Tensor");
   m.def("bias_gelu_backward(Tensor grad_out, Tensor input, Tensor bias) -> Tensor");
+  // The Llama family's ops (docs/design/llama.md): RMSNorm, rotate-half RoPE from the model's
+  // cos/sin tables, SwiGLU on Loom's interleaved [gate, up] pairs (csrc/model/mlp.h).
+  m.def("rms_norm(Tensor input, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("rms_norm_backward(Tensor grad_out, Tensor input, Tensor weight, Tensor rstd)"
+        " -> (Tensor, Tensor)");
+  m.def("rotary(Tensor input, Tensor cos, Tensor sin) -> Tensor");
+  m.def("rotary_backward(Tensor grad_out, Tensor cos, Tensor sin) -> Tensor");
+  m.def("swiglu(Tensor input) -> Tensor");
+  m.def("swiglu_backward(Tensor grad_out, Tensor input) -> Tensor");
 }

@@ -90,13 +90,13 @@ loom_cuda_mutant(causal_off_by_one softmax.cu "[softmax]" "${_failed}"
 # (block_sum shuffles before its barrier: the returned lanes are missed there first)
 loom_cuda_mutant(early_return_before_barrier layer_norm.cu "[layer_norm]"
                  "${_sim}.*(a barrier every live thread must reach|returns while lane|has exited)"
-[==[  const float mu = block_sum(sum, scratch) / static_cast<float>(cols);]==]
+[==[  const float mu = kRms ? 0.0f : block_sum(sum, scratch) / static_cast<float>(cols);]==]
 [==[  if (threadIdx.x >= packs) return;
-  const float mu = block_sum(sum, scratch) / static_cast<float>(cols);]==])
+  const float mu = kRms ? 0.0f : block_sum(sum, scratch) / static_cast<float>(cols);]==])
 
 loom_cuda_mutant(vector_path_misaligned layer_norm.cu "[layer_norm]" "misaligned address"
 [==[  const bool vector = cols % kPack == 0 && aligned16(x) && aligned16(y) && aligned16(gamma) &&
-                      aligned16(beta);]==]
+                      (kRms || aligned16(beta));]==]
 [==[  const bool vector = cols % kPack == 0;]==])
 
 # paged_attention: each query misses its own key (an off-by-one in the causal limit).
@@ -108,3 +108,18 @@ loom_cuda_mutant(paged_causal_off_by_one paged_attention.cu "[paged_attention]" 
 loom_cuda_mutant(paged_flat_row_search paged_attention.cu "[paged_attention]" "${_failed}"
 [==[if (starts[mid] <= i) lo = mid;]==]
 [==[if (starts[mid] < i) lo = mid;]==])
+
+# RMSNorm (layer_norm.cu's kRms instances): the mean is subtracted (LayerNorm's statistic).
+loom_cuda_mutant(rms_norm_subtracts_mean layer_norm.cu "[rms_norm]" "${_failed}"
+[==[  const float mu = kRms ? 0.0f : block_sum(sum, scratch) / static_cast<float>(cols);]==]
+[==[  const float mu = block_sum(sum, scratch) / static_cast<float>(cols);]==])
+
+# rotary: every row reads the first batch row's tables (as if the tables were shared).
+loom_cuda_mutant(rotary_table_batch rotary.cu "[rotary]" "${_failed}"
+[==[    const T* c = cos + b * table_batch_stride + s * r;]==]
+[==[    const T* c = cos + s * r;]==])
+
+# swiglu: the sigmoid's derivative σ(1 − σ) taken as σ².
+loom_cuda_mutant(swiglu_gate_derivative swiglu.cu "[swiglu]" "${_failed}"
+[==[d * u * sg * (1.0f + g * (1.0f - sg))]==]
+[==[d * u * sg * (1.0f + g * sg)]==])

@@ -2,6 +2,7 @@
 #include "reference.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <limits>
 
@@ -153,6 +154,75 @@ std::vector<float> bias_gelu_ref(RefImpl impl, RefType t, const std::vector<floa
   const at::Tensor u = xt.to(at::kFloat) + b;
   if (!backward) return values(at::gelu(u, "tanh").to(st));
   return values(at::gelu_backward(tensor(dy, {rows, cols}, st).to(at::kFloat), u, "tanh").to(st));
+}
+
+RmsNormRef rms_norm_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                        const std::vector<float>& gamma, int64_t rows, int64_t cols, float eps) {
+  const at::Tensor xt = tensor(x, {rows, cols}, scalar_type(t)), g = tensor(gamma, {cols}, at::kFloat);
+  if (impl == RefImpl::kLoomCpu) {
+    auto [y, rstd] = ops::rms_norm_with_rstd(xt, g, eps);
+    return {values(y), values(rstd)};
+  }
+  const at::Tensor x32 = xt.to(at::kFloat);
+  const at::Tensor rstd = (x32.pow(2).mean(-1, true) + eps).rsqrt();
+  return {values((x32 * rstd * g).to(scalar_type(t))), values(rstd)};
+}
+
+RmsNormGradRef rms_norm_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                     const std::vector<float>& x, const std::vector<float>& gamma,
+                                     const std::vector<float>& rstd, int64_t rows, int64_t cols) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor dyt = tensor(dy, {rows, cols}, st), xt = tensor(x, {rows, cols}, st);
+  const at::Tensor g = tensor(gamma, {cols}, at::kFloat), r = tensor(rstd, {rows}, at::kFloat);
+  if (impl == RefImpl::kLoomCpu) {
+    auto [dx, dg] = ops::rms_norm_backward(dyt, xt, g, r);
+    return {values(dx), values(dg)};
+  }
+  // ATen: the closed form from the saved rstd in fp32, xhat = x rstd, gd = dy gamma:
+  // dx = rstd (gd − xhat · mean(gd · xhat)), dgamma = Σ dy · xhat.
+  const at::Tensor r2 = r.reshape({rows, 1});
+  const at::Tensor xhat = xt.to(at::kFloat) * r2, gd = dyt.to(at::kFloat) * g;
+  const at::Tensor dx = r2 * (gd - xhat * (gd * xhat).mean(-1, true));
+  return {values(dx.to(st)), values((dyt.to(at::kFloat) * xhat).sum(0))};
+}
+
+std::vector<float> rotary_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                              const std::vector<float>& cos, const std::vector<float>& sin,
+                              int64_t b, int64_t heads, int64_t s, int64_t d, int64_t r,
+                              int64_t tb, bool backward) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor xt = tensor(x, {b, heads, s, d}, st);
+  const at::Tensor ct = tensor(cos, {tb, 1, s, r}, st), snt = tensor(sin, {tb, 1, s, r}, st);
+  if (impl == RefImpl::kLoomCpu)
+    return values(backward ? ops::rotary_backward(xt, ct, snt) : ops::rotary(xt, ct, snt));
+  // ATen: the rotate-half composition in fp32; its input gradient through autograd.
+  const int64_t half = r / 2;
+  const at::Tensor c32 = ct.to(at::kFloat), s32 = snt.to(at::kFloat);
+  auto forward = [&](const at::Tensor& v) {
+    const at::Tensor vr = v.narrow(-1, 0, r);
+    const at::Tensor rotated = at::cat({vr.narrow(-1, half, half).neg(), vr.narrow(-1, 0, half)}, -1);
+    return at::cat({vr * c32 + rotated * s32, v.narrow(-1, r, d - r)}, -1);
+  };
+  if (!backward) return values(forward(xt.to(at::kFloat)).to(st));
+  const at::Tensor probe = at::zeros({b, heads, s, d}, at::kFloat).requires_grad_();  // host: reference
+  const at::Tensor grad = torch::autograd::grad({forward(probe)}, {probe}, {xt.to(at::kFloat)})[0];
+  return values(grad.to(st));
+}
+
+std::vector<float> swiglu_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                              const std::vector<float>& x, int64_t rows, int64_t f) {
+  const at::ScalarType st = scalar_type(t);
+  const at::Tensor xt = tensor(x, {rows, 2 * f}, st);
+  const bool backward = !dy.empty();
+  if (impl == RefImpl::kLoomCpu) {
+    if (!backward) return values(ops::swiglu(xt));
+    return values(ops::swiglu_backward(tensor(dy, {rows, f}, st), xt));
+  }
+  const at::Tensor x32 = xt.to(at::kFloat).requires_grad_();
+  const at::Tensor h = x32.unflatten(-1, {f, 2});
+  const at::Tensor y = at::silu(h.select(-1, 0)) * h.select(-1, 1);
+  if (!backward) return values(y.to(st));
+  return values(torch::autograd::grad({y}, {x32}, {tensor(dy, {rows, f}, st).to(at::kFloat)})[0].to(st));
 }
 
 std::vector<float> loom_cpu_dropout(RefType t, const std::vector<float>& x,

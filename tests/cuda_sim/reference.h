@@ -56,6 +56,32 @@ std::vector<float> bias_gelu_ref(RefImpl impl, RefType t, const std::vector<floa
                                  const std::vector<float>& x, const std::vector<float>& bias,
                                  int64_t rows, int64_t cols);
 
+/// RMSNorm: y and rstd (float32) of x [rows, cols] with gamma (float32 [cols]).
+struct RmsNormRef {
+  std::vector<float> y, rstd;
+};
+RmsNormRef rms_norm_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                        const std::vector<float>& gamma, int64_t rows, int64_t cols, float eps);
+/// dx (element type) and dgamma (float32) of RMSNorm, from the forward's rstd.
+struct RmsNormGradRef {
+  std::vector<float> dx, dgamma;
+};
+RmsNormGradRef rms_norm_backward_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                                     const std::vector<float>& x, const std::vector<float>& gamma,
+                                     const std::vector<float>& rstd, int64_t rows, int64_t cols);
+
+/// Rotary of x [b, heads, s, d] (contiguous) with tables cos, sin [tb, 1, s, r] (element
+/// type); backward: rotary_backward of x taken as the gradient. Contiguous [b, heads, s, d].
+std::vector<float> rotary_ref(RefImpl impl, RefType t, const std::vector<float>& x,
+                              const std::vector<float>& cos, const std::vector<float>& sin,
+                              int64_t b, int64_t heads, int64_t s, int64_t d, int64_t r,
+                              int64_t tb, bool backward);
+
+/// SwiGLU of x [rows, 2f] (interleaved pairs): dy empty: the output [rows, f]; else the input
+/// gradient [rows, 2f] of dy [rows, f].
+std::vector<float> swiglu_ref(RefImpl impl, RefType t, const std::vector<float>& dy,
+                              const std::vector<float>& x, int64_t rows, int64_t f);
+
 /// Loom's CPU dropout of x (local shape `local`, the block at `offset` of `global`):
 /// bias and residual empty: dropout(x); else bias_dropout_add(x, bias or none, residual).
 std::vector<float> loom_cpu_dropout(RefType t, const std::vector<float>& x,

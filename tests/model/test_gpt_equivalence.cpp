@@ -3,7 +3,9 @@
 // parameter as the single-process model without recomputation, with and without dropout
 // (masks keyed by global position) and with label smoothing. Replicated parameters' gradients are identical on every
 // tensor rank. The fused attention core (use_flash_attention, attention dropout 0) equals the
-// unfused single-process model under the same layouts and recompute settings. Ranks: Gloo over
+// unfused single-process model under the same layouts and recompute settings. The reference
+// runs without the op library's fused norm / activation / RoPE kernels (ATen compositions), the
+// layouts with them. Ranks: Gloo over
 // loopback, fp32, tiny model.
 #include <catch2/catch.hpp>
 
@@ -70,6 +72,9 @@ std::vector<std::string> check_variants(const runtime::CommunicatorPtr& tp, cons
     ref_cfg.hidden_dropout = ref_cfg.attention_dropout = v.dropout;
     ref_cfg.label_smoothing = v.dropout > 0 ? 0.1 : 0.0;  // the dropout variants also smooth
     GptConfig cfg = ref_cfg;
+    // The reference runs ATen's compositions, the layouts the op library's fused norm,
+    // activation and RoPE kernels (the defaults): each layout also checks the fused ops.
+    ref_cfg.persist_layer_norm = ref_cfg.bias_activation_fusion = ref_cfg.apply_rope_fusion = false;
     cfg.use_flash_attention = v.flash;
     cfg.layout.sequence_parallel = v.sequence_parallel;
     cfg.layout.recompute.granularity = v.granularity;

@@ -1,8 +1,9 @@
 // The Llama-family pieces of the model (docs/design/llama.md) against independent references:
 // RMSNorm against its formula in float64, RoPE's relative-position property, grouped-query
 // attention against multi-head attention with each K/V head copied to its query heads, SwiGLU's
-// interleaved gate/up rows against silu(G x) · U x, and the cached decode (K/V heads only,
-// positions per row) against the full forward.
+// interleaved gate/up rows against silu(G x) · U x, the cached decode (K/V heads only,
+// positions per row) against the full forward, and the op library's fused RMSNorm / RoPE /
+// SwiGLU kernels against the ATen compositions in a whole model.
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
@@ -261,4 +262,28 @@ TEST_CASE("Llama 3.1 rope scaling: each inverse frequency kept, interpolated or 
   CHECK(kept >= 1);
   CHECK(interpolated >= 1);
   CHECK(divided >= 1);
+}
+
+TEST_CASE("the fused RMSNorm, RoPE and SwiGLU kernels give the ATen compositions' loss and gradients",
+          "[model][llama]") {
+  // persist_layer_norm / apply_rope_fusion / bias_activation_fusion (on by default) against all
+  // three off; the extras config adds partial rotary, rope scaling and a QKV bias; the biased
+  // GPT config runs loom::layer_norm and loom::bias_gelu against at::layer_norm and at::gelu.
+  GptConfig fused = GENERATE(tiny_llama_config(), tiny_llama_extras_config(), tiny_config());
+  CAPTURE(fused.normalization == Normalization::kRmsNorm, fused.rotary_percentage);
+  REQUIRE((fused.persist_layer_norm && fused.apply_rope_fusion && fused.bias_activation_fusion));
+  GptConfig plain = fused;
+  plain.persist_layer_norm = plain.apply_rope_fusion = plain.bias_activation_fusion = false;
+  auto solo = runtime::Communicator::solo();
+  DropoutContext off;
+  off.training = false;
+  const Batch batch = make_batch(fused, 2);
+  const Result want = run_step(GptStage(plain, solo), batch, off, *solo);
+  const Result got = run_step(GptStage(fused, solo), batch, off, *solo);
+  CHECK(rel_err(got.loss, want.loss) < 1e-6);
+  REQUIRE(got.grads.size() == want.grads.size());
+  for (const auto& [name, g] : want.grads) {
+    INFO(name);
+    CHECK(rel_err(got.grads.at(name), g) < 1e-5);
+  }
 }

@@ -90,5 +90,12 @@ TEST_CASE("every op gives the CPU result bit for bit on the stand-in device", "[
                           random_inputs({{2, 4, 16, 8}, {2, 4, 16, 8}, {2, 4, 16, 8}}, dtype));
     check_same_on_standin("bias_gelu", [](const auto& v) { return ops::bias_gelu(v[0], v[1]); },
                           random_inputs({{8, 2, 64}, {64}}, dtype));
+    check_same_on_standin("rms_norm", [](const auto& v) { return ops::rms_norm(v[0], v[1], 1e-6); },
+                          random_inputs({x_shape, {32}}, dtype));
+    check_same_on_standin("rotary",  // tables: not differentiable
+                          [](const auto& v) { return ops::rotary(v[0], v[1].detach(), v[2].detach()); },
+                          random_inputs({{2, 4, 8, 16}, {2, 1, 8, 12}, {2, 1, 8, 12}}, dtype));
+    check_same_on_standin("swiglu", [](const auto& v) { return ops::swiglu(v[0]); },
+                          random_inputs({{8, 2, 64}}, dtype));
   }
 }

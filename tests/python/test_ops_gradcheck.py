@@ -44,3 +44,20 @@ def test_core_attention_gradcheck():
 def test_bias_gelu_gradcheck():
     x, b = _rand(5, 9, seed=13), _rand(9, seed=14)
     assert torch.autograd.gradcheck(lambda x, b: L.bias_gelu(x, b), (x, b))
+
+
+def test_rms_norm_gradcheck():
+    x, w = (_rand(3, 5, 16, seed=15) * 2 + 1).detach().requires_grad_(), _rand(16, seed=16)
+    assert torch.autograd.gradcheck(lambda x, w: L.rms_norm(x, w, 1e-6)[0], (x, w))
+
+
+def test_rotary_gradcheck():
+    # Partial rotary (6 of 10) with tables whose halves differ: the general transpose.
+    x = _rand(2, 3, 4, 10, seed=17)
+    cos, sin = _rand(2, 1, 4, 6, seed=18).detach(), _rand(2, 1, 4, 6, seed=19).detach()
+    assert torch.autograd.gradcheck(lambda x: L.rotary(x, cos, sin), (x,))
+
+
+def test_swiglu_gradcheck():
+    x = _rand(4, 3, 14, seed=20)
+    assert torch.autograd.gradcheck(lambda x: L.swiglu(x), (x,))

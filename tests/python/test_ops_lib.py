@@ -34,7 +34,8 @@ DEVICES = _devices()
 
 OPS = ["layer_norm", "layer_norm_backward", "dropout", "dropout_mask", "bias_dropout_add",
        "scaled_masked_softmax", "scaled_masked_softmax_backward", "core_attention",
-       "core_attention_backward", "bias_gelu", "bias_gelu_backward"]
+       "core_attention_backward", "bias_gelu", "bias_gelu_backward", "rms_norm",
+       "rms_norm_backward", "rotary", "rotary_backward", "swiglu", "swiglu_backward"]
 
 
 def test_every_op_is_registered():
@@ -62,6 +63,9 @@ def _opcheck_cases(device):
         (L.core_attention.default,
          (rnd(2, 3, 5, 4), rnd(2, 3, 5, 4), rnd(2, 3, 5, 4), None, 0.5, True, 0.2, 3, 4, [], [])),
         (L.bias_gelu.default, (x, b)),
+        (L.rms_norm.default, (x, w, 1e-6)),
+        (L.rotary.default, (rnd(2, 3, 5, 8), rnd(2, 1, 5, 6, grad=False), rnd(2, 1, 5, 6, grad=False))),
+        (L.swiglu.default, (rnd(3, 10),)),
     ]
 
 

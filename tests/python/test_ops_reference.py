@@ -169,3 +169,61 @@ def test_bias_gelu(device, dtype, f):
     close(y, yr, *tol(dtype, 2))
     close(xs.grad, xr.grad, *tol(dtype, 2))
     close(bs.grad, br.grad, *tol(dtype, 16))
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("h", [1024, 13])
+def test_rms_norm(device, dtype, h):
+    x, w, dy = rand((7, 3, h), dtype, device, 23, 2.0, 0.5), rand((h,), dtype, device, 24, 0.3, 1.0), \
+        rand((7, 3, h), dtype, device, 25)
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    y = L.rms_norm(xs, ws, 1e-6)[0]
+    y.backward(dy)
+    xr, wr = leaf(x), leaf(w)
+    yr = xr * torch.rsqrt(xr.pow(2).mean(-1, keepdim=True) + 1e-6) * wr
+    yr.backward(dy.float())
+    close(y, yr, *tol(dtype, 2))
+    close(xs.grad, xr.grad, *tol(dtype, 4))
+    close(ws.grad, wr.grad, *tol(dtype, 32))
+
+
+def _rotate_half_reference(x, cos, sin):
+    r = cos.shape[-1]
+    x1, x2, rest = x[..., :r // 2], x[..., r // 2:r], x[..., r:]
+    return torch.cat([x[..., :r] * cos + torch.cat([-x2, x1], -1) * sin, rest], -1)
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("d,r", [(16, 16), (10, 6)])
+def test_rotary(device, dtype, d, r):
+    # x: the K heads of a [s, b, groups, 3d] projection viewed as [b, groups, s, d] (strided).
+    mixed = rand((5, 2, 3, 3 * d), dtype, device, 26)
+    x = mixed[..., d:2 * d].permute(1, 2, 0, 3)
+    pos = torch.arange(5, dtype=torch.float32).expand(2, 5)
+    ang = pos[..., None] * (100.0 ** (-torch.arange(0, r, 2, dtype=torch.float32) / r))
+    both = torch.cat([ang, ang], -1)[:, None].to(device)
+    cos, sin = both.cos().to(dtype), both.sin().to(dtype)
+    dy = rand((2, 3, 5, d), dtype, device, 27)
+    xs = x.detach().requires_grad_()
+    y = L.rotary(xs, cos, sin)
+    y.backward(dy)
+    xr = leaf(x)
+    yr = _rotate_half_reference(xr, cos.float(), sin.float())
+    yr.backward(dy.float())
+    close(y, yr, *tol(dtype, 2))
+    close(xs.grad, xr.grad, *tol(dtype, 2))
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@pytest.mark.parametrize("f", [512, 9])
+def test_swiglu(device, dtype, f):
+    x, dy = rand((6, 2, 2 * f), dtype, device, 28, 2.0), rand((6, 2, f), dtype, device, 29)
+    xs = x.clone().requires_grad_()
+    y = L.swiglu(xs)
+    y.backward(dy)
+    xr = leaf(x)
+    pairs = xr.unflatten(-1, (f, 2))
+    yr = torch.nn.functional.silu(pairs[..., 0]) * pairs[..., 1]
+    yr.backward(dy.float())
+    close(y, yr, *tol(dtype, 2))
+    close(xs.grad, xr.grad, *tol(dtype, 2))

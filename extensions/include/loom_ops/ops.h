@@ -115,4 +115,44 @@ at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias);
 at::Tensor bias_gelu_backward(const at::Tensor& grad_out, const at::Tensor& x,
                               const at::Tensor& bias);
 
+// ---- the Llama family (docs/design/llama.md) -----------------------------------------------
+
+/// RMSNorm (Zhang & Sennrich 2019) over the last dimension: y = x · rstd · weight with
+/// rstd = 1 / sqrt(mean(x²) + eps), the statistic and the products in fp32 (fp64 for float64)
+/// and y rounded once to x's dtype. weight [h] in x's dtype or float32. Differentiable in x
+/// and weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// The same, also returning rstd (float32, float64 for float64 input; shape x.shape[:-1];
+/// not differentiable).
+std::tuple<at::Tensor, at::Tensor> rms_norm_with_rstd(const at::Tensor& x, const at::Tensor& weight,
+                                                      double eps);
+
+/// Backward of rms_norm: (dx, dweight), xhat = x · rstd, g = grad_out · weight:
+/// dx = rstd (g − xhat · mean(g · xhat)), dweight = Σ grad_out · xhat over the local tokens
+/// (all-reduce over TP under sequence parallelism), in weight's dtype.
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                     const at::Tensor& weight, const at::Tensor& rstd);
+
+/// Rotary position embedding, rotate-half pairing (Megatron-Core's and transformers' RoPE):
+/// x [b, heads, s, d] (any strides) and the tables cos, sin [b or 1, 1, s, r] (r even, r <= d,
+/// x's dtype: csrc/model/rotary.h builds them) -> out [b, heads, s, d] contiguous, where for
+/// i < r/2 (x₁ = x[..., i], x₂ = x[..., i + r/2], c/s the tables at i and i + r/2)
+///   out[..., i] = x₁ c[i] − x₂ s[i],  out[..., i + r/2] = x₂ c[i + r/2] + x₁ s[i + r/2]
+/// and dimensions r.. d pass through (partial rotary). Computed in fp32 (fp64 for float64).
+/// Differentiable in x; cos and sin must not require grad (an error says so).
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+/// d/dx of rotary times grad_out: the rotation by −θ (the transpose of the forward).
+at::Tensor rotary_backward(const at::Tensor& grad_out, const at::Tensor& cos, const at::Tensor& sin);
+
+/// SwiGLU (Shazeer 2020) on Loom's fused gate/up projection: x [..., 2f] holds interleaved
+/// pairs [g₀, u₀, g₁, u₁, ...] (csrc/model/mlp.h) -> silu(g) · u [..., f], in fp32 (fp64 for
+/// float64) rounded once. Differentiable.
+at::Tensor swiglu(const at::Tensor& x);
+
+/// d/dx of swiglu times grad_out [..., f] -> [..., 2f]: d/dg = grad · u · σ(g)(1 + g(1 − σ(g))),
+/// d/du = grad · silu(g), interleaved as x.
+at::Tensor swiglu_backward(const at::Tensor& grad_out, const at::Tensor& x);
+
 }  // namespace loom::ops

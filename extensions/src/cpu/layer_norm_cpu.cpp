@@ -1,5 +1,6 @@
-// LayerNorm forward/backward on CPU: rows in parallel, each row converted once to the
-// accumulation type (fp32, fp64 for fp64) and processed with ATen Vectorized.
+// LayerNorm and RMSNorm forward/backward on CPU: rows in parallel, each row converted once to
+// the accumulation type (fp32, fp64 for fp64) and processed with ATen Vectorized. RMSNorm is
+// LayerNorm with mean 0, no beta and no mean(g) term (kRms below), so one code serves both.
 // Forward: two-pass mean and biased variance (no E[x^2] - mean^2 cancellation).
 // Backward (xhat = (x - mean) rstd, g = dy * gamma):
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dgamma = sum dy*xhat, dbeta = sum dy
@@ -19,7 +20,8 @@
 namespace loom::ops {
 namespace {
 
-template <typename scalar_t>
+/// kRms: RMSNorm (mean 0, beta and mean null).
+template <typename scalar_t, bool kRms = false>
 void layer_norm_rows(const scalar_t* x, const at::opmath_type<scalar_t>* gamma,
                      const at::opmath_type<scalar_t>* beta, scalar_t* y,
                      at::opmath_type<scalar_t>* mean, at::opmath_type<scalar_t>* rstd,
@@ -32,24 +34,30 @@ void layer_norm_rows(const scalar_t* x, const at::opmath_type<scalar_t>* gamma,
     for (int64_t r = begin; r < end; ++r) {
       const scalar_t* xr = x + r * cols;
       for (int64_t j = 0; j < cols; ++j) buf[j] = static_cast<acc_t>(xr[j]);
-      const acc_t mu = at::vec::reduce_all<acc_t>(
-                           [](Vec& a, Vec& b) { return a + b; }, buf.data(), cols) / cols;
+      const acc_t mu = kRms ? acc_t(0)
+                            : at::vec::reduce_all<acc_t>(
+                                  [](Vec& a, Vec& b) { return a + b; }, buf.data(), cols) / cols;
       const acc_t var = at::vec::map_reduce_all<acc_t>(
                             [mu](Vec v) { v = v - Vec(mu); return v * v; },
                             [](Vec a, Vec b) { return a + b; }, buf.data(), cols) / cols;
       const acc_t rs = acc_t(1) / std::sqrt(var + static_cast<acc_t>(eps));
-      at::vec::map3<acc_t>(
-          [mu, rs](Vec v, Vec g, Vec b) { return (v - Vec(mu)) * Vec(rs) * g + b; },
-          buf.data(), buf.data(), gamma, beta, cols);
+      if constexpr (kRms)
+        at::vec::map2<acc_t>([rs](Vec v, Vec g) { return v * Vec(rs) * g; }, buf.data(),
+                             buf.data(), gamma, cols);
+      else
+        at::vec::map3<acc_t>(
+            [mu, rs](Vec v, Vec g, Vec b) { return (v - Vec(mu)) * Vec(rs) * g + b; },
+            buf.data(), buf.data(), gamma, beta, cols);
       scalar_t* yr = y + r * cols;
       for (int64_t j = 0; j < cols; ++j) yr[j] = static_cast<scalar_t>(buf[j]);
-      mean[r] = mu;
+      if (!kRms) mean[r] = mu;
       rstd[r] = rs;
     }
   });
 }
 
-template <typename scalar_t>
+/// kRms: RMSNorm (mean and dbeta null; no mean(g) term).
+template <typename scalar_t, bool kRms = false>
 void layer_norm_backward_rows(const scalar_t* dy, const scalar_t* x,
                               const at::opmath_type<scalar_t>* gamma,
                               const at::opmath_type<scalar_t>* mean,
@@ -70,7 +78,7 @@ void layer_norm_backward_rows(const scalar_t* dy, const scalar_t* x,
       for (int64_t r = c * grain; r < std::min(rows, (c + 1) * grain); ++r) {
         const scalar_t* xr = x + r * cols;
         const scalar_t* dyr = dy + r * cols;
-        const acc_t mu = mean[r], rs = rstd[r];
+        const acc_t mu = kRms ? acc_t(0) : mean[r], rs = rstd[r];
         for (int64_t j = 0; j < cols; ++j) {
           const acc_t d = static_cast<acc_t>(dyr[j]);
           xh[j] = (static_cast<acc_t>(xr[j]) - mu) * rs;
@@ -78,8 +86,9 @@ void layer_norm_backward_rows(const scalar_t* dy, const scalar_t* x,
           pg[j] += d * xh[j];
           pb[j] += d;
         }
-        const acc_t mean_g = at::vec::reduce_all<acc_t>(
-                                 [](Vec& a, Vec& b) { return a + b; }, g.data(), cols) / cols;
+        const acc_t mean_g = kRms ? acc_t(0)
+                                  : at::vec::reduce_all<acc_t>(
+                                        [](Vec& a, Vec& b) { return a + b; }, g.data(), cols) / cols;
         const acc_t mean_gx = at::vec::map2_reduce_all<acc_t>(
                                   [](Vec a, Vec b) { return a * b; },
                                   [](Vec a, Vec b) { return a + b; }, g.data(), xh.data(),
@@ -99,7 +108,7 @@ void layer_norm_backward_rows(const scalar_t* dy, const scalar_t* x,
       sb += partial[(2 * c + 1) * cols + j];
     }
     dgamma[j] = sg;
-    dbeta[j] = sb;
+    if (!kRms) dbeta[j] = sb;
   }
 }
 
@@ -153,6 +162,47 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward_cpu(
         dgamma.mutable_data_ptr<acc_t>(), dbeta.mutable_data_ptr<acc_t>(), rows, cols);
   });
   return {dx, dgamma.to(weight.scalar_type()), dbeta.to(weight.scalar_type())};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_cpu(const at::Tensor& x_in, const at::Tensor& weight,
+                                                double eps) {
+  internal::check_rms_norm(x_in, weight);
+  const at::Tensor x = x_in.contiguous();
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const at::Tensor gamma = internal::as_acc_param(weight, x.scalar_type());
+  at::Tensor y = at::empty_like(x);
+  auto stat_shape = x.sizes().vec();
+  stat_shape.pop_back();
+  at::Tensor rstd = at::empty(stat_shape, x.options().dtype(internal::acc_dtype(x.scalar_type())));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "loom_rms_norm", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    layer_norm_rows<scalar_t, true>(x.const_data_ptr<scalar_t>(), gamma.const_data_ptr<acc_t>(),
+                                    nullptr, y.mutable_data_ptr<scalar_t>(), nullptr,
+                                    rstd.mutable_data_ptr<acc_t>(), rows, cols, eps);
+  });
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy_in,
+                                                         const at::Tensor& x_in,
+                                                         const at::Tensor& weight,
+                                                         const at::Tensor& rstd_in) {
+  internal::check_rms_norm_backward(dy_in, x_in, weight, rstd_in);
+  const at::Tensor x = x_in.contiguous(), dy = dy_in.contiguous(), rstd = rstd_in.contiguous();
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const at::Tensor gamma = internal::as_acc_param(weight, x.scalar_type());
+  at::Tensor dx = at::empty_like(x);
+  at::Tensor dgamma = at::empty({cols}, x.options().dtype(internal::acc_dtype(x.scalar_type())));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "loom_rms_norm_backward", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    layer_norm_backward_rows<scalar_t, true>(
+        dy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), gamma.const_data_ptr<acc_t>(),
+        nullptr, rstd.const_data_ptr<acc_t>(), dx.mutable_data_ptr<scalar_t>(),
+        dgamma.mutable_data_ptr<acc_t>(), nullptr, rows, cols);
+  });
+  return {dx, dgamma.to(weight.scalar_type())};
 }
 
 }  // namespace loom::ops

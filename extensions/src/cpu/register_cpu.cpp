@@ -15,4 +15,10 @@ TORCH_LIBRARY_IMPL(loom, CPU, m) {
   m.impl("paged_attention", &loom::ops::paged_attention_cpu);
   m.impl("bias_gelu", &loom::ops::bias_gelu_cpu);
   m.impl("bias_gelu_backward", &loom::ops::bias_gelu_backward_cpu);
+  m.impl("rms_norm", &loom::ops::rms_norm_cpu);
+  m.impl("rms_norm_backward", &loom::ops::rms_norm_backward_cpu);
+  m.impl("rotary", &loom::ops::rotary_cpu);
+  m.impl("rotary_backward", &loom::ops::rotary_backward_cpu);
+  m.impl("swiglu", &loom::ops::swiglu_cpu);
+  m.impl("swiglu_backward", &loom::ops::swiglu_backward_cpu);
 }

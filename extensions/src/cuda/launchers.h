@@ -56,4 +56,29 @@ void bias_gelu_forward(DType t, const void* x, const float* bias, void* y, int64
 void bias_gelu_backward(DType t, const void* dy, const void* x, const float* bias, void* dx,
                         int64_t rows, int64_t cols, cudaStream_t stream);
 
+/// RMSNorm: y = x rstd gamma over rows of length cols; rstd [rows].
+void rms_norm_forward(DType t, const void* x, const float* gamma, void* y, float* rstd,
+                      int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+
+/// dx, and dgamma summed over all rows (float32 [cols]); workspace of
+/// layer_norm_backward_workspace(rows, cols) floats.
+void rms_norm_backward(DType t, const void* dy, const void* x, const float* rstd,
+                       const float* gamma, void* dx, float* dgamma, float* workspace, int64_t rows,
+                       int64_t cols, cudaStream_t stream);
+
+/// Rotate-half RoPE (loom_ops/ops.h `rotary`) of x [B, H, S, d] read through the element
+/// strides (sb, sh, ss; unit stride within a row) into the contiguous out [B, H, S, d];
+/// tables cos, sin [table_batches (1 or B), S, r] contiguous, in x's type. backward: the
+/// transpose (rotary_backward).
+void rotary(DType t, const void* x, int64_t sb, int64_t sh, int64_t ss, const void* cos,
+            const void* sin, void* out, int64_t B, int64_t H, int64_t S, int64_t d, int64_t r,
+            int64_t table_batches, bool backward, cudaStream_t stream);
+
+/// SwiGLU of `pairs` interleaved (gate, up) pairs: y[i] = silu(x[2i]) x[2i + 1].
+void swiglu_forward(DType t, const void* x, void* y, int64_t pairs, cudaStream_t stream);
+
+/// dx [2 pairs] (interleaved as x) of dy [pairs] (ops.h swiglu_backward).
+void swiglu_backward(DType t, const void* dy, const void* x, void* dx, int64_t pairs,
+                     cudaStream_t stream);
+
 }  // namespace loom::ops::cuda

@@ -1,4 +1,6 @@
-// LayerNorm forward/backward CUDA kernels (fp32 statistics and accumulation).
+// LayerNorm and RMSNorm forward/backward CUDA kernels (fp32 statistics and accumulation).
+// RMSNorm is LayerNorm with mean 0, no beta and no mean(g) term: each kernel takes kRms and
+// skips those parts (mean, beta and dbeta pointers are null then).
 //
 // Forward: one block per row. Each thread caches its packs of 8 elements in registers in
 // the storage type (up to kCache packs, i.e. rows up to 512 * 8 * 4 = 16384 elements), so
@@ -37,7 +39,7 @@ __device__ __forceinline__ void load_floats(const float* p, int n, bool vector, 
   for (int e = 0; e < kPack; ++e) out[e] = e < n ? p[e] : 0.0f;
 }
 
-template <typename T>
+template <typename T, bool kRms>
 __global__ void __launch_bounds__(kMaxThreads)
     ln_forward_kernel(const T* __restrict__ x, const float* __restrict__ gamma,
                       const float* __restrict__ beta, T* __restrict__ y,
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int e = 0; e < kPack; ++e) sum += to_float<T>(v.e[e]);
   }
-  const float mu = block_sum(sum, scratch) / static_cast<float>(cols);
+  const float mu = kRms ? 0.0f : block_sum(sum, scratch) / static_cast<float>(cols);
 
   float sq = 0.0f;
   auto add_sq = [&](const Pack<T>& v, int n) {
@@ -93,9 +95,9 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   auto write = [&](int64_t p, const Pack<T>& v) {
     const int n = pack_len(cols, p * kPack);
-    float g[kPack], b[kPack], out[kPack];
+    float g[kPack], b[kPack] = {}, out[kPack];
     load_floats(gamma + p * kPack, n, vector, g);
-    load_floats(beta + p * kPack, n, vector, b);
+    if (!kRms) load_floats(beta + p * kPack, n, vector, b);
 #pragma unroll
     for (int e = 0; e < kPack; ++e) out[e] = (to_float<T>(v.e[e]) - mu) * rs * g[e] + b[e];
     store_partial<T>(yr + p * kPack, n, vector, out);
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int64_t p = threadIdx.x + kCache * stride; p < packs; p += stride)
     write(p, load_raw<T>(xr + p * kPack, pack_len(cols, p * kPack), vector));
   if (threadIdx.x == 0) {
-    mean_out[row] = mu;
+    if (!kRms) mean_out[row] = mu;
     rstd_out[row] = rs;
   }
 }
@@ -116,7 +118,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 /// Fused backward (packs <= kCacheBwd * blockDim.x): dx for rows blockIdx.x + k * gridDim.x and
 /// this block's dgamma/dbeta partial sums, written to partial[blockIdx.x][0..cols) and
 /// partial[gridDim.x + blockIdx.x][0..cols). Dynamic shared memory: 2 * cols floats.
-template <typename T>
+template <typename T, bool kRms>
 __global__ void __launch_bounds__(kMaxThreadsBwd)
     ln_backward_fused_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                              const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(kMaxThreadsBwd)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     const T* dyr = dy + row * cols;
-    const float mu = mean[row], rs = rstd[row];
+    const float mu = kRms ? 0.0f : mean[row], rs = rstd[row];
     Pack<T> xc[kCacheBwd], dc[kCacheBwd];
 #pragma unroll
     for (int i = 0; i < kCacheBwd; ++i) {
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kMaxThreadsBwd)
       }
     }
     const float2 sums = block_sum2(s_g, s_gx, scratch);
-    const float mean_g = sums.x / static_cast<float>(cols);
+    const float mean_g = kRms ? 0.0f : sums.x / static_cast<float>(cols);
     const float mean_gx = sums.y / static_cast<float>(cols);
 #pragma unroll
     for (int i = 0; i < kCacheBwd; ++i) {
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kMaxThreadsBwd)
       for (int e = 0; e < kPack; ++e)
         if (e < n) {
           pg[p * kPack + e] = acc[p * kPack + e];
-          pb[p * kPack + e] = acc[cols + p * kPack + e];
+          if (!kRms) pb[p * kPack + e] = acc[cols + p * kPack + e];
         }
     }
   }
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kMaxThreadsBwd)
 
 /// dx only, for rows longer than the fused kernel holds: three passes over the row (the
 /// second and third hit L1/L2).
-template <typename T>
+template <typename T, bool kRms>
 __global__ void __launch_bounds__(kMaxThreads)
     ln_backward_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                           const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     const T* dyr = dy + row * cols;
-    const float mu = mean[row], rs = rstd[row];
+    const float mu = kRms ? 0.0f : mean[row], rs = rstd[row];
     float s_g = 0.0f, s_gx = 0.0f;
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       const int n = pack_len(cols, p * kPack);
@@ -236,7 +238,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     }
     const float2 sums = block_sum2(s_g, s_gx, scratch);
-    const float mean_g = sums.x / static_cast<float>(cols);
+    const float mean_g = kRms ? 0.0f : sums.x / static_cast<float>(cols);
     const float mean_gx = sums.y / static_cast<float>(cols);
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       const int n = pack_len(cols, p * kPack);
@@ -256,7 +258,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 /// Partial dgamma/dbeta for long rows: block (x: 256 columns, y: row chunk) writes
 /// partial[y][col] and partial[gridDim.y + y][col].
-template <typename T>
+template <typename T, bool kRms>
 __global__ void ln_param_partial_kernel(const T* __restrict__ dy, const T* __restrict__ x,
                                         const float* __restrict__ mean,
                                         const float* __restrict__ rstd,
@@ -269,14 +271,15 @@ __global__ void ln_param_partial_kernel(const T* __restrict__ dy, const T* __res
   float sg = 0.0f, sb = 0.0f;
   for (int64_t r = r0; r < r1; ++r) {
     const float d = to_float<T>(dy[r * cols + col]);
-    sg += d * (to_float<T>(x[r * cols + col]) - mean[r]) * rstd[r];
+    sg += d * (to_float<T>(x[r * cols + col]) - (kRms ? 0.0f : mean[r])) * rstd[r];
     sb += d;
   }
   partial[static_cast<int64_t>(blockIdx.y) * cols + col] = sg;
-  partial[static_cast<int64_t>(gridDim.y + blockIdx.y) * cols + col] = sb;
+  if (!kRms) partial[static_cast<int64_t>(gridDim.y + blockIdx.y) * cols + col] = sb;
 }
 
-/// dgamma[col] = sum_k partial[k][col], dbeta[col] = sum_k partial[parts + k][col].
+/// dgamma[col] = sum_k partial[k][col], dbeta[col] = sum_k partial[parts + k][col] (dbeta
+/// null: RMSNorm, no second half).
 __global__ void ln_param_reduce_kernel(const float* __restrict__ partial, int parts,
                                        float* __restrict__ dgamma, float* __restrict__ dbeta,
                                        int64_t cols) {
@@ -285,10 +288,10 @@ __global__ void ln_param_reduce_kernel(const float* __restrict__ partial, int pa
   float sg = 0.0f, sb = 0.0f;
   for (int k = 0; k < parts; ++k) {
     sg += partial[static_cast<int64_t>(k) * cols + col];
-    sb += partial[static_cast<int64_t>(parts + k) * cols + col];
+    if (dbeta) sb += partial[static_cast<int64_t>(parts + k) * cols + col];
   }
   dgamma[col] = sg;
-  dbeta[col] = sb;
+  if (dbeta) dbeta[col] = sb;
 }
 
 constexpr int kUnfusedParts = 64;  // row chunks of the column kernel
@@ -304,37 +307,33 @@ int backward_parts(int64_t rows, int64_t cols) {
   return static_cast<int>(rows < b ? (rows < 1 ? 1 : rows) : b);
 }
 
-}  // namespace
-
-void layer_norm_forward(DType t, const void* x, const float* gamma, const float* beta, void* y,
-                        float* mean, float* rstd, int64_t rows, int64_t cols, float eps,
-                        cudaStream_t stream) {
+template <bool kRms>
+void norm_forward(DType t, const void* x, const float* gamma, const float* beta, void* y,
+                  float* mean, float* rstd, int64_t rows, int64_t cols, float eps,
+                  cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const int64_t packs = (cols + kPack - 1) / kPack;
   const bool vector = cols % kPack == 0 && aligned16(x) && aligned16(y) && aligned16(gamma) &&
-                      aligned16(beta);
+                      (kRms || aligned16(beta));
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    LOOM_LAUNCH(ln_forward_kernel<T>, static_cast<unsigned>(rows), threads_for(packs), 0,
+    LOOM_LAUNCH((ln_forward_kernel<T, kRms>), static_cast<unsigned>(rows), threads_for(packs), 0,
                 stream)(
         static_cast<const T*>(x), gamma, beta, static_cast<T*>(y), mean, rstd, cols, eps,
         vector);
   });
-  check_launch("layer_norm_forward");
+  check_launch(kRms ? "rms_norm_forward" : "layer_norm_forward");
 }
 
-int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols) {
-  return 2 * static_cast<int64_t>(backward_parts(rows, cols)) * cols;
-}
-
-void layer_norm_backward(DType t, const void* dy, const void* x, const float* mean,
-                         const float* rstd, const float* gamma, void* dx, float* dgamma,
-                         float* dbeta, float* workspace, int64_t rows, int64_t cols,
-                         cudaStream_t stream) {
+template <bool kRms>
+void norm_backward(DType t, const void* dy, const void* x, const float* mean,
+                   const float* rstd, const float* gamma, void* dx, float* dgamma,
+                   float* dbeta, float* workspace, int64_t rows, int64_t cols,
+                   cudaStream_t stream) {
   if (cols == 0) return;
   if (rows == 0) {  // no tokens: zero parameter gradients
     cudaMemsetAsync(dgamma, 0, cols * sizeof(float), stream);
-    cudaMemsetAsync(dbeta, 0, cols * sizeof(float), stream);
+    if (!kRms) cudaMemsetAsync(dbeta, 0, cols * sizeof(float), stream);
     check_launch("layer_norm_backward (memset)");
     return;
   }
@@ -348,29 +347,61 @@ void layer_norm_backward(DType t, const void* dy, const void* x, const float* me
       // exactly `parts` (<= rows) blocks, each writing its two partial rows
       const size_t smem = 2 * static_cast<size_t>(cols) * sizeof(float);
       if (smem > 48 * 1024)
-        cudaFuncSetAttribute(ln_backward_fused_kernel<T>,
+        cudaFuncSetAttribute(ln_backward_fused_kernel<T, kRms>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       const int threads = threads_for(packs, kCacheBwd, kMaxThreadsBwd);
-      LOOM_LAUNCH(ln_backward_fused_kernel<T>, parts, threads, smem, stream)(
+      LOOM_LAUNCH((ln_backward_fused_kernel<T, kRms>), parts, threads, smem, stream)(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
           static_cast<T*>(dx), workspace, rows, cols, vector);
       check_launch("layer_norm_backward_fused");
     } else {
       const int blocks = static_cast<int>(rows < 65535 ? rows : 65535);
-      LOOM_LAUNCH(ln_backward_dx_kernel<T>, blocks, kMaxThreads, 0, stream)(
+      LOOM_LAUNCH((ln_backward_dx_kernel<T, kRms>), blocks, kMaxThreads, 0, stream)(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, gamma,
           static_cast<T*>(dx), rows, cols, vector);
       check_launch("layer_norm_backward_dx");
       const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(parts));
-      LOOM_LAUNCH(ln_param_partial_kernel<T>, grid, 256, 0, stream)(
+      LOOM_LAUNCH((ln_param_partial_kernel<T, kRms>), grid, 256, 0, stream)(
           static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd, workspace, rows, cols);
       check_launch("layer_norm_param_partial");
     }
   });
   LOOM_LAUNCH(ln_param_reduce_kernel, static_cast<unsigned>((cols + 255) / 256), 256, 0,
               stream)(
-      workspace, parts, dgamma, dbeta, cols);
+      workspace, parts, dgamma, kRms ? nullptr : dbeta, cols);
   check_launch("layer_norm_param_reduce");
+}
+
+}  // namespace
+
+void layer_norm_forward(DType t, const void* x, const float* gamma, const float* beta, void* y,
+                        float* mean, float* rstd, int64_t rows, int64_t cols, float eps,
+                        cudaStream_t stream) {
+  norm_forward<false>(t, x, gamma, beta, y, mean, rstd, rows, cols, eps, stream);
+}
+
+int64_t layer_norm_backward_workspace(int64_t rows, int64_t cols) {
+  return 2 * static_cast<int64_t>(backward_parts(rows, cols)) * cols;
+}
+
+void layer_norm_backward(DType t, const void* dy, const void* x, const float* mean,
+                         const float* rstd, const float* gamma, void* dx, float* dgamma,
+                         float* dbeta, float* workspace, int64_t rows, int64_t cols,
+                         cudaStream_t stream) {
+  norm_backward<false>(t, dy, x, mean, rstd, gamma, dx, dgamma, dbeta, workspace, rows, cols,
+                       stream);
+}
+
+void rms_norm_forward(DType t, const void* x, const float* gamma, void* y, float* rstd,
+                      int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  norm_forward<true>(t, x, gamma, nullptr, y, nullptr, rstd, rows, cols, eps, stream);
+}
+
+void rms_norm_backward(DType t, const void* dy, const void* x, const float* rstd,
+                       const float* gamma, void* dx, float* dgamma, float* workspace, int64_t rows,
+                       int64_t cols, cudaStream_t stream) {
+  norm_backward<true>(t, dy, x, nullptr, rstd, gamma, dx, dgamma, nullptr, workspace, rows, cols,
+                      stream);
 }
 
 }  // namespace loom::ops::cuda

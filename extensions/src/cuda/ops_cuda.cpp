@@ -189,6 +189,95 @@ at::Tensor bias_gelu_backward_cuda(const at::Tensor& dy_in, const at::Tensor& x_
   return dx;
 }
 
+std::tuple<at::Tensor, at::Tensor> rms_norm_cuda(const at::Tensor& x_in, const at::Tensor& weight,
+                                                 double eps) {
+  internal::check_rms_norm(x_in, weight);
+  const auto dt = kernel_dtype("rms_norm", x_in);
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  const at::Tensor gamma = float_param(weight);
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  auto stat_shape = x.sizes().vec();
+  stat_shape.pop_back();
+  at::Tensor y = at::empty_like(x);
+  at::Tensor rstd = at::empty(stat_shape, x.options().dtype(at::kFloat));
+  cuda::rms_norm_forward(dt, x.const_data_ptr(), gamma.const_data_ptr<float>(), y.mutable_data_ptr(),
+                         rstd.mutable_data_ptr<float>(), rows, cols, static_cast<float>(eps),
+                         current_stream());
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& dy_in,
+                                                          const at::Tensor& x_in,
+                                                          const at::Tensor& weight,
+                                                          const at::Tensor& rstd_in) {
+  internal::check_rms_norm_backward(dy_in, x_in, weight, rstd_in);
+  const auto dt = kernel_dtype("rms_norm_backward", x_in);
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous(), dy = dy_in.contiguous(), rstd = rstd_in.contiguous();
+  const at::Tensor gamma = float_param(weight);
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  at::Tensor dx = at::empty_like(x);
+  at::Tensor dgamma = at::empty({cols}, x.options().dtype(at::kFloat));
+  at::Tensor workspace = at::empty({std::max<int64_t>(1, cuda::layer_norm_backward_workspace(rows, cols))},
+                                   x.options().dtype(at::kFloat));
+  cuda::rms_norm_backward(dt, dy.const_data_ptr(), x.const_data_ptr(), rstd.const_data_ptr<float>(),
+                          gamma.const_data_ptr<float>(), dx.mutable_data_ptr(),
+                          dgamma.mutable_data_ptr<float>(), workspace.mutable_data_ptr<float>(), rows,
+                          cols, current_stream());
+  return {dx, dgamma.to(weight.scalar_type())};
+}
+
+namespace {
+
+at::Tensor rotary_apply_cuda(const char* op, const char* arg, const at::Tensor& x_in,
+                             const at::Tensor& cos_in, const at::Tensor& sin_in, bool backward) {
+  internal::check_rotary(op, arg, x_in, cos_in, sin_in);
+  const auto dt = kernel_dtype(op, x_in);
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
+  const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (out.numel() == 0) return out;
+  cuda::rotary(dt, x.const_data_ptr(), x.stride(0), x.stride(1), x.stride(2), cos.const_data_ptr(),
+               sin.const_data_ptr(), out.mutable_data_ptr(), x.size(0), x.size(1), x.size(2),
+               x.size(3), cos.size(3), cos.size(0), backward, current_stream());
+  return out;
+}
+
+}  // namespace
+
+at::Tensor rotary_cuda(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return rotary_apply_cuda("rotary", "input", x, cos, sin, /*backward=*/false);
+}
+
+at::Tensor rotary_backward_cuda(const at::Tensor& dy, const at::Tensor& cos, const at::Tensor& sin) {
+  return rotary_apply_cuda("rotary_backward", "grad_out", dy, cos, sin, /*backward=*/true);
+}
+
+at::Tensor swiglu_cuda(const at::Tensor& x_in) {
+  internal::check_swiglu(x_in);
+  const auto dt = kernel_dtype("swiglu", x_in);
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor y = at::empty(internal::with_last_dim(x, x.size(-1) / 2), x.options());
+  cuda::swiglu_forward(dt, x.const_data_ptr(), y.mutable_data_ptr(), y.numel(), current_stream());
+  return y;
+}
+
+at::Tensor swiglu_backward_cuda(const at::Tensor& dy_in, const at::Tensor& x_in) {
+  internal::check_swiglu_backward(dy_in, x_in);
+  const auto dt = kernel_dtype("swiglu_backward", x_in);
+  c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  at::Tensor dx = at::empty_like(x);
+  cuda::swiglu_backward(dt, dy.const_data_ptr(), x.const_data_ptr(), dx.mutable_data_ptr(), dy.numel(),
+                        current_stream());
+  return dx;
+}
+
 }  // namespace loom::ops
 
 namespace loom::ops {
@@ -231,4 +320,10 @@ TORCH_LIBRARY_IMPL(loom, CUDA, m) {
   m.impl("paged_attention", &loom::ops::paged_attention_cuda);
   m.impl("bias_gelu", &loom::ops::bias_gelu_cuda);
   m.impl("bias_gelu_backward", &loom::ops::bias_gelu_backward_cuda);
+  m.impl("rms_norm", &loom::ops::rms_norm_cuda);
+  m.impl("rms_norm_backward", &loom::ops::rms_norm_backward_cuda);
+  m.impl("rotary", &loom::ops::rotary_cuda);
+  m.impl("rotary_backward", &loom::ops::rotary_backward_cuda);
+  m.impl("swiglu", &loom::ops::swiglu_cuda);
+  m.impl("swiglu_backward", &loom::ops::swiglu_backward_cuda);
 }
