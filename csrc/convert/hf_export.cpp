@@ -145,8 +145,9 @@ HfExportResult export_llama(const HfExportRequest& request, const generate::Chec
 HfExportResult export_hf(const HfExportRequest& request) {
   refuse_occupied_output(request.output_dir, request.overwrite, "--to hf");
   const generate::CheckpointLocation location = generate::locate_checkpoint(request.checkpoint);
-  const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
   const generate::CheckpointInfo info = generate::read_checkpoint_info(location.checkpoints, request.iteration);
+  generate::refuse_adapter_checkpoint(info, request.checkpoint);
+  const config::Recipe recipe = load_run_recipe(location.run_dir, "the Hugging Face export (layer norm epsilon, tokenizer)");
   if (!info.layout.model_shape.is_gpt()) return export_llama(request, location, recipe, info);
   Gpt2Shape shape;
   static_cast<ModelShape&>(shape) = info.layout.model_shape;

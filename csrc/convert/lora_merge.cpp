@@ -8,6 +8,7 @@
 #include "config/recipe.h"
 #include "convert/checkpoint_writer.h"
 #include "convert/convert_error.h"
+#include "convert/lora_checkpoint.h"
 #include "convert/run_recipe.h"
 #include "finetune/lora_run.h"
 #include "generate/checkpoint_reader.h"
@@ -42,41 +43,28 @@ config::Recipe merged_recipe(const std::string& base_run) {
 
 LoraMergeResult merge_lora(const LoraMergeRequest& request) {
   const std::string what = "--checkpoint " + request.adapter_checkpoint;
-  const generate::CheckpointLocation at = generate::locate_checkpoint(request.adapter_checkpoint);
-  const generate::CheckpointInfo info = generate::read_checkpoint_info(at.checkpoints, request.iteration);
-  const nlohmann::json& task = info.layout.task_record;
-  if (!task.contains(finetune::kLoraRecordKey))
-    throw ConvertInputError(fmt::format("{}: iteration {} is not a LoRA adapter checkpoint of loom finetune (its "
-                                        "metadata.json records no layout.model.lora)",
-                                        what, info.iteration));
-  finetune::LoraRecord record;
-  try {
-    record = finetune::LoraRecord::from_json(task[finetune::kLoraRecordKey], what);
-  } catch (const std::invalid_argument& e) {
-    throw ConvertInputError(e.what());
-  }
-
-  // The base the adapters were trained on, exactly: the recorded iteration and checkpoint digest.
-  const generate::CheckpointLocation base_at = generate::locate_checkpoint(record.base_checkpoints);
-  const generate::CheckpointInfo base_info = generate::read_checkpoint_info(base_at.checkpoints, record.base_iteration);
-  generate::FullCheckpoint base = generate::read_full_checkpoint(base_at.checkpoints, base_info);
-  const std::string digest = ptune::checkpoint_digest(base);
-  if (digest != record.base_digest)
-    throw ConvertInputError(fmt::format("{}: its base {} iteration {} has changed since the adapters were trained "
-                                        "(checkpoint digest {}, recorded {})",
-                                        what, record.base_checkpoints, record.base_iteration, digest, record.base_digest));
-  if (base_at.run_dir.empty())
+  AdapterCheckpoint checkpoint = read_adapter_checkpoint(request.adapter_checkpoint, request.iteration);
+  const generate::CheckpointInfo& info = checkpoint.info;
+  const finetune::LoraRecord& record = checkpoint.record;
+  const generate::FullCheckpoint& adapters = checkpoint.adapters;
+  generate::FullCheckpoint& base = checkpoint.base;
+  const generate::CheckpointInfo& base_info = base.info;
+  if (checkpoint.base_location.run_dir.empty())
     throw ConvertInputError(fmt::format("{}: the base {} has no run directory with config.yaml above it (the merged "
                                         "run's recipe starts from it)",
                                         what, record.base_checkpoints));
-  const config::Recipe recipe = merged_recipe(base_at.run_dir);
+  config::Recipe recipe = merged_recipe(checkpoint.base_location.run_dir);
+  // The merged run is its own run: `loom train` on its config.yaml continues it, not the base.
+  const std::string run_dir = fs::absolute(request.output_run).lexically_normal().string();
+  recipe.exp_manager.explicit_log_dir = run_dir;
+  recipe.run.results_dir = run_dir;
+  recipe.run.name = fs::path(run_dir).filename().string();
 
   const fs::path run(request.output_run);
   const std::string checkpoints = (run / "checkpoints").string();
   if (!train::list_iterations(checkpoints).empty() || fs::exists(fs::path(checkpoints) / train::kTrackerFile))
     throw ConvertInputError(checkpoints + " holds checkpoints already: merge into a new run directory");
 
-  const generate::FullCheckpoint adapters = generate::read_full_checkpoint(at.checkpoints, info);
   LoraMergeResult result;
   result.iteration = info.iteration;
   result.base_checkpoints = record.base_checkpoints;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "convert/convert_error.h"
+#include "convert/lora_checkpoint.h"
 #include "convert/hf_files.h"
 #include "convert/hf_gpt2.h"
 #include "convert/hf_llama.h"
@@ -47,26 +48,11 @@ std::vector<ModuleMap> module_maps(bool gpt2) {
 PeftExportResult export_peft(const HfExportRequest& request) {
   refuse_occupied_output(request.output_dir, request.overwrite, "--to peft");
   const std::string what = "--checkpoint " + request.checkpoint;
-  const generate::CheckpointLocation at = generate::locate_checkpoint(request.checkpoint);
-  const generate::CheckpointInfo info = generate::read_checkpoint_info(at.checkpoints, request.iteration);
-  const nlohmann::json& task = info.layout.task_record;
-  if (!task.contains(finetune::kLoraRecordKey))
-    throw ConvertInputError(fmt::format("{}: iteration {} is not a LoRA adapter checkpoint of loom finetune (its "
-                                        "metadata.json records no layout.model.lora)",
-                                        what, info.iteration));
-  finetune::LoraRecord record;
-  try {
-    record = finetune::LoraRecord::from_json(task[finetune::kLoraRecordKey], what);
-  } catch (const std::invalid_argument& e) {
-    throw ConvertInputError(e.what());
-  }
-  const generate::CheckpointLocation base_at = generate::locate_checkpoint(record.base_checkpoints);
-  const generate::FullCheckpoint base =
-      generate::read_full_checkpoint(base_at.checkpoints, generate::read_checkpoint_info(base_at.checkpoints, record.base_iteration));
-  if (ptune::checkpoint_digest(base) != record.base_digest)
-    throw ConvertInputError(fmt::format("{}: its base {} iteration {} has changed since the adapters were trained", what,
-                                        record.base_checkpoints, record.base_iteration));
-  const generate::FullCheckpoint adapters = generate::read_full_checkpoint(at.checkpoints, info);
+  const AdapterCheckpoint checkpoint = read_adapter_checkpoint(request.checkpoint, request.iteration);
+  const generate::CheckpointInfo& info = checkpoint.info;
+  const finetune::LoraRecord& record = checkpoint.record;
+  const generate::FullCheckpoint& adapters = checkpoint.adapters;
+  const generate::FullCheckpoint& base = checkpoint.base;
 
   Gpt2Shape shape;
   static_cast<ModelShape&>(shape) = info.layout.model_shape;

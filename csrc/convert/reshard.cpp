@@ -125,9 +125,10 @@ config::Recipe recipe_at_layout(const config::Recipe& source, const Layout& to, 
 Conversion open_conversion(const ReshardRequest& request, ReshardResult& result) {
   Conversion c;
   c.location = generate::locate_checkpoint(request.checkpoint);
+  c.info = generate::read_checkpoint_info(c.location.checkpoints, request.iteration);
+  generate::refuse_adapter_checkpoint(c.info, request.checkpoint);
   const config::Recipe source_recipe =
       load_run_recipe(c.location.run_dir, "the layout conversion (the recipe is rewritten for the new layout)");
-  c.info = generate::read_checkpoint_info(c.location.checkpoints, request.iteration);
   result.iteration = c.info.iteration;
   const auto& l = c.info.layout;
   // The source's recipe (which source_config is built from) gives the optimizer and the uneven

@@ -13,11 +13,11 @@
 #include "config/recipe.h"
 #include "ptune/frozen_base.h"
 #include "rules/lora_config.h"
+#include "rules/lora_record_key.h"
 
 namespace loom::finetune {
 
-/// The key of an adapter checkpoint's record in layout.model (CheckpointLayout::task_record).
-inline constexpr const char* kLoraRecordKey = "lora";
+using loom::kLoraRecordKey;
 
 /// What an adapter checkpoint records: its base and its adapters.
 struct LoraRecord {

@@ -1,5 +1,7 @@
 #include "generate/checkpoint_reader.h"
 
+#include "rules/lora_record_key.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -125,6 +127,14 @@ CheckpointLocation locate_checkpoint(const std::string& dir) {
   throw CheckpointError("no checkpoint in " + dir +
                         ": expected a run directory with checkpoints/ or a checkpoints directory "
                         "with " + kTracker + " or iter_* folders");
+}
+
+void refuse_adapter_checkpoint(const CheckpointInfo& info, const std::string& checkpoint) {
+  if (info.layout.task_record.is_object() && info.layout.task_record.contains(kLoraRecordKey))
+    throw CheckpointError(fmt::format("{} iteration {} is a LoRA adapter checkpoint of loom finetune (adapters only): "
+                                      "merge them into their base first: loom convert --merge-lora --checkpoint {} "
+                                      "--output RUN",
+                                      checkpoint, info.iteration, checkpoint));
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& checkpoints,

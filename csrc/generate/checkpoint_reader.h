@@ -44,6 +44,10 @@ struct CheckpointInfo {
 CheckpointInfo read_checkpoint_info(const std::string& checkpoints,
                                     std::optional<int64_t> iteration = std::nullopt);
 
+/// Throws train::CheckpointError when `info` is a `loom finetune` adapter checkpoint (adapters
+/// only, no model to run), naming `checkpoint` and the command that merges it into its base.
+void refuse_adapter_checkpoint(const CheckpointInfo& info, const std::string& checkpoint);
+
 /// Every parameter of the model as one global tensor (CPU, the dtype it was saved in).
 struct FullCheckpoint {
   CheckpointInfo info;

@@ -94,6 +94,7 @@ GeneratePlan plan_generation(const GenerateRequest& request) {
   plan.accelerator = request.accelerator == "gpu";
   plan.location = locate_checkpoint(request.checkpoint);
   plan.info = read_checkpoint_info(plan.location.checkpoints, request.iteration);
+  refuse_adapter_checkpoint(plan.info, request.checkpoint);
   plan.tensor_parallel =
       request.tensor_parallel > 0 ? request.tensor_parallel : plan.info.layout.parallel.tp;
 

@@ -149,6 +149,18 @@ def test_merged_run_holds_the_merged_weights_and_generates(setup, tmp_path_facto
     run_loom("eval", "--checkpoint", [str(merged), "--tasks", f"lambada:{ROOT / 'data' / 'eval' / 'shakespeare_lambada.jsonl'}",
                                       "--limit", "4", "--output", str(scores)])
     assert "lambada" in scores.read_text()
+    # The merged run is its own run: training it continues it, in its own directory.
+    assert f"explicit_log_dir: {merged}" in (merged / "config.yaml").read_text()
+    base_iterations = sorted(p.name for p in (setup["base"] / "checkpoints").iterdir())
+    run_loom("train", merged / "config.yaml", ["trainer.max_steps=1", "trainer.val_check_interval=1",
+                                                "exp_manager.checkpoint_callback_params.every_n_steps=1"])
+    assert (merged / "checkpoints" / "iter_0000001").is_dir()
+    assert sorted(p.name for p in (setup["base"] / "checkpoints").iterdir()) == base_iterations
+    # The adapter run itself is no model to run or export: every such command names the merge.
+    for args in (["generate", "--checkpoint", str(ref_dir), "--prompt", "ROMEO:"],
+                 ["convert", "--to", "hf", str(tmp_path / "hf"), "--checkpoint", str(ref_dir)]):
+        refused = subprocess.run([str(loom_binary()), *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2 and "loom convert --merge-lora --checkpoint" in refused.stderr, refused.stderr
     # Not an adapter checkpoint: named.
     bad = run_loom("convert", "--merge-lora", ["--checkpoint", str(setup["base"]), "--output", str(tmp_path / "x")],
                    check=False)
