@@ -397,12 +397,9 @@ std::vector<GenerationEngine::Running*> GenerationEngine::make_room(bool& preemp
     if (it == running_.end()) continue;
     Running& r = *it->second;
     if (!r.prefilled) continue;  // a prefill in progress holds the blocks of its whole context
-    // Its last token goes to position `computed`, its drafts (if their blocks are free) after
-    // it. Only requests after this one can be the newest, so the ones already in `decoding`
-    // stay.
-    r.draft = propose_draft(r, options_.speculative.num_tokens);
-    if (!r.draft.empty() && !pool_.grow(r.blocks, r.computed + 1 + static_cast<int64_t>(r.draft.size())))
-      r.draft.clear();
+    // Its last token goes to position `computed`. Only requests after this one can be the
+    // newest, so the ones already in `decoding` stay.
+    r.draft.clear();
     bool here = true;
     while (here && !pool_.grow(r.blocks, r.computed + 1)) {
       preempt(std::prev(running_.end()));
@@ -410,6 +407,13 @@ std::vector<GenerationEngine::Running*> GenerationEngine::make_room(bool& preemp
       here = running_.count(id) > 0;
     }
     if (here) decoding.push_back(&r);
+  }
+  // Drafts only from the blocks every decode's next token left free: speculation never costs
+  // another request its place.
+  for (Running* r : decoding) {
+    r->draft = propose_draft(*r, options_.speculative.num_tokens);
+    if (!r->draft.empty() && !pool_.grow(r->blocks, r->computed + 1 + static_cast<int64_t>(r->draft.size())))
+      r->draft.clear();
   }
   return decoding;
 }
