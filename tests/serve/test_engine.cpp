@@ -753,9 +753,11 @@ TEST_CASE("Engine: ngram speculation gives the tokens of plain decoding, greedy 
 
 namespace {
 
-// Worker: the speculative specs under (LOOM_T, LOOM_P), ngram speculation with k = 3; rank 0
-// writes the outcomes and the acceptance counters.
-void speculative_worker() {
+// Worker body of the speculation cases: the speculative specs under (LOOM_T, LOOM_P) with the
+// engine options `speculate(options)` gives; rank 0 writes the outcomes and the acceptance
+// counters.
+template <class Speculate>
+void run_speculative_worker(Speculate speculate) {
   const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
   auto groups = test::worker_groups(t, p);
   const auto c = tiny_config();
@@ -767,7 +769,7 @@ void speculative_worker() {
                          groups->layout().rank_of({0, 0, p - 1})};
   serve::EngineOptions options;
   options.max_batch = 4;
-  serve::GenerationEngine engine(stage, eg, speculating(options, 3));
+  serve::GenerationEngine engine(stage, eg, speculate(options));
   const auto specs = speculative_specs(c);
   std::vector<int> after;
   for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
@@ -781,6 +783,11 @@ void speculative_worker() {
                .dump();
   }
   groups->shutdown();
+}
+
+// Ngram speculation with k = 3.
+void speculative_worker() {
+  run_speculative_worker([](const serve::EngineOptions& options) { return speculating(options, 3); });
 }
 
 }  // namespace
@@ -962,35 +969,10 @@ TEST_CASE("Engine: with a draft model, sampled tokens follow the target's distri
 
 namespace {
 
-// Worker: greedy and sampled speculative specs under (LOOM_T, LOOM_P) with a smaller draft
-// model (whole on every rank), k = 3; rank 0 writes the outcomes and the counters.
+// Greedy and sampled speculative specs with a smaller draft model (whole on every rank), k = 3.
 void draft_worker() {
-  const int t = test::env_int("LOOM_T"), p = test::env_int("LOOM_P");
-  auto groups = test::worker_groups(t, p);
-  const auto c = tiny_config();
-  const auto coords = groups->coords();
-  const auto layout = model::pipeline_stage_layouts(c, p, 1, coords.pp).front();
-  model::GptStage stage(c, groups->tensor_ptr(), layout);
-  set_truth(stage, coords.tp, t);
-  const auto draft = small_draft(c);
-  serve::EngineGroups eg{groups->tensor_ptr(), &groups->pipeline_links(), &groups->host_world(),
-                         groups->layout().rank_of({0, 0, p - 1})};
-  serve::EngineOptions options;
-  options.max_batch = 4;
-  serve::GenerationEngine engine(stage, eg, drafting(options, draft, 3));
-  const auto specs = speculative_specs(c);
-  std::vector<int> after;
-  for (size_t i = 0; i < specs.size(); ++i) after.push_back(static_cast<int>(i % 3));
-  const bool serving = groups->rank() == 0;
-  const auto out = drive(engine, specs, after, serving);
-  if (serving) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto& o : out) j.push_back(outcome_json(o));
-    std::ofstream(test::env_str("LOOM_OUT"))
-        << nlohmann::json{{"outcomes", j}, {"drafted", engine.drafted_tokens()}, {"accepted", engine.accepted_tokens()}}
-               .dump();
-  }
-  groups->shutdown();
+  const auto draft = small_draft(tiny_config());
+  run_speculative_worker([&draft](const serve::EngineOptions& options) { return drafting(options, draft, 3); });
 }
 
 }  // namespace
