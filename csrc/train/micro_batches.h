@@ -14,7 +14,11 @@ struct MicroBatch {
   at::Tensor tokens;        ///< [b, s] int64
   at::Tensor labels;        ///< [b, s] int64
   at::Tensor loss_mask;     ///< [b, s] float32 (1 = the token's loss counts)
-  at::Tensor position_ids;  ///< [b, s] int64, 0..s-1 per row
+  at::Tensor position_ids;  ///< [b, s] int64, 0..s-1 per row (packed rows: restarting per example)
+  /// [b, s] int64, packed rows only (docs/design/finetune.md, "Packed sequences"): the example
+  /// each position belongs to (0, 1, ... in row order; padding after the last example takes the
+  /// next id); attention stays among equal ids. Undefined: each row is one sequence.
+  at::Tensor segment_ids;
   /// Row of the global batch holding this micro-batch's first sample (for dropout keys).
   int64_t global_row = 0;
   /// Virtual tokens for the first pipeline stage's embeddings (prompt learning only).
