@@ -78,6 +78,23 @@ nlohmann::json shard_record(const ParamSpec& spec, int tp, int t) {
   return {{"global_shape", spec.global_shape}, {"offset", offset}};
 }
 
+void add_fresh_parameter(train::RankCheckpoint& state, const std::string& name, const at::Tensor& local,
+                         const nlohmann::json& shard) {
+  state.model[name] = local;
+  state.shard_info[name] = shard;
+  state.optimizer["main/" + name] = local.to(at::kFloat).clone();
+  state.optimizer["exp_avg/" + name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+  state.optimizer["exp_avg_sq/" + name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+}
+
+nlohmann::json fresh_training_values() {
+  return {{"optimizer", {{"name", "adamw"}, {"step", 0}}},
+          {"scheduler", {{"step", 0}}},
+          {"scaler", nullptr},
+          {"iteration", 0},
+          {"consumed_samples", 0}};
+}
+
 void write_fresh_ranks(CheckpointWriter& writer, const Layout& layout, const model::GptConfig& config,
                        const std::map<std::string, at::Tensor>& params) {
   const at::ScalarType dtype = model::scalar_type(config.params_dtype);
@@ -88,18 +105,9 @@ void write_fresh_ranks(CheckpointWriter& writer, const Layout& layout, const mod
       for (const auto& spec : specs) {
         const at::Tensor& full = params.at(spec.tied_copy ? "embedding.word_embeddings.weight" : spec.name);
         at::Tensor local = spec.partition_dim >= 0 ? model::shard(full, spec.partition_dim, tp, layout.tp) : full.clone();
-        state.model[spec.name] = local.to(dtype);
-        state.shard_info[spec.name] = shard_record(spec, tp, layout.tp);
-        // A fresh optimizer (optim/optimizer.h's state): fp32 main parameters, zero moments.
-        state.optimizer["main/" + spec.name] = state.model[spec.name].to(at::kFloat).clone();
-        state.optimizer["exp_avg/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
-        state.optimizer["exp_avg_sq/" + spec.name] = at::zeros_like(local, local.options().dtype(at::kFloat));
+        add_fresh_parameter(state, spec.name, local.to(dtype), shard_record(spec, tp, layout.tp));
       }
-      state.values = {{"optimizer", {{"name", "adamw"}, {"step", 0}}},
-                      {"scheduler", {{"step", 0}}},
-                      {"scaler", nullptr},
-                      {"iteration", 0},
-                      {"consumed_samples", 0}};
+      state.values = fresh_training_values();
       writer.write_rank(tp, pp, state);
     }
   }

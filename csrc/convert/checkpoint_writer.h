@@ -53,6 +53,15 @@ std::vector<ParamSpec> stage_param_specs(const model::GptConfig& config, int t, 
 /// {"global_shape", "offset"} of tensor rank `tp`'s shard of `spec` (as the trainer records it).
 nlohmann::json shard_record(const ParamSpec& spec, int tp, int t);
 
+/// Adds parameter `name` (this rank's shard `local`, where it sits: `shard`, as shard_record
+/// gives it) to `state` with a fresh optimizer's state for it (optim/optimizer.h: fp32 main
+/// parameter = the weight, zero moments).
+void add_fresh_parameter(train::RankCheckpoint& state, const std::string& name, const at::Tensor& local,
+                         const nlohmann::json& shard);
+/// The position and scalars of a run that has not started: optimizer and scheduler step 0,
+/// iteration 0, no samples consumed.
+nlohmann::json fresh_training_values();
+
 /// Writes every rank's shard of `layout` (the caller commits): each parameter of
 /// stage_param_specs sliced from `params` (full tensors by name, the vocabulary padded for
 /// layout.tp; the last stage's tied copy from the embedding) in config's dtype, with a fresh

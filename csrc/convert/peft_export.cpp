@@ -7,6 +7,7 @@
 
 #include "convert/convert_error.h"
 #include "convert/lora_checkpoint.h"
+#include "convert/peft_modules.h"
 #include "convert/hf_files.h"
 #include "convert/hf_gpt2.h"
 #include "convert/hf_llama.h"
@@ -20,30 +21,6 @@
 namespace fs = std::filesystem;
 
 namespace loom::convert {
-
-namespace {
-
-// The HF modules (name relative to the layer, e.g. "attn.c_attn") one Loom linear maps to, in the
-// order the converter splits its rows.
-struct ModuleMap {
-  std::string loom;                  ///< "self_attention.linear_qkv"
-  LoraTarget target;
-  std::vector<std::string> modules;  ///< HF module names below the layer
-};
-
-std::vector<ModuleMap> module_maps(bool gpt2) {
-  if (gpt2)
-    return {{"self_attention.linear_qkv", kLoraAttentionQkv, {"attn.c_attn"}},
-            {"self_attention.linear_proj", kLoraAttentionDense, {"attn.c_proj"}},
-            {"mlp.linear_fc1", kLoraMlpFc1, {"mlp.c_fc"}},
-            {"mlp.linear_fc2", kLoraMlpFc2, {"mlp.c_proj"}}};
-  return {{"self_attention.linear_qkv", kLoraAttentionQkv, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}},
-          {"self_attention.linear_proj", kLoraAttentionDense, {"self_attn.o_proj"}},
-          {"mlp.linear_fc1", kLoraMlpFc1, {"mlp.gate_proj", "mlp.up_proj"}},
-          {"mlp.linear_fc2", kLoraMlpFc2, {"mlp.down_proj"}}};
-}
-
-}  // namespace
 
 PeftExportResult export_peft(const HfExportRequest& request) {
   refuse_occupied_output(request.output_dir, request.overwrite, "--to peft");
@@ -62,7 +39,7 @@ PeftExportResult export_peft(const HfExportRequest& request) {
   // probe [B | 0] (B in its first r input columns) and the model mapped once; each HF tensor's
   // first r input columns are then that module's B (A is unchanged: no mapping reorders inputs).
   std::map<std::string, at::Tensor> probes = base.params;
-  const auto maps = module_maps(gpt2);
+  const auto maps = peft_module_maps(gpt2);
   for (int64_t i = 0; i < shape.num_layers; ++i)
     for (const auto& m : maps) {
       if (!record.lora.adapts(m.target)) continue;
@@ -81,7 +58,7 @@ PeftExportResult export_peft(const HfExportRequest& request) {
   std::vector<std::string> targets;
   PeftExportResult result;
   result.iteration = info.iteration;
-  const std::string root = gpt2 ? "transformer.h." : "model.layers.";  // the HF state dict's and PEFT's
+  const std::string root = peft_layer_root(gpt2);
   for (const auto& m : maps) {
     if (!record.lora.adapts(m.target)) continue;
     // PEFT matches a target by the module name's suffix: "attn.c_proj" is attention's only.

@@ -13,7 +13,10 @@
 //       base's --to hf export;
 //   --merge-lora --checkpoint ADAPTER_RUN --output RUN2 [--iteration N]
 //       the LoRA adapters of a `loom finetune` checkpoint folded into the base they name, as a
-//       whole run at the base's layout (docs/design/lora.md).
+//       whole run at the base's layout (docs/design/lora.md);
+//   --from peft DIR --base RUN --output ADAPTER_RUN [--iteration N]
+//       LoRA adapters in PEFT's format as an adapter checkpoint over the Loom base RUN (its
+//       iteration N), read by --merge-lora and --to peft as a `loom finetune` checkpoint.
 // Layout flags: --tensor-parallel t --pipeline-parallel p --virtual-pipeline v
 // --data-parallel d --distributed-optimizer on|off --first-stage-layers N|even
 // --last-stage-layers N|even (unset: the source's).
@@ -31,6 +34,7 @@
 #include "convert/hf_import.h"
 #include "convert/lora_merge.h"
 #include "convert/peft_export.h"
+#include "convert/peft_import.h"
 #include "convert/reshard.h"
 #include "error_text.h"
 #include "input_errors.h"
@@ -40,12 +44,13 @@ namespace {
 
 constexpr const char* kUsage =
     "one of: --to hf DIR --checkpoint RUN | --to peft DIR --checkpoint ADAPTER_RUN | --from hf DIR --output RUN | "
-    "--checkpoint RUN --output RUN2 with layout flags | --merge-lora --checkpoint ADAPTER_RUN --output RUN2";
+    "--checkpoint RUN --output RUN2 with layout flags | --merge-lora --checkpoint ADAPTER_RUN --output RUN2 | "
+    "--from peft DIR --base RUN --output ADAPTER_RUN";
 
 // The command line, parsed; the layout flags given become `layout`'s set fields.
 struct ConvertFlags {
   std::vector<std::string> to, from;
-  std::string checkpoint, output, recipe;
+  std::string checkpoint, output, recipe, base;
   std::optional<int64_t> iteration;
   bool overwrite = false;
   bool merge_lora = false;
@@ -88,9 +93,29 @@ int export_hf(const ConvertFlags& f) {
   return 0;
 }
 
+int import_peft(const ConvertFlags& f) {
+  if (f.base.empty() || f.output.empty())
+    throw UsageError("--from peft DIR needs --base RUN (the Loom base the adapters are for, e.g. imported with --from "
+                     "hf) and --output ADAPTER_RUN");
+  if (!f.checkpoint.empty() || f.layout_flags() || !f.recipe.empty() || !f.overrides.empty())
+    throw UsageError("--from peft goes with --base, --output and --iteration (the base's) only");
+  loom::convert::PeftImportRequest request;
+  request.peft_dir = f.from[1];
+  request.base = f.base;
+  request.iteration = f.iteration;
+  request.output_run = f.output;
+  const auto r = loom::convert::import_peft(request);
+  std::cerr << fmt::format("loom convert: the adapters of {} modules in {} written to {} as rank-{} adapters over {} "
+                           "iteration {}\n",
+                           r.modules, f.from[1], f.output, r.rank, f.base, r.base_iteration);
+  return 0;
+}
+
 int import_hf(const ConvertFlags& f) {
   if (f.overwrite) throw UsageError("--overwrite goes with --to hf only (imports and layout conversions write new runs)");
-  if (f.from[0] != "hf") throw UsageError("--from " + f.from[0] + ": the only import format is hf (Hugging Face GPT-2)");
+  if (f.from[0] == "peft") return import_peft(f);
+  if (f.from[0] != "hf")
+    throw UsageError("--from " + f.from[0] + ": the import formats are hf (Hugging Face GPT-2 / Llama) and peft (LoRA adapters)");
   if (f.output.empty()) throw UsageError("--from hf DIR needs --output RUN (the Loom run directory to write)");
   if (!f.checkpoint.empty() || f.iteration) throw UsageError("--from hf does not go with --checkpoint or --iteration");
   loom::convert::HfImportRequest request;
@@ -156,7 +181,8 @@ int convert_command(int argc, char** argv) {
   int t = 0, p = 0, v = 0, d = 0;
   std::string distributed;
   app.add_option("--to", f.to, "hf DIR: write a Hugging Face directory (GPT2LMHeadModel, or LlamaForCausalLM for a Llama-family checkpoint); peft DIR: a loom finetune run's LoRA adapters in PEFT's format")->expected(2);
-  app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory")->expected(2);
+  app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory; peft DIR: LoRA adapters in PEFT's format (with --base)")->expected(2);
+  app.add_option("--base", f.base, "--from peft: the Loom run (or checkpoints/) the adapters are for");
   app.add_option("--checkpoint", f.checkpoint, "the Loom run directory (or its checkpoints/ folder) to read");
   app.add_option("--output", f.output, "the Loom run directory to write");
   app.add_flag("--overwrite", f.overwrite, "--to hf: replace the Hugging Face files of a DIR that is not empty");
@@ -189,6 +215,7 @@ int convert_command(int argc, char** argv) {
   if (app.count("--first-stage-layers")) f.layout.first_stage_layers = first_stage;
   if (app.count("--last-stage-layers")) f.layout.last_stage_layers = last_stage;
   try {
+    if (!f.base.empty() && (f.from.empty() || f.from[0] != "peft")) throw UsageError("--base goes with --from peft only");
     if (f.merge_lora) return merge_lora(f);
     if (!f.to.empty()) return export_hf(f);
     if (!f.from.empty()) return import_hf(f);
