@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 namespace loom::convert {
 
-PeftExportResult export_peft(const HfExportRequest& request) {
+PeftExportResult export_peft(const HfExportRequest& request, const std::string& base_model) {
   refuse_occupied_output(request.output_dir, request.overwrite, "--to peft");
   const std::string what = "--checkpoint " + request.checkpoint;
   const AdapterCheckpoint checkpoint = read_adapter_checkpoint(request.checkpoint, request.iteration);
@@ -79,7 +79,7 @@ PeftExportResult export_peft(const HfExportRequest& request) {
   }
   nlohmann::ordered_json config = {{"peft_type", "LORA"},
                                    {"task_type", "CAUSAL_LM"},
-                                   {"base_model_name_or_path", record.base_checkpoints},
+                                   {"base_model_name_or_path", base_model.empty() ? record.base_checkpoints : base_model},
                                    {"r", r},
                                    {"lora_alpha", record.lora.alpha},
                                    {"lora_dropout", record.lora.dropout},

@@ -1,4 +1,4 @@
-// `loom convert --to peft DIR --checkpoint ADAPTER_RUN [--iteration N] [--overwrite]`: the LoRA
+// `loom convert --to peft DIR --checkpoint ADAPTER_RUN [--base-model HF] [--iteration N] [--overwrite]`: the LoRA
 // adapters of a `loom finetune` checkpoint in Hugging Face PEFT's format (docs/design/lora.md),
 // for the base exported with `loom convert --to hf`:
 //   adapter_config.json        peft_type LORA, r, lora_alpha, lora_dropout, target_modules (HF
@@ -19,8 +19,11 @@ struct PeftExportResult {
   int modules = 0;  ///< HF modules with an adapter
 };
 
-/// Throws ConvertInputError naming the checkpoint or directory for bad input (not an adapter
+/// `base_model` becomes adapter_config.json's base_model_name_or_path, what PEFT's
+/// AutoPeftModelForCausalLM loads the adapters onto (the base's `--to hf` export or its Hub
+/// name); empty: the base's Loom checkpoints directory, as a record only. Throws
+/// ConvertInputError naming the checkpoint or directory for bad input (not an adapter
 /// checkpoint, its base changed or gone, an occupied output without `overwrite`).
-PeftExportResult export_peft(const HfExportRequest& request);
+PeftExportResult export_peft(const HfExportRequest& request, const std::string& base_model = "");
 
 }  // namespace loom::convert

@@ -8,9 +8,9 @@
 //   --checkpoint RUN --output RUN2 [--iteration N] [layout flags]
 //       a training checkpoint rewritten at another layout with its whole training state, so
 //       that `loom train` resumes at the new layout as if it had never stopped;
-//   --to peft DIR --checkpoint ADAPTER_RUN [--iteration N] [--overwrite]
+//   --to peft DIR --checkpoint ADAPTER_RUN [--base-model HF] [--iteration N] [--overwrite]
 //       the LoRA adapters of a `loom finetune` checkpoint in Hugging Face PEFT's format, for the
-//       base's --to hf export;
+//       base's --to hf export (HF: its path or Hub name, recorded for AutoPeftModel);
 //   --merge-lora --checkpoint ADAPTER_RUN --output RUN2 [--iteration N]
 //       the LoRA adapters of a `loom finetune` checkpoint folded into the base they name, as a
 //       whole run at the base's layout (docs/design/lora.md);
@@ -50,7 +50,7 @@ constexpr const char* kUsage =
 // The command line, parsed; the layout flags given become `layout`'s set fields.
 struct ConvertFlags {
   std::vector<std::string> to, from;
-  std::string checkpoint, output, recipe, base;
+  std::string checkpoint, output, recipe, base, base_model;
   std::optional<int64_t> iteration;
   bool overwrite = false;
   bool merge_lora = false;
@@ -82,7 +82,7 @@ int export_hf(const ConvertFlags& f) {
   request.iteration = f.iteration;
   request.overwrite = f.overwrite;
   if (f.to[0] == "peft") {
-    const auto result = loom::convert::export_peft(request);
+    const auto result = loom::convert::export_peft(request, f.base_model);
     std::cerr << fmt::format("loom convert: the adapters of iteration {} written to {} in PEFT's format ({} modules)\n",
                              result.iteration, request.output_dir, result.modules);
     return 0;
@@ -182,6 +182,7 @@ int convert_command(int argc, char** argv) {
   std::string distributed;
   app.add_option("--to", f.to, "hf DIR: write a Hugging Face directory (GPT2LMHeadModel, or LlamaForCausalLM for a Llama-family checkpoint); peft DIR: a loom finetune run's LoRA adapters in PEFT's format")->expected(2);
   app.add_option("--from", f.from, "hf DIR: read a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory; peft DIR: LoRA adapters in PEFT's format (with --base)")->expected(2);
+  app.add_option("--base-model", f.base_model, "--to peft: adapter_config.json's base_model_name_or_path (the base's --to hf export or Hub name; default: the Loom base's path)");
   app.add_option("--base", f.base, "--from peft: the Loom run (or checkpoints/) the adapters are for");
   app.add_option("--checkpoint", f.checkpoint, "the Loom run directory (or its checkpoints/ folder) to read");
   app.add_option("--output", f.output, "the Loom run directory to write");
@@ -216,6 +217,8 @@ int convert_command(int argc, char** argv) {
   if (app.count("--last-stage-layers")) f.layout.last_stage_layers = last_stage;
   try {
     if (!f.base.empty() && (f.from.empty() || f.from[0] != "peft")) throw UsageError("--base goes with --from peft only");
+    if (!f.base_model.empty() && (f.to.empty() || f.to[0] != "peft"))
+      throw UsageError("--base-model goes with --to peft only");
     if (f.merge_lora) return merge_lora(f);
     if (!f.to.empty()) return export_hf(f);
     if (!f.from.empty()) return import_hf(f);

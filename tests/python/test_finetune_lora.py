@@ -191,17 +191,22 @@ def test_peft_loads_the_exported_adapter_with_the_merged_models_logits(setup, tm
     run_loom("convert", "--merge-lora", ["--checkpoint", str(ref_dir), "--output", str(tmp_path / "merged")])
     run_loom("convert", "--to", ["hf", str(merged_hf), "--checkpoint", str(tmp_path / "merged")])
     run_loom("convert", "--to", ["hf", str(base_hf), "--checkpoint", str(setup["base"])])
-    done = run_loom("convert", "--to", ["peft", str(adapter), "--checkpoint", str(ref_dir)])
+    done = run_loom("convert", "--to", ["peft", str(adapter), "--checkpoint", str(ref_dir), "--base-model", str(base_hf)])
     assert "16 modules" in done.stderr, done.stderr
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 8 and config["fan_in_fan_out"] is True
+    assert config["base_model_name_or_path"] == str(base_hf)
     adapted = PeftModel.from_pretrained(GPT2LMHeadModel.from_pretrained(base_hf), adapter).eval()
+    from peft import AutoPeftModelForCausalLM  # finds the base by base_model_name_or_path
+    auto = AutoPeftModelForCausalLM.from_pretrained(adapter).eval()
     merged = GPT2LMHeadModel.from_pretrained(merged_hf).eval()
     ids = torch.randint(0, 50257, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         got, want = adapted(ids).logits, merged(ids).logits
         plain = GPT2LMHeadModel.from_pretrained(base_hf).eval()(ids).logits
+        auto_got = auto(ids).logits
     assert (got - want).abs().max().item() < 1e-5
+    assert (auto_got - want).abs().max().item() < 1e-5
     assert (plain - want).abs().max().item() > 1e-3  # the adapter changes the model
 
 

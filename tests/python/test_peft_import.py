@@ -32,11 +32,10 @@ def logits(model, ids):
         return model(ids).logits
 
 
-def import_and_merge(tmp_path, hf_dir, adapter):
-    """--from hf, --from peft, --merge-lora, --to hf: the merged model's HF directory and the
-    import's message."""
-    base, adapters, merged, merged_hf = (tmp_path / n for n in ("base", "adapters", "merged", "merged_hf"))
-    convert("--from", "hf", hf_dir, "--output", base)
+def import_and_merge(tmp_path, base, adapter):
+    """--from peft over the Loom run `base`, --merge-lora, --to hf: the merged model's HF
+    directory and the import's message."""
+    adapters, merged, merged_hf = (tmp_path / n for n in ("adapters", "merged", "merged_hf"))
     done = convert("--from", "peft", adapter, "--base", base, "--output", adapters)
     convert("--merge-lora", "--checkpoint", adapters, "--output", merged)
     convert("--to", "hf", merged_hf, "--checkpoint", merged)
@@ -49,13 +48,14 @@ def gpt2_adapter(tmp_path_factory):
     hf_dir, model = random_gpt2(tmp)
     adapted = peft_adapter(model, tmp / "adapter", r=4, lora_alpha=8, target_modules=["c_attn", "c_fc"],
                            fan_in_fan_out=True)
-    return hf_dir, tmp / "adapter", adapted
+    convert("--from", "hf", hf_dir, "--output", tmp / "base")
+    return hf_dir, tmp / "adapter", adapted, tmp / "base"
 
 
 def test_a_gpt2_adapter_from_peft_gives_the_peft_models_logits(gpt2_adapter, tmp_path):
     from transformers import GPT2LMHeadModel
-    hf_dir, adapter, adapted = gpt2_adapter
-    merged_hf, message = import_and_merge(tmp_path, hf_dir, adapter)
+    hf_dir, adapter, adapted, base = gpt2_adapter
+    merged_hf, message = import_and_merge(tmp_path, base, adapter)
     assert "4 modules" in message and "rank-4" in message, message
     ids = torch.randint(0, 50257, (2, 24), generator=torch.Generator().manual_seed(0))
     want = logits(adapted, ids)
@@ -71,7 +71,8 @@ def test_a_llama_adapter_with_own_q_and_v_matrices_rslora_and_one_layer(tmp_path
     hf_dir, model = random_llama(tmp_path, "llama_hf")
     adapted = peft_adapter(model, tmp_path / "adapter", r=4, lora_alpha=16, use_rslora=True,
                            target_modules=["q_proj", "v_proj", "down_proj"], layers_to_transform=[1])
-    merged_hf, message = import_and_merge(tmp_path, hf_dir, tmp_path / "adapter")
+    convert("--from", "hf", hf_dir, "--output", tmp_path / "base")
+    merged_hf, message = import_and_merge(tmp_path, tmp_path / "base", tmp_path / "adapter")
     assert "3 modules" in message and "rank-8" in message, message
     ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
     want = logits(adapted, ids)
@@ -81,9 +82,8 @@ def test_a_llama_adapter_with_own_q_and_v_matrices_rslora_and_one_layer(tmp_path
 
 
 def test_import_then_export_gives_back_peft_tensors(gpt2_adapter, tmp_path):
-    hf_dir, adapter, _ = gpt2_adapter
-    convert("--from", "hf", hf_dir, "--output", tmp_path / "base")
-    convert("--from", "peft", adapter, "--base", tmp_path / "base", "--output", tmp_path / "adapters")
+    _, adapter, _, base = gpt2_adapter
+    convert("--from", "peft", adapter, "--base", base, "--output", tmp_path / "adapters")
     convert("--to", "peft", tmp_path / "again", "--checkpoint", tmp_path / "adapters")
     want, got = load_file(adapter / "adapter_model.safetensors"), load_file(tmp_path / "again" / "adapter_model.safetensors")
     assert sorted(got) == sorted(want)
@@ -122,19 +122,20 @@ def shrink_a_b(adapter):
     (shrink_a_b, "[50, 4], expected a floating tensor [96, 4]"),
 ])
 def test_what_loom_cannot_represent_is_named(gpt2_adapter, tmp_path, edit, needle):
-    hf_dir, adapter, _ = gpt2_adapter
-    convert("--from", "hf", hf_dir, "--output", tmp_path / "base")
+    _, adapter, _, base = gpt2_adapter
     bad = tmp_path / "adapter"
     shutil.copytree(adapter, bad)
     edit(bad)
-    done = convert("--from", "peft", bad, "--base", tmp_path / "base", "--output", tmp_path / "out", check=False)
+    done = convert("--from", "peft", bad, "--base", base, "--output", tmp_path / "out", check=False)
     assert done.returncode == 2 and needle in done.stderr, done.stderr
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 
 def test_flags_are_checked(gpt2_adapter, tmp_path):
-    _, adapter, _ = gpt2_adapter
+    _, adapter, _, _ = gpt2_adapter
     done = convert("--from", "peft", adapter, "--output", tmp_path / "out", check=False)
     assert done.returncode == 2 and "--from peft DIR needs --base RUN" in done.stderr, done.stderr
     done = convert("--to", "hf", tmp_path / "x", "--checkpoint", tmp_path, "--base", tmp_path, check=False)
     assert done.returncode == 2 and "--base goes with --from peft only" in done.stderr, done.stderr
+    done = convert("--from", "hf", tmp_path, "--output", tmp_path / "x", "--base-model", "gpt2", check=False)
+    assert done.returncode == 2 and "--base-model goes with --to peft only" in done.stderr, done.stderr
