@@ -108,9 +108,14 @@ ImportTokenizer find_tokenizer(const fs::path& hf, const fs::path& run, bool lla
   };
   // A Llama folder carries tokenizer.json (and, SentencePiece-based, tokenizer.model); a GPT-2
   // folder its vocab.json and merges.txt, or only tokenizer.json when transformers 5's
-  // save_pretrained wrote it.
+  // save_pretrained wrote it. Tokens added to a GPT-2 tokenizer (chat markers) are in its
+  // tokenizer.json only, so a tokenizer.json with more entries than vocab.json is the tokenizer.
   const bool gpt2_files = fs::is_regular_file(hf / "vocab.json") && fs::is_regular_file(hf / "merges.txt");
-  if (llama || !gpt2_files) {
+  const bool added_tokens = !llama && gpt2_files && fs::is_regular_file(hf / "tokenizer.json") &&
+                            !byte_level_refusal(hf / "tokenizer.json") &&
+                            data::HfTokenizer((hf / "tokenizer.json").string()).vocab_size() >
+                                data::Gpt2Tokenizer((hf / "vocab.json").string(), (hf / "merges.txt").string()).vocab_size();
+  if (llama || !gpt2_files || added_tokens) {
     const bool json = fs::is_regular_file(hf / "tokenizer.json"), sp = fs::is_regular_file(hf / "tokenizer.model");
     const std::optional<std::string> refused = json ? byte_level_refusal(hf / "tokenizer.json") : std::nullopt;
     if (json && !refused) {

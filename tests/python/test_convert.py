@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from test_data_helpers import MERGES, ROOT, VOCAB, loom_binary
+from test_data_helpers import MERGES, ROOT, VOCAB, loom_binary, read_indexed
 from train_helpers import full_parameters, load_shard, make_corpus, metrics, run_loom, run_train, tiny_overrides
 
 STEPS = 8   # the schedule of every training run here
@@ -186,6 +186,36 @@ def test_a_folder_with_only_tokenizer_json_imports_and_exports_it(tmp_path):
         exported = GPT2LMHeadModel.from_pretrained(back, local_files_only=True).eval()(torch.tensor([ids])).logits[0]
     ours = loom_logits(run, ids, tmp_path)
     assert (ours - want).abs().max().item() <= 1e-5 and (exported - want).abs().max().item() == 0
+
+
+def test_tokens_added_to_a_gpt2_tokenizer_are_imported(tmp_path):
+    """Chat markers added to a GPT-2 tokenizer live in its tokenizer.json only (vocab.json keeps
+    the 50257 BPE entries): the import reads tokenizer.json, whose size is the model's, and the
+    run tokenizes a marker as transformers does."""
+    from transformers import GPT2TokenizerFast
+    hf_dir, model = random_gpt2(tmp_path)
+    tokenizer = GPT2TokenizerFast.from_pretrained(hf_dir, local_files_only=True)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    model.resize_token_embeddings(len(tokenizer))
+    model.save_pretrained(hf_dir)
+    tokenizer.save_pretrained(hf_dir)
+    assert (hf_dir / "vocab.json").exists() and len(tokenizer) == 50259
+    run = tmp_path / "imported"
+    convert("--from", "hf", hf_dir, "--output", run)
+    assert "library: huggingface" in (run / "config.yaml").read_text()
+    text = "<|im_start|>user\n" + PROMPT + "<|im_end|>"
+    ids = tokenizer(text)["input_ids"]
+    assert ids[0] == 50257 and ids[-1] == 50258
+    (tmp_path / "doc.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    done = subprocess.run([str(loom_binary()), "preprocess", "--input", str(tmp_path / "doc.jsonl"), "--output-prefix",
+                           str(tmp_path / "doc"), "--tokenizer-library", "huggingface", "--tokenizer-model",
+                           str(run / "tokenizer" / "tokenizer.json"), "--workers", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert read_indexed(tmp_path / "doc_text_document")[0][0].tolist() == ids
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0]
+    assert (loom_logits(run, ids, tmp_path) - want).abs().max().item() <= 1e-5
 
 
 def test_import_reads_half_precision_files(tmp_path):
