@@ -65,12 +65,12 @@ Paged make_paged(const std::vector<int64_t>& lens, int64_t kv_heads, int64_t blo
 
 TEST_CASE("paged_attention matches attention over each row's contiguous cache", "[ops][paged]") {
   at::manual_seed(7);
-  const int64_t d = 8, block_size = 4;
+  const int64_t block_size = 4;
   const double scale = 0.35;
   for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
     for (int64_t kv_heads : {4, 2}) {
-      for (int64_t n : {1, 3}) {
-        CAPTURE(dtype, kv_heads, n);
+      for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 8}, {3, 8}, {3, 12}}) {  // d = 12: the 8-wide steps' tail
+        CAPTURE(dtype, kv_heads, n, d);
         const int64_t heads = 4;
         const std::vector<int64_t> lens{3, 9, 16, 5};
         Paged p = make_paged(lens, kv_heads, block_size, d, 24, dtype);

@@ -23,6 +23,30 @@ struct PagedShape {
   int64_t groups, heads, per_group, d, kv_heads, block_size, max_blocks;  // q [groups, heads, per_group, d]
 };
 
+// q · k in the accumulation type over eight independent partial sums: one running sum would
+// chain every multiply-add on the previous one (the compiler may not reorder a float sum), which
+// made the score loop the costliest part of a prefill chunk.
+template <typename acc_t, typename scalar_t>
+acc_t dot(const acc_t* __restrict q, const scalar_t* __restrict k, int64_t d) {
+  acc_t part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= d; c += 8)
+    for (int u = 0; u < 8; ++u) part[u] += q[c + u] * static_cast<acc_t>(k[c + u]);
+  acc_t total = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  for (; c < d; ++c) total += q[c] * static_cast<acc_t>(k[c]);
+  return total;
+}
+
+// acc += w · v in eight-wide steps over distinct arrays (the compiler then keeps them in vector
+// registers; a plain loop reloaded and stored acc per element).
+template <typename acc_t, typename scalar_t>
+void add_scaled(acc_t* __restrict acc, acc_t w, const scalar_t* __restrict v, int64_t d) {
+  int64_t c = 0;
+  for (; c + 8 <= d; c += 8)
+    for (int u = 0; u < 8; ++u) acc[c + u] += w * static_cast<acc_t>(v[c + u]);
+  for (; c < d; ++c) acc[c] += w * static_cast<acc_t>(v[c]);
+}
+
 // Query t (= group · per_group + index in its group) belongs to row row_of[t] and sees keys
 // 0 .. visible[t] - 1.
 template <typename scalar_t>
@@ -36,7 +60,7 @@ void paged_attention_queries(const scalar_t* q, const scalar_t* keys, const scal
   const int64_t longest = s.max_blocks * s.block_size;
   at::parallel_for(0, tasks, std::max<int64_t>(1, 4096 / std::max<int64_t>(longest * s.d, 1)),
                    [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> p(static_cast<size_t>(longest)), acc(static_cast<size_t>(s.d));
+    std::vector<acc_t> p(static_cast<size_t>(longest)), acc(static_cast<size_t>(s.d)), qa(static_cast<size_t>(s.d));
     for (int64_t task = begin; task < end; ++task) {  // q's element order: [groups, heads, per_group]
       const int64_t g = task / (s.heads * s.per_group), h = (task / s.per_group) % s.heads;
       const int64_t t = g * s.per_group + task % s.per_group;
@@ -44,28 +68,30 @@ void paged_attention_queries(const scalar_t* q, const scalar_t* keys, const scal
       const int64_t visible = visible_of[static_cast<size_t>(t)];  // keys 0 .. the query's position
       const scalar_t* qi = q + task * s.d;
       const int64_t* table = tables + r * s.max_blocks;
-      auto slot = [&](int64_t j) {  // offset of key j's vector in the cache
-        return ((table[j / s.block_size] * s.kv_heads + kh) * s.block_size + j % s.block_size) * s.d;
+      // f(j, offset of key j's vector in the cache) for the visible keys, block by block (no
+      // division per key).
+      auto each_key = [&](auto&& f) {
+        for (int64_t blk = 0, j = 0; j < visible; ++blk) {
+          const int64_t base = (table[blk] * s.kv_heads + kh) * s.block_size * s.d;
+          const int64_t n = std::min(s.block_size, visible - j);
+          for (int64_t i = 0; i < n; ++i, ++j) f(j, base + i * s.d);
+        }
       };
+      for (int64_t c = 0; c < s.d; ++c) qa[static_cast<size_t>(c)] = static_cast<acc_t>(qi[c]);
       acc_t mx = -std::numeric_limits<acc_t>::infinity();
-      for (int64_t j = 0; j < visible; ++j) {
-        const scalar_t* kj = keys + slot(j);
-        acc_t dot = 0;
-        for (int64_t c = 0; c < s.d; ++c) dot += static_cast<acc_t>(qi[c]) * static_cast<acc_t>(kj[c]);
-        p[j] = dot * scale;
+      each_key([&](int64_t j, int64_t offset) {
+        p[j] = dot(qa.data(), keys + offset, s.d) * scale;
         mx = std::max(mx, p[j]);
-      }
+      });
       acc_t sum = 0;
       for (int64_t j = 0; j < visible; ++j) {
         p[j] = std::exp(p[j] - mx);
         sum += p[j];
       }
       std::fill(acc.begin(), acc.end(), acc_t(0));
-      for (int64_t j = 0; j < visible; ++j) {
-        const scalar_t* vj = values + slot(j);
-        const acc_t w = p[j];
-        for (int64_t c = 0; c < s.d; ++c) acc[c] += w * static_cast<acc_t>(vj[c]);
-      }
+      each_key([&](int64_t j, int64_t offset) {
+        add_scaled(acc.data(), p[j], values + offset, s.d);
+      });
       const acc_t inv = acc_t(1) / sum;
       scalar_t* o = out + task * s.d;
       for (int64_t c = 0; c < s.d; ++c) o[c] = static_cast<scalar_t>(acc[c] * inv);
