@@ -3,7 +3,8 @@ adapters trained on it by `loom finetune` (different ranks and targets) served t
 requests of the base and both adapters sent at once (completions, streamed completions, chat
 completions, through the openai client) give exactly the tokens of the base served alone and of
 each adapter folded into its base by `loom convert --merge-lora` and served alone, at t=1 and
-at t=2 x p=2 (CPU ranks); /metrics shows that requests of several models shared a forward;
+at t=2 x p=2 (CPU ranks), and with speculative decoding (n-gram drafts, or the base as an
+adapter-free draft model); /metrics shows that requests of several models shared a forward;
 /v1/models lists the base and the adapters; an unknown model gets 404 naming the served ones;
 the prefix cache keeps each model's blocks apart; bad --lora flags and adapters of another
 checkpoint are refused before serving, naming them."""
@@ -138,17 +139,31 @@ def served_together(runs, expected, *layout):
             assert model == job[0]
             assert text == expected[job], job
         assert metric(s.url, "loom:prefix_cache_hits_total") >= 16  # LONG's first block, per model
-        mixed = metric(s.url, "loom:lora_mixed_steps_total")
+        counters = {name: metric(s.url, name) for name in
+                    ["loom:lora_mixed_steps_total", "loom:spec_decode_num_draft_tokens_total"]}
         assert s.terminate() == 0
-    return mixed
+    return counters
 
 
 def test_adapters_and_base_batched_together_answer_as_the_merged_models(runs, expected):
-    assert served_together(runs, expected) > 0  # requests of several models shared forwards
+    # Requests of several models shared forwards.
+    assert served_together(runs, expected)["loom:lora_mixed_steps_total"] > 0
 
 
 def test_at_t2_p2_too(runs, expected):
-    assert served_together(runs, expected, "--tensor-parallel", 2, "--pipeline-parallel", 2) > 0
+    assert served_together(runs, expected, "--tensor-parallel", 2, "--pipeline-parallel", 2)[
+        "loom:lora_mixed_steps_total"] > 0
+
+
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_with_speculative_decoding_too(runs, expected, method):
+    """Prompt-lookup drafts, or the base as a draft model (it runs without adapters; the adapted
+    model verifies its drafts): the same greedy answers."""
+    flags = ["--speculative-method", method, "--num-speculative-tokens", 3]
+    if method == "draft":
+        flags += ["--draft-checkpoint", runs["base"]]
+    counters = served_together(runs, expected, *flags)
+    assert counters["loom:lora_mixed_steps_total"] > 0 and counters["loom:spec_decode_num_draft_tokens_total"] > 0
 
 
 def test_models_listed_and_an_unknown_model_refused(runs):
