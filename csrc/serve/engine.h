@@ -20,6 +20,9 @@
 // waits, and so do the ones behind it; one that could never fit (prompt + max_tokens past
 // max_kv_tokens) is refused at submit(). A joining request takes the blocks of its whole
 // context at once, its prefill then runs over as many steps as the budget needs.
+// With served LoRA adapters (EngineOptions::lora, `loom serve --lora`) each request runs with
+// its own adapter or none, and requests of different adapters share the step's one forward
+// (model/lora_serving.h); the prefix cache keys blocks by adapter.
 //
 // Every rank runs step() in lockstep. World rank 0 (first stage, TP rank 0: the serving rank)
 // owns the intake and sends each step's plan (new requests, cancellations, stop) to every rank
