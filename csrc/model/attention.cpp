@@ -40,8 +40,9 @@ ParallelAttention::ParallelAttention(const GptConfig& config, int layer,
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ParallelAttention::project_qkv(const at::Tensor& x,
                                                                               const RotaryTables& rotary,
-                                                                              const DropoutContext* dropout) const {
-  at::Tensor mixed = qkv_.forward(x, /*skip_bias_add=*/false, dropout);  // [s, b, (a + 2g)d/t], per group [q heads|k|v]
+                                                                              const DropoutContext* dropout,
+                                                                              const LoraBatch* served) const {
+  at::Tensor mixed = qkv_.forward(x, /*skip_bias_add=*/false, dropout, served);  // [s, b, (a + 2g)d/t], per group [q heads|k|v]
   const int64_t s = mixed.size(0), b = mixed.size(1);
   const int64_t d = config_.head_dim();
   const int64_t groups_local = config_.query_groups() / tp_->size();

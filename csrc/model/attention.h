@@ -44,16 +44,20 @@ class ParallelAttention {
   /// Inference (cached_forward.cpp): x [n, b, h] of n new positions (no sequence parallelism,
   /// no dropout), `rotary` the tables of their positions [b, 1, n, r]; appends their keys and
   /// values (this rank's g/t K/V heads) to `cache` and attends over every cached position with
-  /// the offset causal mask (kv_cache.h). Same outputs as forward().
+  /// the offset causal mask (kv_cache.h). Same outputs as forward(). `served`: the served LoRA
+  /// adapters' tokens (lora_serving.h; null: the base alone).
   std::pair<at::Tensor, at::Tensor> forward_cached(const at::Tensor& x, KvCache& cache,
-                                                   const RotaryTables& rotary = {}) const;
+                                                   const RotaryTables& rotary = {},
+                                                   const LoraBatch* served = nullptr) const;
   void collect(ParamList& out) const;
 
  private:
   /// The QKV projection of x, split into q [b, a/t, s, d] and k, v [b, g/t, s, d], q and k
-  /// rotated when `rotary` is active; `dropout` for a LoRA adapter's input (null: none).
+  /// rotated when `rotary` is active; `dropout` for a LoRA adapter's input (null: none);
+  /// `served` the served adapters' tokens (inference; null: none).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const at::Tensor& x, const RotaryTables& rotary,
-                                                             const DropoutContext* dropout = nullptr) const;
+                                                             const DropoutContext* dropout = nullptr,
+                                                             const LoraBatch* served = nullptr) const;
   /// k or v [b, g/t, s, d] -> [b, a/t, s, d]: each K/V head repeated for its a/g query heads.
   at::Tensor expand_groups(const at::Tensor& kv) const;
 

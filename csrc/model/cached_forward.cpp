@@ -11,6 +11,7 @@
 #include "model/gpt_stage.h"
 #include "model/kv_cache.h"
 #include "model/layer_norm.h"
+#include "model/lora_serving.h"
 #include "model/mappings.h"
 #include "model/rotary.h"
 #include "model/transformer_layer.h"
@@ -18,9 +19,10 @@
 namespace loom::model {
 
 std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Tensor& x, KvCache& cache,
-                                                                    const RotaryTables& rotary) const {
+                                                                    const RotaryTables& rotary,
+                                                                    const LoraBatch* served) const {
   // q [b, a/t, n, d]; k, v [b, g/t, n, d]: the cache holds the K/V heads only.
-  auto [q, k, v] = project_qkv(x, rotary);
+  auto [q, k, v] = project_qkv(x, rotary, nullptr, served);
   const int64_t b = q.size(0), heads_local = q.size(1), n = q.size(2), d = q.size(3);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   // Stores this call's keys and values, then the causal attention over every cached position
@@ -28,20 +30,21 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward_cached(const at::Te
   // paged_attention through the rows' block tables).
   at::Tensor context = cache.attend(layer_, q, k, v, scale);  // [b, a/t, n, d]
   context = context.permute({2, 0, 1, 3}).reshape({n, b, heads_local * d});
-  return proj_.forward(context);
+  return proj_.forward(context, nullptr, served);
 }
 
-at::Tensor TransformerLayer::forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary) const {
+at::Tensor TransformerLayer::forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary,
+                                            const LoraBatch* served) const {
   DropoutContext off;
   off.training = false;  // p = 0 everywhere
   const int64_t n = x.size(0), b = x.size(1);
   auto no_dropout = [&](uint32_t site) {
     return off.hidden(0.0, layer_, site, n, 0, b, config_.hidden_size);
   };
-  auto [attn, attn_bias] = attention_.forward_cached(ln1_.forward(x), cache, rotary);
+  auto [attn, attn_bias] = attention_.forward_cached(ln1_.forward(x), cache, rotary, served);
   at::Tensor h = ops::bias_dropout_add(attn, optional_bias(attn_bias), x,
                                        no_dropout(ops::kDropoutSiteAttentionOutput));
-  auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h));
+  auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h), nullptr, served);
   return ops::bias_dropout_add(mlp, optional_bias(mlp_bias), h, no_dropout(ops::kDropoutSiteMlpOutput));
 }
 
@@ -55,7 +58,7 @@ KvCache GptStage::make_kv_cache(int64_t batch, int64_t capacity) const {
 }
 
 at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache, const PromptSplice& prompt,
-                                    const at::Tensor& output_rows) const {
+                                    const at::Tensor& output_rows, const LoraBatch& served) const {
   if (config_.layout.sequence_parallel)
     throw std::invalid_argument(
         "GptStage::forward_cached: inference runs without sequence parallelism; build the "
@@ -93,7 +96,7 @@ at::Tensor GptStage::forward_cached(const at::Tensor& input, KvCache& cache, con
       config_.position_embedding_type == PositionEmbedding::kRope
           ? rotary_tables(positions, config_, x.scalar_type())
           : RotaryTables{};
-  for (const auto& layer : layers_) x = layer->forward_cached(x, cache, rotary);
+  for (const auto& layer : layers_) x = layer->forward_cached(x, cache, rotary, served.active() ? &served : nullptr);
   cache.advance(n);
   if (!layout_.post_process) return x;
   if (output_rows.defined()) x = x.index_select(0, output_rows);  // [m, b, h]: the head runs on these only

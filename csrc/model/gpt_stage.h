@@ -16,6 +16,7 @@
 
 #include "model/dropout_context.h"
 #include "model/gpt_config.h"
+#include "model/lora_serving.h"
 #include "model/parameter.h"
 #include "model/prompt_splice.h"
 #include "runtime/communicator.h"
@@ -90,11 +91,13 @@ class GptStage {
   /// the n new positions (prompt_splice.h; its seq_index counts from 0 at the first new
   /// position). A defined `output_rows` (int64 [m] on the stage's device, indices into the n
   /// new positions) makes a last stage return the logits of those positions only, [m, b,
-  /// V_padded/t] (the serving engine needs a chunk's last position, not all n). Throws
+  /// V_padded/t] (the serving engine needs a chunk's last position, not all n). An active
+  /// `served` adds the served LoRA adapters' updates to their tokens of the n·b new positions
+  /// (lora_serving.h; inactive: the base model alone, unchanged). Throws
   /// std::invalid_argument for a bad input shape, sequence parallelism at t > 1, or positions
   /// past max_position_embeddings.
   at::Tensor forward_cached(const at::Tensor& input, KvCache& cache, const PromptSplice& prompt = {},
-                            const at::Tensor& output_rows = {}) const;
+                            const at::Tensor& output_rows = {}, const LoraBatch& served = {}) const;
 
   /// This stage's parameters with their parallel attributes, in a fixed order.
   ParamList parameters() const;

@@ -49,6 +49,23 @@ LoraAdapter::LoraAdapter(const std::string& linear_name, LoraBase base, LoraTarg
   b_ = make_parameter(column ? shard(full_b, 0, tp_->rank(), tp_->size()) : full_b, options);
 }
 
+LoraAdapter::LoraAdapter(const std::string& linear_name, LoraBase base, const at::Tensor& full_a,
+                         const at::Tensor& full_b, double scale, runtime::CommunicatorPtr tp,
+                         const at::TensorOptions& options)
+    : name_(linear_name),
+      base_(base),
+      layer_(0),
+      site_(0),
+      in_features_(full_a.size(1)),
+      scale_(scale),
+      dropout_(0.0),
+      tp_(std::move(tp)),
+      sequence_parallel_(false) {
+  const bool column = base_ == LoraBase::kColumnParallel;
+  a_ = (column ? full_a : shard(full_a, 1, tp_->rank(), tp_->size())).to(options).contiguous();
+  b_ = (column ? shard(full_b, 0, tp_->rank(), tp_->size()) : full_b).to(options).contiguous();
+}
+
 at::Tensor LoraAdapter::dropped(const at::Tensor& x, const DropoutContext* dropout, int64_t seq_length,
                                 int64_t seq_offset, int64_t feature_offset) const {
   if (!dropout || dropout_ <= 0.0) return x;

@@ -52,6 +52,11 @@ class LoraAdapter {
   LoraAdapter(const std::string& linear_name, LoraBase base, LoraTarget target, int layer, int64_t in_features,
               int64_t out_features, const LoraConfig& config, uint64_t seed, runtime::CommunicatorPtr tp,
               bool sequence_parallel, const at::TensorOptions& options);
+  /// A trained adapter for inference (`loom serve --lora`, lora_serving.h): the full a [r, in]
+  /// and b [out, r] of a checkpoint, this rank's shards per `base` in `options`' dtype and
+  /// device, its update scaled by `scale` (alpha / r); no dropout, no sequence parallelism.
+  LoraAdapter(const std::string& linear_name, LoraBase base, const at::Tensor& full_a, const at::Tensor& full_b,
+              double scale, runtime::CommunicatorPtr tp, const at::TensorOptions& options);
 
   /// Column-parallel base: x as the base receives it, [s(/t), b, in] -> the scaled update
   /// [s, b, out/t] to add to the base's output.

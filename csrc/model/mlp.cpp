@@ -33,17 +33,18 @@ ParallelMlp::ParallelMlp(const GptConfig& c, int layer, runtime::CommunicatorPtr
   fc2_.attach_lora(kLoraMlpFc2, layer, c.lora, c.seed, options);
 }
 
-std::pair<at::Tensor, at::Tensor> ParallelMlp::forward(const at::Tensor& x, const DropoutContext* dropout) const {
+std::pair<at::Tensor, at::Tensor> ParallelMlp::forward(const at::Tensor& x, const DropoutContext* dropout,
+                                                       const LoraBatch* served) const {
   if (activation_ == Activation::kSwiglu) {
-    at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/false, dropout);  // [s, b, 2·ffn/t], rows interleaved gate, up
-    if (fused_) return fc2_.forward(ops::swiglu(h), dropout);
+    at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/false, dropout, served);  // [s, b, 2·ffn/t], rows interleaved gate, up
+    if (fused_) return fc2_.forward(ops::swiglu(h), dropout, served);
     h = h.unflatten(-1, {h.size(-1) / 2, 2});
-    return fc2_.forward(at::silu(h.select(-1, 0)) * h.select(-1, 1), dropout);
+    return fc2_.forward(at::silu(h.select(-1, 0)) * h.select(-1, 1), dropout, served);
   }
-  at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/true, dropout);  // [s, b, ffn/t]
-  if (!fc1_.bias().defined()) return fc2_.forward(at::gelu(h, "tanh"), dropout);
-  if (!fused_) return fc2_.forward(at::gelu(h + fc1_.bias(), "tanh"), dropout);
-  return fc2_.forward(ops::bias_gelu(h, fc1_.bias()), dropout);
+  at::Tensor h = fc1_.forward(x, /*skip_bias_add=*/true, dropout, served);  // [s, b, ffn/t]
+  if (!fc1_.bias().defined()) return fc2_.forward(at::gelu(h, "tanh"), dropout, served);
+  if (!fused_) return fc2_.forward(at::gelu(h + fc1_.bias(), "tanh"), dropout, served);
+  return fc2_.forward(ops::bias_gelu(h, fc1_.bias()), dropout, served);
 }
 
 void ParallelMlp::collect(ParamList& out) const {

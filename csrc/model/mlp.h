@@ -27,8 +27,10 @@ class ParallelMlp {
   ParallelMlp(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
               const at::TensorOptions& options);
   /// x [s(/t), b, h] -> (fc2 output [s(/t), b, h] before its bias, fc2 bias [h] or undefined
-  /// without bias). `dropout`: for LoRA adapters' inputs (null: none).
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext* dropout = nullptr) const;
+  /// without bias). `dropout`: for LoRA adapters' inputs (null: none); `served`: served adapters'
+  /// tokens (inference, lora_serving.h; null: none).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext* dropout = nullptr,
+                                            const LoraBatch* served = nullptr) const;
   void collect(ParamList& out) const;
 
  private:

@@ -6,6 +6,7 @@
 #include "model/capsule.h"
 #include "model/init.h"
 #include "model/lora.h"
+#include "model/lora_serving.h"
 #include "model/mappings.h"
 
 namespace loom::model {
@@ -69,7 +70,8 @@ void ParallelLinearState::attach_lora_adapter(bool column, LoraTarget target, in
 }
 }  // namespace detail
 
-at::Tensor ColumnParallelLinear::forward(const at::Tensor& x, bool skip_bias_add, const DropoutContext* dropout) const {
+at::Tensor ColumnParallelLinear::forward(const at::Tensor& x, bool skip_bias_add, const DropoutContext* dropout,
+                                         const LoraBatch* served) const {
   std::optional<at::Tensor> b;
   if (bias_.defined() && !skip_bias_add) b = bias_;
   at::Tensor y;
@@ -80,6 +82,7 @@ at::Tensor ColumnParallelLinear::forward(const at::Tensor& x, bool skip_bias_add
     y = at::linear(input, weight_, b.has_value() ? *b : at::Tensor());
   }
   if (lora_) y = y + lora_->column_update(x, dropout);
+  if (served != nullptr && served->active()) y = served->add_column_updates(name_, x, y);
   return y;
 }
 
@@ -101,9 +104,11 @@ RowParallelLinear::RowParallelLinear(std::string name, const at::Tensor& full_we
   if (full_bias.defined()) bias_ = make_parameter(full_bias, options);
 }
 
-std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x, const DropoutContext* dropout) const {
+std::pair<at::Tensor, at::Tensor> RowParallelLinear::forward(const at::Tensor& x, const DropoutContext* dropout,
+                                                             const LoraBatch* served) const {
   at::Tensor partial = at::linear(x, weight_);
   if (lora_) partial = partial + lora_->row_partial_update(x, dropout);  // reduced with the base's
+  if (served != nullptr && served->active()) partial = served->add_row_partial_updates(name_, x, partial);
   at::Tensor out = sequence_parallel_ ? reduce_scatter_to_sequence_parallel_region(partial, tp_)
                                       : reduce_from_tensor_model_parallel_region(partial, tp_);
   return {out, bias_};

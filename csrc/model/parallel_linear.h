@@ -30,6 +30,7 @@
 namespace loom::model {
 
 class LoraAdapter;
+struct LoraBatch;
 
 /// y = all_gather_dim0(x) · wᵀ + b, saving only the local x (and w) for backward; backward
 /// all-gathers x again for dW and reduce-scatters dX. x [n, ..., in], w [out, in], b [out].
@@ -62,8 +63,11 @@ class ColumnParallelLinear : detail::ParallelLinearState {
                        const std::optional<at::Tensor>& full_bias, runtime::CommunicatorPtr tp,
                        bool sequence_parallel, const at::TensorOptions& options);
   /// [s(/t), b, in] -> [s, b, out/t] (+ bias unless skip_bias_add, then add it yourself), plus
-  /// the LoRA update when attached (its input dropout per `dropout`; none when null).
-  at::Tensor forward(const at::Tensor& x, bool skip_bias_add = false, const DropoutContext* dropout = nullptr) const;
+  /// the LoRA update when attached (its input dropout per `dropout`; none when null), plus the
+  /// served adapters' updates of their tokens when `served` is active (inference,
+  /// lora_serving.h).
+  at::Tensor forward(const at::Tensor& x, bool skip_bias_add = false, const DropoutContext* dropout = nullptr,
+                     const LoraBatch* served = nullptr) const;
   /// Gives this layer a LoRA adapter when config.adapts(target) (else does nothing).
   void attach_lora(LoraTarget target, int layer, const LoraConfig& config, uint64_t seed,
                    const at::TensorOptions& options) {
@@ -83,8 +87,10 @@ class RowParallelLinear : detail::ParallelLinearState {
                     runtime::CommunicatorPtr tp, bool sequence_parallel,
                     const at::TensorOptions& options);
   /// [s, b, in/t] -> ([s(/t), b, out] without bias, bias [out]), with the LoRA update when
-  /// attached (its input dropout per `dropout`; none when null).
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext* dropout = nullptr) const;
+  /// attached (its input dropout per `dropout`; none when null) and the served adapters'
+  /// partial updates of their tokens when `served` is active (inference, lora_serving.h).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext* dropout = nullptr,
+                                            const LoraBatch* served = nullptr) const;
   /// Gives this layer a LoRA adapter when config.adapts(target) (else does nothing).
   void attach_lora(LoraTarget target, int layer, const LoraConfig& config, uint64_t seed,
                    const at::TensorOptions& options) {

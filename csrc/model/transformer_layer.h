@@ -31,7 +31,8 @@ class TransformerLayer {
   at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {}) const;
   /// Inference (cached_forward.cpp): forward() without dropout for x [n, b, h] of n new
   /// positions whose keys and values go to `cache`; `rotary` the tables of their positions.
-  at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary = {}) const;
+  at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary = {},
+                            const LoraBatch* served = nullptr) const;
   int layer() const { return layer_; }
   void collect(ParamList& out) const;
 

@@ -97,6 +97,7 @@ ChatJob parse_chat(const json& body, const ApiContext& api) {
   ChatJob job;
   job.stream = common.stream;
   job.include_usage = common.include_usage;
+  job.model = common.model;
   job.logprobs = fields::get_bool(body, "logprobs", false);
   const int64_t top = fields::get_int(body, "top_logprobs", 0, 0, limits::kMaxTopLogprobs);
   if (top > 0 && !job.logprobs) throw bad("top_logprobs", "needs \"logprobs\": true");
@@ -180,7 +181,7 @@ json chat_response(const ChatJob& job, const RequestResult& r, const ApiContext&
                  {"message", {{"role", "assistant"}, {"content", generated_text(job.spec, r, *api.tokenizer)}}},
                  {"logprobs", logprobs},
                  {"finish_reason", r.finish_reason.empty() ? json() : json(r.finish_reason)}};
-  return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", api.model_name},
+  return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", job.model},
           {"choices", json::array({choice})}, {"usage", usage({r})}};
 }
 

@@ -25,6 +25,7 @@ struct ChatJob {
   bool include_usage = false;
   bool logprobs = false;      ///< `logprobs: true`: log-probabilities of the generated tokens
   std::string prompt_text;    ///< the rendered prompt
+  std::string model;          ///< the model id the request chose (OpenAiCommon::model)
 };
 
 /// Parses a chat body (throws ApiError naming the field: `messages` when the server has no chat

@@ -177,6 +177,10 @@ void GenerationEngine::validate(const RequestSpec& spec) const {
     throw std::invalid_argument(fmt::format(
         "max_tokens: {} prompt tokens + {} new tokens exceed the server's --max-kv-tokens {}", n,
         spec.max_new_tokens, options_.max_kv_tokens));
+  const int64_t adapters = options_.lora ? options_.lora->size() : 0;
+  if (spec.adapter < -1 || spec.adapter >= adapters)
+    throw std::invalid_argument(fmt::format("model: LoRA adapter index {} is not served (the server holds {})",
+                                            spec.adapter, adapters));
   if (spec.prompt_task < 0) {
     if (!spec.virtual_positions.empty()) throw std::invalid_argument("prompt: virtual positions without a task");
     return;
@@ -221,10 +225,13 @@ bool GenerationEngine::busy() const {
 }
 
 int64_t GenerationEngine::extra_key(const RequestSpec& spec) {
-  if (spec.prompt_task < 0) return -1;
-  // The task's table and where its rows go both shape the keys and values.
-  const uint64_t h = block_hash(static_cast<uint64_t>(spec.prompt_task), spec.virtual_positions.data(),
-                                static_cast<int64_t>(spec.virtual_positions.size()), spec.prompt_task);
+  if (spec.prompt_task < 0 && spec.adapter < 0) return -1;
+  // The task's table and where its rows go, and the adapter, all shape the keys and values.
+  uint64_t h = kRootHash;
+  if (spec.prompt_task >= 0)
+    h = block_hash(static_cast<uint64_t>(spec.prompt_task), spec.virtual_positions.data(),
+                   static_cast<int64_t>(spec.virtual_positions.size()), spec.prompt_task);
+  if (spec.adapter >= 0) h = block_hash(h, nullptr, 0, spec.adapter);
   return static_cast<int64_t>(h >> 1);  // >= 0: never the -1 of a plain request
 }
 
@@ -252,8 +259,29 @@ nlohmann::json GenerationEngine::plan_step(bool stop) {
   return plan;
 }
 
+model::LoraBatch GenerationEngine::lora_batch(const std::vector<Segment>& batch) {
+  model::LoraBatch out;
+  if (options_.lora == nullptr) return out;
+  std::map<int64_t, std::vector<int64_t>> positions;  // adapter (-1: the base) -> flat positions
+  int64_t at = 0;
+  for (const Segment& s : batch) {
+    auto& p = positions[s.request->spec.adapter];
+    for (int64_t k = 0; k < s.count; ++k) p.push_back(at + k);
+    at += s.count;
+  }
+  if (positions.size() > 1) ++mixed_adapter_steps_;
+  out.bank = options_.lora;
+  const auto on_device = at::TensorOptions().dtype(at::kLong).device(groups_.tp->device());
+  for (auto& [adapter, p] : positions) {
+    if (adapter < 0) continue;
+    out.adapter.push_back(static_cast<int>(adapter));
+    out.tokens.push_back(at::tensor(p, on_device));
+  }
+  return out;
+}
+
 at::Tensor GenerationEngine::forward(const std::vector<int64_t>& tokens, const model::PromptSplice& splice,
-                                     const std::vector<int64_t>& output_rows) {
+                                     const std::vector<int64_t>& output_rows, const model::LoraBatch& lora) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   at::Tensor input;
   const auto device = groups_.tp->device();
@@ -268,7 +296,7 @@ at::Tensor GenerationEngine::forward(const std::vector<int64_t>& tokens, const m
   const at::Tensor rows = last_stage() ? at::tensor(output_rows.empty() ? std::vector<int64_t>{0} : output_rows,
                                                     at::TensorOptions().dtype(at::kLong).device(device))
                                        : at::Tensor();
-  at::Tensor out = stage_.forward_cached(input, cache_, splice, rows);
+  at::Tensor out = stage_.forward_cached(input, cache_, splice, rows, lora);
   if (last_stage()) return out;
   out = out.contiguous();
   groups_.links->isend(out, groups_.links->rank() + 1)->wait();
@@ -614,7 +642,7 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
     for (int64_t k = first; k < batch[i].count; ++k) output_rows.push_back(starts[i] + k);
   }
   cache_.select_flat(rows, counts);
-  const at::Tensor logits = forward(flat, splice, output_rows);  // last stage: [output rows, 1, V/t]
+  const at::Tensor logits = forward(flat, splice, output_rows, lora_batch(batch));  // last stage: [output rows, 1, V/t]
   last_step_tokens_ = static_cast<int64_t>(flat.size());
   for (size_t i = 0; i < batch.size(); ++i) {  // every rank: the new positions are computed
     Running& r = *batch[i].request;

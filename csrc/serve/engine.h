@@ -20,6 +20,9 @@
 // waits, and so do the ones behind it; one that could never fit (prompt + max_tokens past
 // max_kv_tokens) is refused at submit(). A joining request takes the blocks of its whole
 // context at once, its prefill then runs over as many steps as the budget needs.
+// With served LoRA adapters (EngineOptions::lora, `loom serve --lora`) each request runs with
+// its own adapter or none, and requests of different adapters share the step's one forward
+// (model/lora_serving.h); the prefix cache keys blocks by adapter.
 //
 // Every rank runs step() in lockstep. World rank 0 (first stage, TP rank 0: the serving rank)
 // owns the intake and sends each step's plan (new requests, cancellations, stop) to every rank
@@ -121,6 +124,11 @@ struct EngineOptions {
   /// With SpeculativeMethod::kDraft: the draft model, whole on this rank at t = 1 with the
   /// served model's vocabulary (serve/draft_model.h), kept by reference.
   const model::GptStage* draft_model = nullptr;
+  /// Served LoRA adapters (`loom serve --lora`, model/lora_serving.h): this rank's shards, kept
+  /// by reference; a request with adapter i has adapter i's updates added to its tokens in
+  /// every step's one forward, beside the requests of other adapters and of the base. Null:
+  /// none. The draft model runs without adapters (its drafts are verified by the adapted model).
+  const model::LoraBank* lora = nullptr;
 };
 
 /// `o` with its defaults filled in for a model of `context` positions (max_kv_tokens 0:
@@ -169,6 +177,9 @@ class GenerationEngine {
   /// Step thread: speculative decoding so far: tokens drafted and drafted tokens accepted.
   int64_t drafted_tokens() const { return drafted_tokens_; }
   int64_t accepted_tokens() const { return accepted_tokens_; }
+  /// Step thread: steps whose one forward held the tokens of two or more served models (the
+  /// base and LoRA adapters, counted apart) so far.
+  int64_t mixed_adapter_steps() const { return mixed_adapter_steps_; }
 
  private:
   struct Running;
@@ -179,12 +190,13 @@ class GenerationEngine {
   // pipeline; returns the logits [output_rows, 1, V/t] of those flat positions on the last
   // stage, undefined elsewhere.
   at::Tensor forward(const std::vector<int64_t>& tokens, const model::PromptSplice& splice,
-                     const std::vector<int64_t>& output_rows);
+                     const std::vector<int64_t>& output_rows, const model::LoraBatch& lora);
   // First stage, learned-prompt request: the virtual positions among [from, from + count) (its
   // chunk, at flat offset `offset`) and their vectors, appended to at / vectors.
   void add_prompt_splice(const RequestSpec& spec, int64_t from, int64_t count, int64_t offset,
                          std::vector<int64_t>& at, std::vector<at::Tensor>& vectors) const;
-  // The prefix-cache key besides the tokens: -1, or the learned-prompt task and its positions.
+  // The prefix-cache key besides the tokens: -1, or a hash of the learned-prompt task and its
+  // positions and of the LoRA adapter (each changes the keys and values).
   static int64_t extra_key(const RequestSpec& spec);
   // Last stage: the full-vocabulary logits [count, V] of positions [first, first + count) of
   // batch row `row` of `logits`.
@@ -194,6 +206,9 @@ class GenerationEngine {
     Running* request;
     int64_t count;
   };
+  // The served adapters' tokens of the flat batch: each segment's `count` positions, in order,
+  // belong to its request's adapter (none: the base). Counts a step mixing models.
+  model::LoraBatch lora_batch(const std::vector<Segment>& batch);
   generate::SampledRows choose_tokens(const std::vector<Segment>& batch, const std::vector<int64_t>& choosing,
                                       const std::vector<int64_t>& first_logit, const at::Tensor& logits);
   void finish(Running& r, FinishReason reason, RequestProgress& progress);
@@ -234,6 +249,7 @@ class GenerationEngine {
   int64_t preemptions_ = 0;
   int64_t last_step_tokens_ = 0;
   int64_t drafted_tokens_ = 0, accepted_tokens_ = 0;
+  int64_t mixed_adapter_steps_ = 0;
 
   // Serving rank only.
   mutable std::mutex mutex_;

@@ -1,5 +1,7 @@
 #include "serve/http_api.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -241,8 +243,17 @@ size_t streamable_prefix(const std::string& text, const std::vector<std::string>
 
 OpenAiCommon parse_openai_common(const json& body, const ApiContext& api, const char* max_tokens_field) {
   if (present(body, "model") && !body["model"].is_string()) throw bad("model", "expected a string");
-  if (present(body, "model") && body["model"].get<std::string>() != api.model_name)
-    throw ApiError(404, "model", fmt::format("this server serves '{}', not '{}'", api.model_name, body["model"].get<std::string>()));
+  OpenAiCommon common;
+  common.model = present(body, "model") ? body["model"].get<std::string>() : api.model_name;
+  if (common.model != api.model_name) {
+    const auto adapter = std::find(api.adapters.begin(), api.adapters.end(), common.model);
+    if (adapter == api.adapters.end()) {
+      std::string served = "'" + api.model_name + "'";
+      for (const auto& a : api.adapters) served += ", '" + a + "'";
+      throw ApiError(404, "model", fmt::format("this server serves {}, not {}", served, excerpt(body["model"])));
+    }
+    common.base.adapter = adapter - api.adapters.begin();
+  }
   if (present(body, "user") && !body["user"].is_string()) throw bad("user", "expected a string");
   get_int(body, "n", 1, 1, 1);
   get_int(body, "best_of", 1, 1, 1);
@@ -250,7 +261,6 @@ OpenAiCommon parse_openai_common(const json& body, const ApiContext& api, const 
   get_number(body, "frequency_penalty", 0, 0, 0);
   if (present(body, "logit_bias") && !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
     throw bad("logit_bias", "is not supported");
-  OpenAiCommon common;
   common.stream = get_bool(body, "stream", false);
   if (present(body, "stream_options")) {
     const json& o = body["stream_options"];
@@ -296,6 +306,7 @@ CompletionJob parse_completion(const json& body, const ApiContext& api) {
   CompletionJob job;
   job.stream = common.stream;
   job.include_usage = common.include_usage;
+  job.model = common.model;
   job.echo = get_bool(body, "echo", false);
   job.logprobs = get_int(body, "logprobs", -1, 0, kMaxTopLogprobs);
   RequestSpec& base = common.base;
@@ -382,7 +393,7 @@ json completion_response(const CompletionJob& job, const std::vector<RequestResu
                          const std::string& id, int64_t created) {
   json choices = json::array();
   for (size_t i = 0; i < results.size(); ++i) choices.push_back(completion_choice(job, i, results[i], api));
-  return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", api.model_name},
+  return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", job.model},
           {"choices", choices}, {"usage", usage(results)}};
 }
 

@@ -54,7 +54,10 @@ class ChatTemplate;   // serve/chat_template.h
 struct ApiContext {
   const data::Tokenizer* tokenizer = nullptr;
   int64_t context = 0;      ///< max_position_embeddings
-  std::string model_name;   ///< the id /v1/models lists
+  std::string model_name;   ///< the base model's id (/v1/models lists it first)
+  /// The served LoRA adapters' ids by adapter index (`loom serve --lora NAME=DIR`): OpenAI's
+  /// `model` field naming one runs the request with that adapter (RequestSpec::adapter).
+  std::vector<std::string> adapters;
   const PromptTasks* prompts = nullptr;  ///< learned prompts (--prompt-checkpoint); null: none
   /// Bytes a prompt text may have (a longer one is refused before it is tokenized); 0: no
   /// limit but the body's. max_prompt_bytes() gives the value `loom serve` uses.
@@ -74,13 +77,15 @@ size_t max_prompt_bytes(const data::Tokenizer& tokenizer, int64_t context);
 nlohmann::json parse_request_body(const std::string& body);
 
 /// The fields OpenAI's completions and chat completions share, checked in this order
-/// (ApiError naming the field): `model` (404 for another), `user`, `n` and `best_of` (1),
+/// (ApiError naming the field): `model` (the base's id or a served adapter's: 404 naming
+/// the served ids for another; it sets base.adapter), `user`, `n` and `best_of` (1),
 /// `presence_penalty` and `frequency_penalty` (0), `logit_bias` (empty), `stream`,
 /// `stream_options.include_usage`, the token budget (`max_tokens_field`: 16 by default, 0 allowed),
 /// `temperature` (1; 0 = greedy), `top_p`, `top_k`, `repetition_penalty`, `seed` (a random one
 /// when absent), `min_tokens`, `stop`. The request template `base` has no prompt yet.
 struct OpenAiCommon {
   RequestSpec base;
+  std::string model;  ///< the id the request chose (the base's when absent), reported back
   bool stream = false;
   bool include_usage = false;  ///< stream_options.include_usage
 };
@@ -101,6 +106,7 @@ struct CompletionJob {
   bool echo = false;
   int64_t logprobs = -1;           ///< -1: none; n >= 0: token log-probabilities and n alternatives
   bool include_usage = false;      ///< stream_options.include_usage
+  std::string model;               ///< the model id the request chose (OpenAiCommon::model)
 };
 
 /// Parses a completions body (throws ApiError naming the field). With `taskname` (a task of

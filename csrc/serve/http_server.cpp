@@ -238,6 +238,7 @@ struct HttpServer::State {
       const PrefixCacheStats& cached = engine.prefix_cache_stats();  // this (the engine's) thread owns it
       metrics.prefix_cache_totals(cached.queried_tokens, cached.hit_tokens);
       metrics.speculation_totals(engine.drafted_tokens(), engine.accepted_tokens());
+      metrics.mixed_adapter_steps(engine.mixed_adapter_steps());
       auto it = jobs.find(p.id);
       if (it == jobs.end()) return;
       job = it->second.first;
@@ -371,7 +372,7 @@ struct HttpServer::State {
       // Each chunk: the text (echo + generated) that can be sent now and, when asked, the
       // log-probabilities of the tokens that text completes (all of them at the end), as
       // OpenAI's completions stream sends them.
-      stream_job(res, job, job_spec->specs.size(), job_spec->include_usage, id, "text_completion", created,
+      stream_job(res, job, job_spec->specs.size(), job_spec->include_usage, id, "text_completion", job_spec->model, created,
                  [this, job_spec](size_t i, const RequestResult& r, bool done, StreamedChoice& sent) -> json {
                    std::string text = job_spec->echo ? decode_ids(r.prompt) : "";
                    text += generated_text(job_spec->specs[i], r, *api.tokenizer);
@@ -413,19 +414,21 @@ struct HttpServer::State {
   // choice whose request failed; at the end the usage chunk (when asked) and [DONE]. A client
   // that goes away cancels the job's requests.
   void stream_job(httplib::Response& res, const std::shared_ptr<Job>& job, size_t choices, bool include_usage,
-                  const std::string& id, const std::string& object, int64_t created, ChunkChoice chunk_choice) {
+                  const std::string& id, const std::string& object, const std::string& model, int64_t created,
+                  ChunkChoice chunk_choice) {
     auto sent = std::make_shared<std::vector<StreamedChoice>>(choices);
     auto seen = std::make_shared<uint64_t>(0);
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, id, object, created, include_usage, sent, seen, chunk_choice](size_t, httplib::DataSink& sink) {
+        [this, job, id, object, model, created, include_usage, sent, seen, chunk_choice](size_t,
+                                                                                          httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lock(job->mutex);
           job->changed.wait_for(lock, std::chrono::milliseconds(200),
                                 [&] { return job->version != *seen || job->failed; });
           *seen = job->version;
           if (job->failed) return false;
           auto envelope = [&](json choices_json) {
-            return json{{"id", id}, {"object", object}, {"created", created}, {"model", api.model_name},
+            return json{{"id", id}, {"object", object}, {"created", created}, {"model", model},
                         {"choices", std::move(choices_json)}};
           };
           std::string events;
@@ -473,7 +476,7 @@ struct HttpServer::State {
       }
       // The first chunk names the role (its content empty until text is ready), then each
       // chunk's delta holds the text that can be sent now, the last one the finish reason.
-      stream_job(res, job, 1, chat_job->include_usage, id, "chat.completion.chunk", created,
+      stream_job(res, job, 1, chat_job->include_usage, id, "chat.completion.chunk", chat_job->model, created,
                  [this, chat_job](size_t, const RequestResult& r, bool done, StreamedChoice& sent) -> json {
                    const std::string text = generated_text(chat_job->spec, r, *api.tokenizer);
                    const size_t ready = done ? text.size() : streamable_prefix(text, chat_job->spec.stop_strings);
@@ -579,9 +582,13 @@ HttpServer::HttpServer(GenerationEngine& engine, ApiContext api, HttpOptions opt
   svr.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res) { s.chat(req, res); });
   svr.Put("/generate", [&s](const httplib::Request& req, httplib::Response& res) { s.nemo(req, res); });
   svr.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"object", "list"},
-                         {"data", json::array({{{"id", s.api.model_name}, {"object", "model"}, {"created", 0},
-                                                {"owned_by", "loom"}, {"max_model_len", s.api.context}}})}});
+    // The base, then each LoRA adapter with the base as its parent (as vLLM lists them).
+    json data = json::array({{{"id", s.api.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "loom"},
+                              {"root", s.api.model_name}, {"parent", nullptr}, {"max_model_len", s.api.context}}});
+    for (const auto& adapter : s.api.adapters)
+      data.push_back({{"id", adapter}, {"object", "model"}, {"created", 0}, {"owned_by", "loom"}, {"root", adapter},
+                      {"parent", s.api.model_name}, {"max_model_len", s.api.context}});
+    send_json(res, 200, {{"object", "list"}, {"data", std::move(data)}});
   });
   svr.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.status = 200;

@@ -129,6 +129,11 @@ void ServeMetrics::speculation_totals(int64_t drafted_tokens, int64_t accepted_t
   accepted_ = std::max(accepted_, accepted_tokens);
 }
 
+void ServeMetrics::mixed_adapter_steps(int64_t steps) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  mixed_adapter_steps_ = std::max(mixed_adapter_steps_, steps);
+}
+
 std::string ServeMetrics::exposition(int64_t open_connections) const {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t running = 0, waiting = 0, used = 0, reserved = 0;
@@ -170,6 +175,10 @@ std::string ServeMetrics::exposition(int64_t open_connections) const {
          "Tokens drafted by speculative decoding (--speculative-method) and verified.", static_cast<double>(drafted_));
   metric(out, "loom:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.",
          static_cast<double>(accepted_));
+  metric(out, "loom:lora_mixed_steps_total", "counter",
+         "Engine steps whose one forward held the tokens of two or more served models (the base and LoRA "
+         "adapters, --lora).",
+         static_cast<double>(mixed_adapter_steps_));
   metric(out, "loom:prompt_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(prompt_tokens_));
   metric(out, "loom:generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(generation_tokens_));
   family(out, "loom:requests_finished_total", "counter", "Requests ended, by finish reason.");

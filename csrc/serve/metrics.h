@@ -8,7 +8,8 @@
 //              loom:open_connections
 //   counters   loom:prompt_tokens_total, loom:generation_tokens_total,
 //              loom:requests_finished_total{finished_reason}, loom:prefix_cache_queries_total,
-//              loom:prefix_cache_hits_total (tokens/s is rate() of the token counters)
+//              loom:prefix_cache_hits_total (tokens/s is rate() of the token counters),
+//              loom:lora_mixed_steps_total (steps whose one forward held several served models)
 //   histograms loom:time_to_first_token_seconds, loom:inter_token_latency_seconds,
 //              loom:e2e_request_latency_seconds
 // Times are the serving rank's steady clock, from submission to the step that reported the
@@ -59,6 +60,9 @@ class ServeMetrics {
   /// The engine's speculative-decoding totals so far: tokens drafted and drafted tokens
   /// accepted (counters, as prefix_cache_totals).
   void speculation_totals(int64_t drafted_tokens, int64_t accepted_tokens);
+  /// The engine's count of steps whose one forward held the tokens of two or more served
+  /// models (the base and LoRA adapters; GenerationEngine::mixed_adapter_steps), as above.
+  void mixed_adapter_steps(int64_t steps);
 
   /// The text exposition (format 0.0.4) of every metric; `open_connections` is the HTTP
   /// front's count at the scrape.
@@ -78,6 +82,7 @@ class ServeMetrics {
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   int64_t drafted_ = 0, accepted_ = 0;
+  int64_t mixed_adapter_steps_ = 0;
   std::map<std::string, int64_t> finished_;  // by finish_reason
   Histogram ttft_, inter_token_, e2e_;
 };

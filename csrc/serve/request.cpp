@@ -25,7 +25,8 @@ nlohmann::json to_json(const RequestSpec& s) {
           {"top_logprobs", s.top_logprobs},
           {"prompt_logprobs", s.prompt_logprobs},
           {"prompt_task", s.prompt_task},
-          {"virtual_positions", s.virtual_positions}};
+          {"virtual_positions", s.virtual_positions},
+          {"adapter", s.adapter}};
 }
 
 RequestSpec request_from_json(const nlohmann::json& j) {
@@ -47,6 +48,7 @@ RequestSpec request_from_json(const nlohmann::json& j) {
     s.prompt_logprobs = j.at("prompt_logprobs").get<bool>();
     s.prompt_task = j.at("prompt_task").get<int64_t>();
     s.virtual_positions = j.at("virtual_positions").get<std::vector<int64_t>>();
+    s.adapter = j.at("adapter").get<int64_t>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("serve: malformed engine request message: ") + e.what());

@@ -29,6 +29,9 @@ struct RequestSpec {
   /// the pad id), as prompt_data::make_prompt_example lays out a record.
   int64_t prompt_task = -1;
   std::vector<int64_t> virtual_positions;
+  /// Served LoRA adapter (`loom serve --lora`): its index in EngineOptions::lora (-1: the base
+  /// model alone). OpenAI's `model` field chooses it.
+  int64_t adapter = -1;
 };
 
 /// Positions a request reserves in the KV cache: its prompt plus every token it may generate.

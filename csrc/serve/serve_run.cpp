@@ -80,8 +80,9 @@ void serve_http(const ServeRequest& request, GenerationEngine& engine, const std
   auto token = [&tokenizer](int32_t id) { return id >= 0 ? tokenizer.decode({id}) : std::string(); };
   std::unique_ptr<ChatTemplate> chat;
   if (!chat_path.empty()) chat = read_chat_template(chat_path, token(tokenizer.bos_id()), token(tokenizer.eod_id()));
-  ApiContext api{&tokenizer, config.max_position_embeddings, request.model_name, tasks ? &*tasks : nullptr,
+  ApiContext api{&tokenizer, config.max_position_embeddings, request.model_name, {}, tasks ? &*tasks : nullptr,
                  max_prompt_bytes(tokenizer, config.max_position_embeddings), chat.get()};
+  for (const auto& m : request.lora) api.adapters.push_back(m.name);
   HttpServer server(engine, api, request.http);
   ServingStarted listening = started;
   listening.port = server.port();
@@ -127,6 +128,7 @@ generate::GeneratePlan plan_serving(const ServeRequest& request) {
     throw GenerateInputError(fmt::format("--pipeline-parallel {}: expected a divisor of the model's {} layers",
                                          request.pipeline_parallel, config.num_layers));
   draft_plan(request, config);
+  plan_lora_modules(request.lora, request.model_name, plan);
   try {  // the engine's flags (--max-batch, --max-kv-tokens, --max-num-batched-tokens), before any rank starts
     resolve_engine_options(request.engine, config.max_position_embeddings);
   } catch (const std::invalid_argument& e) {
@@ -160,9 +162,15 @@ void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, con
   model::GptStage stage(config, groups.tensor_ptr(), model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(),
                         groups.device());
   std::optional<ptune::PromptTables> tables;
+  // The served adapters: this stage's layers, sharded over its TP group (model/lora_serving.h).
+  const model::ParamList params = stage.parameters();
+  model::LoraBank lora(stage.layout().first_layer, stage.num_local_layers(), groups.tensor_ptr(),
+                       params.front().tensor.options());
   {
     const auto checkpoint = generate::read_full_checkpoint(plan.location.checkpoints, plan.info);
     generate::fill_stage_parameters(checkpoint, stage, coords.tp, ranks.layout.tp);
+    load_lora_modules(plan_lora_modules(request.lora, request.model_name, plan), checkpoint, lora);
+    if (lora.size() > 0) request.engine.lora = &lora;
     if (!request.prompt_checkpoint.empty()) {
       tables = read_tables(request);
       request.engine.prompt_tables = device_tables(*tables, checkpoint, config.hidden_size, groups.device());

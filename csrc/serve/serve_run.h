@@ -18,6 +18,7 @@
 #include "serve/engine.h"
 #include "serve/engine_benchmark.h"
 #include "serve/http_server.h"
+#include "serve/lora_modules.h"
 
 namespace loom::serve {
 
@@ -37,6 +38,9 @@ struct ServeRequest {
   /// --chat-template: a Jinja chat template file (empty: the run's tokenizer/chat_template.jinja
   /// when it has one, else chat requests are refused).
   std::string chat_template;
+  /// --lora NAME=DIR (repeatable): LoRA adapter checkpoints of the served checkpoint, each
+  /// served under NAME beside the base (serve/lora_modules.h).
+  std::vector<LoraModule> lora;
   /// --bench-out: rank 0 measures the engine with this workload instead of serving HTTP.
   std::optional<BenchmarkWorkload> benchmark;
 };
@@ -66,7 +70,8 @@ std::string chat_template_path(const ServeRequest& request, const generate::Gene
 /// tensor_parallel × request.pipeline_parallel ranks serve). Throws
 /// generate::GenerateInputError naming the flag (a chat template that does not read or parse,
 /// --prompt-checkpoint tables that do not read,
-/// --pipeline-parallel not dividing the layers, a --draft-checkpoint whose vocabulary differs, --max-batch < 1, --max-kv-tokens < 0, --port
+/// --pipeline-parallel not dividing the layers, a --lora adapter of another checkpoint or a
+/// repeated --lora name, a --draft-checkpoint whose vocabulary differs, --max-batch < 1, --max-kv-tokens < 0, --port
 /// outside 0..65535), or train::CheckpointError for the checkpoint.
 generate::GeneratePlan plan_serving(const ServeRequest& request);
 

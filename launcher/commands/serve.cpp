@@ -2,7 +2,7 @@
 // [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--max-num-batched-tokens N]
 // [--no-prefix-caching] [--max-connections N] [--speculative-method ngram|draft] [--num-speculative-tokens K]
 // [--prompt-lookup-max N] [--prompt-lookup-min N] [--draft-checkpoint DIR]
-// [--chat-template FILE]`: serves a training checkpoint (any layout, resharded for t and split
+// [--chat-template FILE] [--lora NAME=DIR ...]`: serves a training checkpoint (any layout, resharded for t and split
 // into p stages) over HTTP with NeMo's `PUT /generate`, OpenAI's `POST /v1/completions` and
 // `POST /v1/chat/completions`, and Prometheus' `GET /metrics` (docs/serving.md), continuous batching
 // in the engine (serve/engine.h). Rank 0 (first stage, TP rank 0) serves; the others follow
@@ -14,6 +14,9 @@
 // (serve/engine_benchmark.h; `loom plan infer --measure` runs this for each layout). With
 // --prompt-checkpoint DIR requests may name a task of a prompt-learning run (NeMo's task_ids,
 // OpenAI's taskname) with its template fields; its table is spliced in (serve/prompt_requests.h).
+// With --lora NAME=DIR (repeatable) the LoRA adapters of loom finetune runs over this checkpoint
+// are served beside it: OpenAI's `model` field names one, and requests of different adapters
+// share each step's forward (serve/lora_modules.h, model/lora_serving.h).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -45,6 +48,7 @@ struct ServeJob {
   loom::serve::BenchmarkWorkload bench;
   std::string api_key_file;  ///< --api-key-file: the key's first line
   std::string speculative_method = "none";  ///< --speculative-method
+  std::vector<std::string> lora;            ///< --lora NAME=DIR values
 };
 
 // --bench-out: the figures of the serving rank's benchmark, written and summed up.
@@ -55,6 +59,14 @@ void write_benchmark(const ServeJob& job, const loom::serve::BenchmarkResult& re
   std::cerr << fmt::format("{}benchmark: {} requests, {:.1f} tokens/s, TTFT {:.1f} ms, {:.2f} ms/token -> {}\n", who,
                            result.requests, result.tokens_per_s, result.ttft_s * 1e3, result.token_s * 1e3,
                            job.bench_out);
+}
+
+// The served adapters' ids, one line ("" without --lora).
+std::string lora_line(const loom::serve::ServeRequest& request, const std::string& who) {
+  if (request.lora.empty()) return "";
+  std::string line = who + "LoRA adapters (OpenAI's model field):";
+  for (const auto& m : request.lora) line += " " + m.name + " (" + m.dir + ")";
+  return line + "\n";
 }
 
 int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
@@ -74,6 +86,7 @@ int run_rank(const ServeJob& job, const loom::launch::RendezvousInfo& info) {
       std::cerr << fmt::format("{}model {} (iteration {}, t = {}, p = {}, max batch {}, max KV tokens {})\n", who,
                                request.model_name, s.iteration, s.layout.tp, s.layout.pp, s.max_batch,
                                s.max_kv_tokens)
+                << lora_line(request, who)
                 << fmt::format("{}chat template: {}\n", who,
                                s.chat_template.empty() ? "none (/v1/chat/completions answers 400)" : s.chat_template)
                 << fmt::format("{}listening on http://{}:{}", who, request.http.host, s.port) << std::endl;
@@ -138,6 +151,9 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
   app.add_option("--chat-template", job.serve.chat_template,
                  "Jinja chat template for /v1/chat/completions (default: the run's tokenizer/chat_template.jinja, "
                  "which loom convert --from hf copies)");
+  app.add_option("--lora", job.lora,
+                 "NAME=DIR: serve the LoRA adapters of a loom finetune run over this checkpoint (the base they were "
+                 "trained on) as model NAME; repeatable, requests of every adapter and the base batched together");
   app.add_option("--model-name", job.serve.model_name, "the model id the API reports (default: the checkpoint folder's name)");
   app.add_option("--vocab-file", job.serve.model.vocab_file, "GPT-2 vocab.json (default: the recipe's)");
   app.add_option("--merge-file", job.serve.model.merge_file, "GPT-2 merges.txt (default: the recipe's)");
@@ -168,6 +184,12 @@ bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, i
       throw std::invalid_argument("--num-speculative-tokens, --prompt-lookup-max and --prompt-lookup-min need "
                                   "--speculative-method ngram or draft");
     }
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "loom serve: error: " << e.what() << "\n";
+    return false;
+  }
+  try {
+    for (const auto& value : job.lora) job.serve.lora.push_back(loom::serve::parse_lora_module(value));
   } catch (const std::invalid_argument& e) {
     std::cerr << "loom serve: error: " << e.what() << "\n";
     return false;

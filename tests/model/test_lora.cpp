@@ -13,7 +13,9 @@
 #include "harness/multiprocess.h"
 #include "harness/worker_groups.h"
 #include "model/init.h"
+#include "model/kv_cache.h"
 #include "model/lora.h"
+#include "model/lora_serving.h"
 #include "model_test_util.h"
 
 using namespace loom;
@@ -153,6 +155,24 @@ at::Tensor logits_of(const GptStage& stage, const Batch& batch) {
   return stage.forward(in, off);
 }
 
+// The base with `adapters` (full tensors by name, scaled by `scale`) folded into its weights.
+GptStage merged_model(const GptConfig& arch, const std::map<std::string, at::Tensor>& adapters, double scale) {
+  GptStage merged(arch, runtime::Communicator::solo());
+  at::NoGradGuard no_grad;
+  for (const auto& p : merged.parameters()) {
+    const std::string linear = p.name.substr(0, p.name.size() - std::string(".weight").size());
+    auto a = adapters.find(lora_a_name(linear));
+    if (a != adapters.end()) p.tensor.copy_(merge_lora_weight(p.tensor, a->second, adapters.at(lora_b_name(linear)), scale));
+  }
+  return merged;
+}
+
+// The cached forward's logits [n, rows, V] of `tokens` [rows, n] from an empty cache.
+at::Tensor cached_logits(const GptStage& stage, const at::Tensor& tokens, const LoraBatch& served = {}) {
+  KvCache cache = stage.make_kv_cache(tokens.size(0), tokens.size(1));
+  return stage.forward_cached(tokens, cache, {}, {}, served);
+}
+
 }  // namespace
 
 TEST_CASE("LoRA: with B = 0 the adapted model is exactly the base model", "[model][lora]") {
@@ -243,4 +263,51 @@ TEST_CASE("LoRA: bad settings are refused naming the field", "[model][lora]") {
   CHECK_THROWS_WITH(parse_lora_targets({"attention_qkv", "mlp_fc3"}), Catch::Contains("'mlp_fc3'"));
   CHECK(parse_lora_targets({"all"}) == kLoraAllTargets);
   CHECK(parse_lora_targets({"attention_qkv", "mlp_fc2"}) == (kLoraAttentionQkv | kLoraMlpFc2));
+}
+
+TEST_CASE("LoRA serving: base rows and two adapters' rows in one forward equal the base and each merged model",
+          "[model][lora]") {
+  for (const GptConfig& arch : {tiny_config(), tiny_llama_config()}) {
+    auto solo = runtime::Communicator::solo();
+    // Adapter 0: every linear at rank 4; adapter 1: QKV and fc2 at rank 2, another alpha.
+    GptConfig second = with_lora(arch);
+    second.lora.dim = 2;
+    second.lora.alpha = 6.0;
+    second.lora.targets = kLoraAttentionQkv | kLoraMlpFc2;
+    std::vector<GptConfig> configs{with_lora(arch), second};
+    std::vector<std::map<std::string, at::Tensor>> full(2);
+    LoraBank bank(0, arch.num_layers, solo, at::TensorOptions().dtype(at::kFloat));
+    for (size_t i = 0; i < 2; ++i) {
+      GptStage adapted(configs[i], solo);
+      for (const auto& p : adapters_of(adapted, 0, 1)) full[i][p.name] = p.tensor.detach().clone();
+      bank.add(full[i], configs[i].lora, "adapter " + std::to_string(i));
+    }
+    CHECK(bank.size() == 2);
+    CHECK(bank.adapters("layers.0.self_attention.linear_proj")->at(1) == nullptr);  // adapter 1 leaves it alone
+    // Rows 0 and 3: the base; rows 1 and 4: adapter 0; row 2: adapter 1. Flat token k·rows + r.
+    const at::Tensor tokens = make_batch(arch, 5).tokens;
+    const int64_t rows = tokens.size(0), n = tokens.size(1);
+    LoraBatch served;
+    served.bank = &bank;
+    const std::vector<std::vector<int64_t>> of_adapter{{1, 4}, {2}};
+    for (int i = 0; i < 2; ++i) {
+      std::vector<int64_t> flat;
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t r : of_adapter[static_cast<size_t>(i)]) flat.push_back(k * rows + r);
+      served.adapter.push_back(i);
+      served.tokens.push_back(at::tensor(flat, at::TensorOptions().dtype(at::kLong)));
+    }
+    GptStage base(arch, solo);
+    const at::Tensor got = cached_logits(base, tokens, served);
+    const at::Tensor base_alone = cached_logits(base, tokens);
+    for (int64_t r : {0, 3}) CHECK(at::equal(got.select(1, r), base_alone.select(1, r)));  // untouched
+    for (int i = 0; i < 2; ++i) {
+      const GptStage merged = merged_model(arch, full[static_cast<size_t>(i)], configs[static_cast<size_t>(i)].lora.scale());
+      for (int64_t r : of_adapter[static_cast<size_t>(i)]) {
+        const at::Tensor want = cached_logits(merged, tokens.narrow(0, r, 1)).select(1, 0);
+        CHECK(rel_err(got.select(1, r), want) < 1e-5);
+        CHECK(rel_err(base_alone.select(1, r), want) > 1e-3);  // the adapter changes the row
+      }
+    }
+  }
 }
