@@ -27,8 +27,10 @@ class TransformerLayer {
   /// `layer` is the global layer number in [0, num_layers).
   TransformerLayer(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                    const at::TensorOptions& options);
-  /// `rotary`: the RoPE tables of the whole sequence (rotary.h; inactive for learned positions).
-  at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {}) const;
+  /// `rotary`: the RoPE tables of the whole sequence (rotary.h; inactive for learned positions);
+  /// `cross_segment`: packed rows' document mask [b, 1, s, s] (document_mask.h; undefined: none).
+  at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {},
+                     const at::Tensor& cross_segment = {}) const;
   /// Inference (cached_forward.cpp): forward() without dropout for x [n, b, h] of n new
   /// positions whose keys and values go to `cache`; `rotary` the tables of their positions.
   at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary = {}) const;
