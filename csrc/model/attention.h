@@ -24,6 +24,7 @@
 #include <tuple>
 #include <utility>
 
+#include "model/document_mask.h"
 #include "model/dropout_context.h"
 #include "model/gpt_config.h"
 #include "model/parallel_linear.h"
@@ -39,13 +40,12 @@ class ParallelAttention {
   ParallelAttention(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                     const at::TensorOptions& options);
   /// x [s(/t), b, h] (the norm's output), `rotary` the tables of the whole sequence [b, 1, s, r]
-  /// (inactive: learned positions), `cross_segment` packed rows' document mask bool
-  /// [b, 1, s, s] (document_mask.h; true = another example, masked besides the causal mask;
-  /// undefined: each row one sequence) -> (projection [s(/t), b, h] before its bias, the
-  /// projection bias [h], undefined without bias).
+  /// (inactive: learned positions), `document` packed rows' mask of the whole sequence
+  /// (document_mask.h; inactive: each row one sequence) -> (projection [s(/t), b, h] before its
+  /// bias, the projection bias [h], undefined without bias).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext& dropout,
                                             const RotaryTables& rotary = {},
-                                            const at::Tensor& cross_segment = {}) const;
+                                            const DocumentMask& document = {}) const;
   /// Inference (cached_forward.cpp): x [n, b, h] of n new positions (no sequence parallelism,
   /// no dropout), `rotary` the tables of their positions [b, 1, n, r]; appends their keys and
   /// values (this rank's g/t K/V heads) to `cache` and attends over every cached position with

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <stdexcept>
 
 namespace loom::model {
@@ -15,8 +16,19 @@ at::Tensor cross_segment_mask(const at::Tensor& segment_ids) {
   return segment_ids.unsqueeze(2).ne(segment_ids.unsqueeze(1)).unsqueeze(1);
 }
 
-at::Tensor attending_mask(const at::Tensor& cross_segment) {
-  return cross_segment.logical_not().tril();
+at::Tensor sdpa_document_bias(const at::Tensor& cross_segment, at::ScalarType dtype) {
+  const int64_t s = cross_segment.size(-1);
+  const at::Tensor later = at::ones({s, s}, cross_segment.options()).triu(1);  // key after query
+  const at::Tensor hidden = cross_segment.logical_or(later);
+  return at::zeros(hidden.sizes(), cross_segment.options().dtype(dtype))
+      .masked_fill_(hidden, -std::numeric_limits<double>::infinity());
+}
+
+DocumentMask document_mask(const at::Tensor& segment_ids, bool with_sdpa_bias, at::ScalarType dtype) {
+  DocumentMask m;
+  m.cross_segment = cross_segment_mask(segment_ids);
+  if (with_sdpa_bias) m.sdpa_bias = sdpa_document_bias(m.cross_segment, dtype);
+  return m;
 }
 
 }  // namespace loom::model

@@ -2,7 +2,7 @@
 // several examples one after another attends only within each example, a block-diagonal causal
 // mask (torchtitan's document mask; Megatron-Core reaches the same with PackedSeqParams'
 // cu_seqlens). Built once per stage forward from the micro-batch's segment ids and handed to
-// every layer's attention core (attention.h).
+// every layer's attention core (attention.h), which keeps a reference for backward, not a copy.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -15,9 +15,21 @@ namespace loom::model {
 /// [b, s] tensor.
 at::Tensor cross_segment_mask(const at::Tensor& segment_ids);
 
-/// The same mask in at::scaled_dot_product_attention's convention (true = attends), causal
-/// included: bool [b, 1, s, s], key j visible to query i when j <= i and both are in one
-/// example. `cross_segment` is cross_segment_mask's output.
-at::Tensor attending_mask(const at::Tensor& cross_segment);
+/// The same mask, causal included, as an additive bias for at::scaled_dot_product_attention:
+/// [b, 1, s, s] of `dtype`, 0 where key j is visible to query i (j <= i, one example), -inf
+/// elsewhere. No row is fully masked (every position sees itself). A bias rather than SDPA's
+/// bool mask, which ATen would convert to this bias again in every layer and keep per layer.
+at::Tensor sdpa_document_bias(const at::Tensor& cross_segment, at::ScalarType dtype);
+
+/// A packed micro-batch's mask in the forms the attention cores take.
+struct DocumentMask {
+  at::Tensor cross_segment;  ///< cross_segment_mask(): for loom's softmax / core_attention (with causal)
+  at::Tensor sdpa_bias;      ///< sdpa_document_bias(): for the fused core (use_flash_attention only)
+  /// False: each row is one sequence (the causal mask alone).
+  bool active() const { return cross_segment.defined(); }
+};
+
+/// The mask of `segment_ids` [b, s]; the SDPA bias (in `dtype`) only `with_sdpa_bias`.
+DocumentMask document_mask(const at::Tensor& segment_ids, bool with_sdpa_bias, at::ScalarType dtype);
 
 }  // namespace loom::model

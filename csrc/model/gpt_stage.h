@@ -25,6 +25,7 @@ namespace loom::model {
 
 class GptEmbedding;
 struct RotaryTables;
+struct DocumentMask;
 class KvCache;
 class TransformerLayer;
 class LayerNorm;
@@ -121,10 +122,11 @@ class GptStage {
 
  private:
   at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary,
-                        const at::Tensor& cross_segment) const;
-  /// The document mask of `segment_ids` (undefined: none) for a batch of `b` rows of `s`
-  /// positions; throws std::invalid_argument naming segment_ids for another shape.
-  at::Tensor stage_document_mask(const at::Tensor& segment_ids, int64_t b, int64_t s) const;
+                        const DocumentMask& document) const;
+  /// The document mask of `segment_ids` (undefined: inactive) for a batch of `b` rows of `s`
+  /// positions, with the SDPA bias in `dtype` under use_flash_attention; throws
+  /// std::invalid_argument naming segment_ids for another shape.
+  DocumentMask stage_document_mask(const at::Tensor& segment_ids, int64_t b, int64_t s, at::ScalarType dtype) const;
   /// RoPE tables of the whole sequence for the layers (inactive with learned positions):
   /// from `position_ids` [b, s], or 0..s-1 when undefined (s from `hidden` [s(/t), b, h]).
   RotaryTables stage_rotary(const at::Tensor& position_ids, const at::Tensor& hidden) const;

@@ -28,9 +28,9 @@ class TransformerLayer {
   TransformerLayer(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                    const at::TensorOptions& options);
   /// `rotary`: the RoPE tables of the whole sequence (rotary.h; inactive for learned positions);
-  /// `cross_segment`: packed rows' document mask [b, 1, s, s] (document_mask.h; undefined: none).
+  /// `document`: packed rows' mask (document_mask.h; inactive: each row one sequence).
   at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {},
-                     const at::Tensor& cross_segment = {}) const;
+                     const DocumentMask& document = {}) const;
   /// Inference (cached_forward.cpp): forward() without dropout for x [n, b, h] of n new
   /// positions whose keys and values go to `cache`; `rotary` the tables of their positions.
   at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary = {}) const;

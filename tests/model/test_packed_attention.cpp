@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -180,13 +181,19 @@ TEST_CASE("the document mask: causal within each example, and bad segment ids ar
   const at::Tensor segments = at::tensor(std::vector<int64_t>{0, 0, 1, 1, 1, 2}, at::kLong).unsqueeze(0);
   const at::Tensor cross = cross_segment_mask(segments);
   REQUIRE(cross.sizes() == at::IntArrayRef({1, 1, 6, 6}));
-  const at::Tensor attends = attending_mask(cross);
+  const at::Tensor bias = sdpa_document_bias(cross, at::kBFloat16);
+  CHECK(bias.scalar_type() == at::kBFloat16);
   for (int64_t i = 0; i < 6; ++i)
     for (int64_t j = 0; j < 6; ++j) {
       const bool same = segments[0][i].item<int64_t>() == segments[0][j].item<int64_t>();
       INFO("query " << i << ", key " << j);
       CHECK(cross[0][0][i][j].item<bool>() == !same);
-      CHECK(attends[0][0][i][j].item<bool>() == (same && j <= i));
+      const float b = bias[0][0][i][j].item<float>();
+      if (same && j <= i) {
+        CHECK(b == 0.0f);
+      } else {
+        CHECK((std::isinf(b) && b < 0));
+      }
     }
   CHECK_THROWS_WITH(cross_segment_mask(at::zeros({6}, at::kLong)),
                     Catch::Contains("segment_ids: expected an integer tensor [b, s]"));
