@@ -64,7 +64,8 @@ at::Tensor ParallelAttention::expand_groups(const at::Tensor& kv) const {
 }
 
 std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x, const DropoutContext& dropout,
-                                                             const RotaryTables& rotary) const {
+                                                             const RotaryTables& rotary,
+                                                             const DocumentMask& document) const {
   auto [q, k_groups, v_groups] = project_qkv(x, rotary, &dropout);
   const at::Tensor k = expand_groups(k_groups), v = expand_groups(v_groups);
   const int64_t b = q.size(0), heads_local = q.size(1), s = q.size(2), d = q.size(3);
@@ -72,18 +73,27 @@ std::pair<at::Tensor, at::Tensor> ParallelAttention::forward(const at::Tensor& x
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto spec = dropout.attention(config_.attention_dropout, layer_, b, config_.num_attention_heads,
                                 tp_->rank() * heads_local, s);
+  // Packed rows: the causal mask AND the same example (document_mask.h).
+  const std::optional<at::Tensor> cross_segment =
+      document.active() ? std::optional<at::Tensor>(document.cross_segment) : std::nullopt;
   at::Tensor context;
   if (config_.use_flash_attention) {
     // ATen's fused kernel (flash / memory-efficient / cuDNN on CUDA, the flash kernel on CPU):
     // the same softmax(QKᵀ·scale + causal mask)·V without the [b, a/t, s, s] scores. GptConfig
     // rejects attention dropout here (rules::fused_attention_violations), so nothing is drawn.
-    context = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
-                                               /*is_causal=*/true, scale);
+    // Packed rows pass the causal document mask itself as a bias (SDPA takes a mask or
+    // is_causal, not both); the stage's one [b, 1, s, s] bias, still no per-head scores.
+    const bool packed = document.active();
+    if (packed && !document.sdpa_bias.defined())
+      throw std::logic_error("ParallelAttention: a packed micro-batch's mask lacks the SDPA bias");
+    context = at::scaled_dot_product_attention(
+        q, k, v, packed ? std::optional<at::Tensor>(document.sdpa_bias) : std::nullopt,
+        /*dropout_p=*/0.0, /*is_causal=*/!packed, scale);
   } else if (config_.layout.recompute.granularity == RecomputeGranularity::kSelective) {
-    context = ops::core_attention(q, k, v, std::nullopt, scale, /*causal=*/true, spec);
+    context = ops::core_attention(q, k, v, cross_segment, scale, /*causal=*/true, spec);
   } else {
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1));  // [b, a/t, s, s]
-    at::Tensor probs = ops::scaled_masked_softmax(scores, std::nullopt, scale, /*causal=*/true);
+    at::Tensor probs = ops::scaled_masked_softmax(scores, cross_segment, scale, /*causal=*/true);
     if (spec.p > 0.0) probs = ops::dropout(probs, spec);
     context = at::matmul(probs, v);
   }

@@ -16,12 +16,15 @@
 // loom::ops::core_attention, which saves only Q, K, V (docs/design/sp_sar.md). With
 // use_flash_attention the core is at::scaled_dot_product_attention (causal, the same 1/sqrt(d)
 // scale), which stores no s×s activations at all (docs/design/sp_sar.md, "Fused attention").
+// Packed rows (docs/design/finetune.md, "Packed sequences") add the document mask in all three
+// cores: each position attends to the earlier positions of its own example only.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <tuple>
 #include <utility>
 
+#include "model/document_mask.h"
 #include "model/dropout_context.h"
 #include "model/gpt_config.h"
 #include "model/parallel_linear.h"
@@ -37,10 +40,12 @@ class ParallelAttention {
   ParallelAttention(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                     const at::TensorOptions& options);
   /// x [s(/t), b, h] (the norm's output), `rotary` the tables of the whole sequence [b, 1, s, r]
-  /// (inactive: learned positions) -> (projection [s(/t), b, h] before its bias, the projection
-  /// bias [h], undefined without bias).
+  /// (inactive: learned positions), `document` packed rows' mask of the whole sequence
+  /// (document_mask.h; inactive: each row one sequence) -> (projection [s(/t), b, h] before its
+  /// bias, the projection bias [h], undefined without bias).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const DropoutContext& dropout,
-                                            const RotaryTables& rotary = {}) const;
+                                            const RotaryTables& rotary = {},
+                                            const DocumentMask& document = {}) const;
   /// Inference (cached_forward.cpp): x [n, b, h] of n new positions (no sequence parallelism,
   /// no dropout), `rotary` the tables of their positions [b, 1, n, r]; appends their keys and
   /// values (this rank's g/t K/V heads) to `cache` and attends over every cached position with

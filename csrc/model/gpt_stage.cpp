@@ -8,6 +8,7 @@
 
 #include "model/activation_memory.h"
 #include "model/cross_entropy.h"
+#include "model/document_mask.h"
 #include "model/embedding.h"
 #include "model/init.h"
 #include "model/layer_norm.h"
@@ -120,23 +121,24 @@ void GptStage::before_reading(size_t part) const {
   if (read_hook_) read_hook_(part == 0 ? 0 : part_end_[part - 1], part_end_[part]);
 }
 
-at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary) const {
+at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary,
+                                const DocumentMask& document) const {
   const int n = static_cast<int>(layers_.size());
   const RecomputeSettings& recompute = config_.layout.recompute;
   if (!recompute.full()) {
     for (int i = 0; i < n; ++i) {
       before_reading(1 + i);
-      x = layers_[i]->forward(x, dropout, rotary);
+      x = layers_[i]->forward(x, dropout, rotary, document);
     }
     return x;
   }
   const int k = recompute.num_layers_or_one();
-  auto chunk_fn = [this, dropout, rotary](int begin, int end) -> ChunkForward {
-    return [this, dropout, rotary, begin, end](const at::Tensor& input) {
+  auto chunk_fn = [this, dropout, rotary, document](int begin, int end) -> ChunkForward {
+    return [this, dropout, rotary, document, begin, end](const at::Tensor& input) {
       at::Tensor h = input;
       for (int i = begin; i < end; ++i) {
         before_reading(1 + i);
-        h = layers_[i]->forward(h, dropout, rotary);
+        h = layers_[i]->forward(h, dropout, rotary, document);
       }
       return h;
     };
@@ -156,7 +158,7 @@ at::Tensor GptStage::run_layers(at::Tensor x, const DropoutContext& dropout, con
         x = checkpoint(chunk_fn(i, i + 1), x);
       } else {
         before_reading(1 + i);
-        x = layers_[i]->forward(x, dropout, rotary);
+        x = layers_[i]->forward(x, dropout, rotary, document);
       }
     }
   }
@@ -183,7 +185,9 @@ at::Tensor GptStage::forward(const StageInputs& in, const DropoutContext& dropou
                                   std::to_string(config_.hidden_size) + "] of the previous stage");
     x = in.hidden;
   }
-  x = run_layers(x, dropout, stage_rotary(in.position_ids, x));
+  const int64_t s = sp ? x.size(0) * t : x.size(0);
+  x = run_layers(x, dropout, stage_rotary(in.position_ids, x),
+                 stage_document_mask(in.segment_ids, x.size(1), s, x.scalar_type()));
   if (!layout_.post_process) return x;
 
   if (layout_.pre_process && tied_output()) before_reading(0);  // the output layer is the word embedding
@@ -221,6 +225,15 @@ RotaryTables GptStage::stage_rotary(const at::Tensor& position_ids, const at::Te
               .expand({hidden.size(1), s});
   }
   return rotary_tables(ids, config_, hidden.scalar_type());
+}
+
+DocumentMask GptStage::stage_document_mask(const at::Tensor& segment_ids, int64_t b, int64_t s,
+                                           at::ScalarType dtype) const {
+  if (!segment_ids.defined()) return {};
+  if (segment_ids.dim() != 2 || segment_ids.size(0) != b || segment_ids.size(1) != s)
+    throw std::invalid_argument("GptStage::forward: segment_ids must be [b, s] = [" + std::to_string(b) + ", " +
+                                std::to_string(s) + "], found " + c10::str(segment_ids.sizes()));
+  return document_mask(segment_ids, config_.use_flash_attention, dtype);
 }
 
 ParamList GptStage::parameters() const {

@@ -3,7 +3,8 @@
 // the final norm and the output layer (tied to the word embedding, or its own column-parallel
 // "output_layer.weight" with share_embeddings_and_output_weights false), plus the
 // vocab-parallel loss (last stage). With rotary positions every stage derives the RoPE tables
-// from the position ids (rotary.h). Stages exchange the hidden tensor [s/t, b, h] under sequence parallelism,
+// from the position ids (rotary.h), and with packed rows the document mask from the segment ids
+// (document_mask.h): both are handed to every stage. Stages exchange the hidden tensor [s/t, b, h] under sequence parallelism,
 // [s, b, h] otherwise. A pipeline stage with virtual chunks holds one GptStage per chunk
 // (pipeline_stage_layouts). Recomputation follows the config (recompute.h, attention.h).
 #pragma once
@@ -25,6 +26,7 @@ namespace loom::model {
 
 class GptEmbedding;
 struct RotaryTables;
+struct DocumentMask;
 class KvCache;
 class TransformerLayer;
 class LayerNorm;
@@ -55,9 +57,13 @@ at::ScalarType scalar_type(Precision dtype);
 
 struct StageInputs {
   at::Tensor tokens;        ///< [b, s] int64 (pre_process)
-  /// [b, s] int64: the first stage's positions; a later stage reads them for RoPE (absent:
-  /// 0..s-1 for every row)
+  /// [b, s] int64: the first stage's positions (learned embeddings, RoPE); a later stage reads
+  /// them for RoPE (absent: 0..s-1 for every row). Packed rows restart them per example.
   at::Tensor position_ids;
+  /// [b, s] integer, packed rows only, on every stage (docs/design/finetune.md, "Packed
+  /// sequences"): the example of each position; attention stays within each example
+  /// (document_mask.h). Undefined: each row is one sequence.
+  at::Tensor segment_ids;
   at::Tensor hidden;        ///< [s(/t), b, h] from the previous stage (otherwise)
   at::Tensor labels;        ///< [b, s] int64 (post_process; undefined: return logits)
   PromptSplice prompt;      ///< virtual tokens for the embeddings (pre_process; prompt learning)
@@ -118,7 +124,12 @@ class GptStage {
   int num_local_layers() const { return static_cast<int>(layers_.size()); }
 
  private:
-  at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary) const;
+  at::Tensor run_layers(at::Tensor x, const DropoutContext& dropout, const RotaryTables& rotary,
+                        const DocumentMask& document) const;
+  /// The document mask of `segment_ids` (undefined: inactive) for a batch of `b` rows of `s`
+  /// positions, with the SDPA bias in `dtype` under use_flash_attention; throws
+  /// std::invalid_argument naming segment_ids for another shape.
+  DocumentMask stage_document_mask(const at::Tensor& segment_ids, int64_t b, int64_t s, at::ScalarType dtype) const;
   /// RoPE tables of the whole sequence for the layers (inactive with learned positions):
   /// from `position_ids` [b, s], or 0..s-1 when undefined (s from `hidden` [s(/t), b, h]).
   RotaryTables stage_rotary(const at::Tensor& position_ids, const at::Tensor& hidden) const;

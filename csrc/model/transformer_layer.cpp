@@ -31,7 +31,7 @@ std::optional<at::Tensor> optional_bias(const at::Tensor& bias) {
 }
 
 at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& dropout,
-                                     const RotaryTables& rotary) const {
+                                     const RotaryTables& rotary, const DocumentMask& document) const {
   ActivationScope scope(layer_);
   const bool sp = config_.layout.sequence_parallel;
   const int64_t s_local = x.size(0), b = x.size(1);
@@ -42,7 +42,7 @@ at::Tensor TransformerLayer::forward(const at::Tensor& x, const DropoutContext& 
                           config_.hidden_size);
   };
 
-  auto [attn, attn_bias] = attention_.forward(ln1_.forward(x), dropout, rotary);
+  auto [attn, attn_bias] = attention_.forward(ln1_.forward(x), dropout, rotary, document);
   at::Tensor h = ops::bias_dropout_add(attn, optional_bias(attn_bias), x,
                                        hidden_spec(ops::kDropoutSiteAttentionOutput));
   auto [mlp, mlp_bias] = mlp_.forward(ln2_.forward(h), &dropout);

@@ -27,8 +27,10 @@ class TransformerLayer {
   /// `layer` is the global layer number in [0, num_layers).
   TransformerLayer(const GptConfig& config, int layer, runtime::CommunicatorPtr tp,
                    const at::TensorOptions& options);
-  /// `rotary`: the RoPE tables of the whole sequence (rotary.h; inactive for learned positions).
-  at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {}) const;
+  /// `rotary`: the RoPE tables of the whole sequence (rotary.h; inactive for learned positions);
+  /// `document`: packed rows' mask (document_mask.h; inactive: each row one sequence).
+  at::Tensor forward(const at::Tensor& x, const DropoutContext& dropout, const RotaryTables& rotary = {},
+                     const DocumentMask& document = {}) const;
   /// Inference (cached_forward.cpp): forward() without dropout for x [n, b, h] of n new
   /// positions whose keys and values go to `cache`; `rotary` the tables of their positions.
   at::Tensor forward_cached(const at::Tensor& x, KvCache& cache, const RotaryTables& rotary = {},

@@ -44,9 +44,11 @@ at::Tensor GptStep::forward(int chunk, const MicroBatch& mb, const at::Tensor& i
                             const model::DropoutContext& dropout, bool evaluation) {
   const auto& stage = chunks_[chunk];
   model::StageInputs in;
+  // Every stage: later ones rotate by the positions (RoPE) and mask by the examples of packed rows.
+  in.position_ids = mb.position_ids;
+  in.segment_ids = mb.segment_ids;
   if (stage.layout().pre_process) {
     in.tokens = mb.tokens;
-    in.position_ids = mb.position_ids;
     in.prompt = mb.prompt;
   } else {
     in.hidden = input;

@@ -34,9 +34,15 @@ inline ReferenceBatch reference_batch(int64_t vocab, int batch, int seq) {
   b.labels = at::randint(vocab, {batch, seq}, gen, at::kLong);
   b.mask = (at::rand({batch, seq}, gen) > 0.2).to(at::kFloat);
   b.positions = at::arange(seq, at::kLong).unsqueeze(0).expand({batch, seq}).contiguous();
-  for (int k = 0; k < batch; ++k)
-    b.micro_batches.push_back({b.tokens.slice(0, k, k + 1), b.labels.slice(0, k, k + 1), b.mask.slice(0, k, k + 1),
-                               b.positions.slice(0, k, k + 1), k, {}});
+  for (int k = 0; k < batch; ++k) {
+    train::MicroBatch mb;
+    mb.tokens = b.tokens.slice(0, k, k + 1);
+    mb.labels = b.labels.slice(0, k, k + 1);
+    mb.loss_mask = b.mask.slice(0, k, k + 1);
+    mb.position_ids = b.positions.slice(0, k, k + 1);
+    mb.global_row = k;
+    b.micro_batches.push_back(mb);
+  }
   return b;
 }
 
