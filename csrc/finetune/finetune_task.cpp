@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "convert/hf_files.h"
 #include "data/pretraining_sampler.h"
 #include "finetune/full_run_recipe.h"
 #include "finetune/lora_run.h"
@@ -126,8 +127,17 @@ void FinetuneTask::prepare_data(train::TaskContext& ctx) {
                                                      /*shuffle=*/true);
   // A full fine-tuning run's config.yaml is the model's recipe (run_directory_recipe): the
   // fine-tuning recipe is kept beside it.
-  if (!plan_.lora && ctx.is_rank0())
-    train::write_text_atomically((fs::path(ctx.dir->run_dir()) / "finetune_config.yaml").string(), config::to_yaml(r_));
+  if (!plan_.lora && ctx.is_rank0()) {
+    const fs::path run(ctx.dir->run_dir());
+    train::write_text_atomically((run / "finetune_config.yaml").string(), config::to_yaml(r_));
+    // The chat template chat records were rendered with, where loom serve's chat completions
+    // find a run's own (RUN/tokenizer/chat_template.jinja).
+    if (plan_.chat_template_file) {
+      fs::create_directories(run / "tokenizer");
+      fs::copy_file(*plan_.chat_template_file, run / "tokenizer" / convert::kHfChatTemplateFile,
+                    fs::copy_options::overwrite_existing);
+    }
+  }
 }
 
 train::TaskModel FinetuneTask::build_model(train::TaskContext& ctx) {

@@ -67,13 +67,14 @@ std::optional<int64_t> recorded_base_iteration(const config::Recipe& recipe, std
 }
 
 // The chat template of chat records: train_ds.chat_template, else the base run's own (as loom serve
-// finds it); null when neither exists.
-std::shared_ptr<const serve::ChatTemplate> chat_template(const FinetuneRunPlan& plan) {
+// finds it); null when neither exists. Records its file in the plan.
+std::shared_ptr<const serve::ChatTemplate> chat_template(FinetuneRunPlan& plan) {
   const auto& given = plan.recipe.model.data.sft_train.chat_template;
   const std::string& run_dir = plan.base.plan.location.run_dir;
   const std::string own = run_dir.empty() ? "" : run_dir + "/tokenizer/" + convert::kHfChatTemplateFile;
   const std::string path = given ? *given : (!own.empty() && fs::is_regular_file(own) ? own : "");
   if (path.empty()) return nullptr;
+  plan.chat_template_file = path;
   auto token = [&](int32_t id) { return id >= 0 ? plan.tokenizer->decode({id}) : std::string(); };
   try {
     return serve::read_chat_template(path, token(plan.tokenizer->bos_id()), token(plan.tokenizer->eod_id()));

@@ -43,6 +43,9 @@ struct FinetuneRunPlan {
   bool lora = true;       ///< model.peft.peft_scheme lora; else none (full-parameter SFT)
   std::shared_ptr<data::Tokenizer> tokenizer;
   std::shared_ptr<SftDataset> train, valid;  ///< valid: null without validation_ds
+  /// The chat template file chat records are rendered with (train_ds.chat_template or the base
+  /// run's), when there is one.
+  std::optional<std::string> chat_template_file;
   int64_t seq_length = 0;                    ///< every micro-batch's length s
   /// packed_sequence: train's examples placed in rows of s positions (first-fit decreasing).
   std::optional<prompt_data::SequencePacking> packing;
