@@ -230,6 +230,17 @@ def test_full_sft_run_is_a_model_generate_and_train_read(setup, tmp_path_factory
     assert "restore_from_path" not in (ref_dir / "config.yaml").read_text()
 
 
+def test_full_sft_on_mixed_records_keeps_its_chat_template(setup, tmp_path):
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", word_records(4, 7) + chat_records(4, 8))
+    done = finetune(setup, layout(tmp_path) + [f"model.data.train_ds.file_names=[{mixed}]",
+                                               f"model.data.train_ds.chat_template={setup['template']}",
+                                               "trainer.max_steps=1", "trainer.val_check_interval=1",
+                                               "exp_manager.checkpoint_callback_params.every_n_steps=1"])
+    assert "8 examples (4 prompt/answer, 4 chat)" in done.stderr, done.stderr[-3000:]
+    # Where loom serve's chat completions find the run's template.
+    assert (tmp_path / "tokenizer" / "chat_template.jinja").read_text() == CHAT_TEMPLATE
+
+
 @pytest.mark.parametrize("line,expected", [
     ("not json", "not valid JSON"),
     ('["a list"]', "expected a JSON object, found array"),
