@@ -96,7 +96,8 @@ std::optional<SftExample> chat_example(const nlohmann::json& messages, const Sft
     truncated = true;
   }
   // An answer token needs a token before it to be a label.
-  if (std::find(ex.answer.begin() + 1, ex.answer.end(), uint8_t{1}) == ex.answer.end()) return std::nullopt;
+  if (ex.size() < 2 || std::find(ex.answer.begin() + 1, ex.answer.end(), uint8_t{1}) == ex.answer.end())
+    return std::nullopt;
   return ex;
 }
 
