@@ -19,7 +19,11 @@ from test_data_helpers import ROOT, loom_binary
 from train_helpers import full_parameters, make_corpus, metrics, run_loom
 
 
-def write_recipe(path, base_dir, train):
+def write_recipe(path, base_dir, train=None):
+    """A LoRA recipe over `base_dir` training on the JSONL file `train` (None: the word task of
+    sft_helpers, written beside the recipe)."""
+    if train is None:
+        train = write_jsonl(path.parent / "train.jsonl", word_records(40, 1))
     path.write_text(f"""trainer:
   devices: 1
   accelerator: cpu
@@ -60,8 +64,7 @@ model:
 def setup(tmp_path_factory):
     corpus = make_corpus(tmp_path_factory)
     base = make_base(corpus, tmp_path_factory.mktemp("lora_base"))
-    folder = tmp_path_factory.mktemp("lora_recipe")
-    recipe = write_recipe(folder / "lora.yaml", base, write_jsonl(folder / "train.jsonl", word_records(40, 1)))
+    recipe = write_recipe(tmp_path_factory.mktemp("lora_recipe") / "lora.yaml", base)
     return {"base": base, "recipe": recipe, "base_bytes": directory_bytes(base / "checkpoints")}
 
 
@@ -221,7 +224,7 @@ def test_peft_export_of_a_llama_adapter_has_the_merged_models_logits(tmp_path):
     base = tmp_path / "llama_base"
     run_loom("convert", "--from", ["hf", str(hf_dir), "--output", str(base)])
     # The records laid out with the base's own tokenizer (the imported tokenizer.json).
-    recipe = write_recipe(tmp_path / "lora.yaml", base, write_jsonl(tmp_path / "train.jsonl", word_records(40, 1)))
+    recipe = write_recipe(tmp_path / "lora.yaml", base)
     run_dir = tmp_path / "llama_lora"
     run_loom("finetune", recipe, layout(run_dir) + ["trainer.max_steps=2", "trainer.val_check_interval=2",
                                                     "exp_manager.checkpoint_callback_params.every_n_steps=2"])
