@@ -36,6 +36,8 @@ struct FrozenBaseCommand {
   /// The resolved recipe (the base's shape adopted) of `recipe`, resuming at the iteration given.
   std::function<config::Recipe(const config::Recipe&, std::optional<int64_t>)> resolve;
   std::function<int(const config::Recipe&, const train::TrainOptions&)> run;
+  /// Optional: `--show-examples N` prints the first N training rows (stdout) instead of training.
+  std::function<void(const config::Recipe&, int64_t)> show_examples;
 };
 
 inline int run_frozen_base_command(const FrozenBaseCommand& c, int argc, char** argv) {
@@ -51,6 +53,10 @@ inline int run_frozen_base_command(const FrozenBaseCommand& c, int argc, char** 
       ->check(CLI::NonNegativeNumber);
   app.add_option("--iteration", iteration, "resume from this checkpoint iteration instead of the latest")
       ->check(CLI::Range(int64_t{0}, train::kMaxIteration));
+  int64_t show = -1;
+  if (c.show_examples)
+    app.add_option("--show-examples", show, "print the first N training rows as the model takes them, then exit")
+        ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -71,6 +77,14 @@ inline int run_frozen_base_command(const FrozenBaseCommand& c, int argc, char** 
   } catch (const std::exception& e) {
     std::cerr << prefix << error_text(e) << "\n";
     return 2;
+  }
+  if (show >= 0) {
+    try {
+      c.show_examples(recipe, show);
+      return 0;
+    } catch (const std::exception& e) {
+      return training_failure(c.name, e);
+    }
   }
   const bool under_launcher = info.source != launch::RendezvousSource::kSingleProcess;
   const int64_t world = config::world_size(recipe);

@@ -155,6 +155,12 @@ void check_input_files(const Recipe& r) {
                                                               : "model.data.test_ds";
     for (const auto& file : *list) check(field, file, "JSONL file of records");
   }
+  const auto& d = r.model.data;
+  for (const auto& file : d.sft_train.file_names) check("model.data.train_ds.file_names", file, "JSONL file of records");
+  for (const auto& file : d.sft_validation.file_names)
+    check("model.data.validation_ds.file_names", file, "JSONL file of records");
+  if (d.sft_train.chat_template)
+    check("model.data.train_ds.chat_template", *d.sft_train.chat_template, "Jinja chat template file");
   if (!errors.empty()) throw RecipeError(errors);
 }
 

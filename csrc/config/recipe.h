@@ -106,6 +106,28 @@ struct DataBlendEntry {
   bool operator==(const DataBlendEntry& o) const { return weight == o.weight && path == o.path; }
 };
 
+/// A fine-tuning dataset, model.data.train_ds / validation_ds (NeMo's GPTSFTDataset options;
+/// docs/design/finetune.md, "Examples"): JSON-lines records, each either prompt/answer fields
+/// rendered through prompt_template or a chat record (`messages`) rendered with the base's chat
+/// template. validation_ds takes file_names only; its records are laid out as train_ds's.
+struct SftDatasetConfig {
+  std::vector<std::string> file_names;        ///< [required for train_ds] JSONL files
+  /// [default] the record's fields as `{name}` placeholders; the label_key field ends it.
+  std::string prompt_template = "{input} {output}";
+  std::string label_key = "output";           ///< [default] the answer field
+  /// [default] the field shortened from its end when an example exceeds max_seq_length; "" = none
+  std::string truncation_field = "input";
+  std::string truncation_method = "right";    ///< [default] right (the one method Loom has)
+  /// [default null: the base model's max_position_embeddings] most tokens of one example.
+  std::optional<int64_t> max_seq_length;
+  bool add_bos = false;                       ///< [default] BOS before a prompt/answer example
+  bool add_eos = true;                        ///< [default] EOS after its answer
+  bool packed_sequence = false;               ///< [default] pack examples by first-fit decreasing
+  /// [default null: the base run's tokenizer/chat_template.jinja] Loom: the Jinja chat template
+  /// file that renders chat records.
+  std::optional<std::string> chat_template;
+};
+
 struct DataConfig {
   /// [required] `[w1, prefix1, w2, prefix2, ...]`, or a single prefix (string or one-item list)
   /// which gets weight 1. Pretraining only (as are splits_string .. num_workers).
@@ -124,6 +146,10 @@ struct DataConfig {
   bool add_eos = true;                        ///< [default] <|endoftext|> after it
   /// [default null: the base model's max_position_embeddings] longest record, in tokens.
   std::optional<int64_t> max_seq_length;
+
+  // Fine-tuning only (docs/design/finetune.md).
+  SftDatasetConfig sft_train;                 ///< model.data.train_ds.*
+  SftDatasetConfig sft_validation;            ///< model.data.validation_ds.file_names
 };
 
 /// The tokenizer (docs/design/tokenizers.md); data::make_tokenizer builds it.
@@ -232,7 +258,8 @@ struct LoraTuningConfig {
 
 /// model.peft (NeMo 1.x's megatron_gpt_finetuning_config keys; recipe kind kFinetuning).
 struct PeftConfig {
-  std::string peft_scheme = "lora";           ///< [default] lora (the one scheme Loom has)
+  /// [default] lora (adapters on a frozen base) or none (every base parameter trains: full SFT)
+  std::string peft_scheme = "lora";
   LoraTuningConfig lora_tuning;
 };
 
@@ -310,6 +337,8 @@ struct ModelConfig {
   /// the .nemo file). Its shape becomes the model's.
   std::string restore_from_path;
   PeftConfig peft;  ///< kFinetuning recipes only
+  /// [default] kFinetuning: the loss counts answer tokens only (chat: the assistant turns)
+  bool answer_only_loss = true;
 };
 
 /// Slurm / container description for `loom` launch scripts and the planner (NeMo Framework

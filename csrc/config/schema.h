@@ -19,8 +19,8 @@ enum class Need {
   kDerived,   ///< absent or null: computed by apply_derived_defaults()
 };
 
-/// model.data: pretraining corpora (also the data of fine-tuning for now, with its base and
-/// adapters first), or prompt learning's base, tasks and JSONL data.
+/// model.data: pretraining corpora, fine-tuning's base, model.peft and JSONL datasets
+/// (docs/design/finetune.md), or prompt learning's base, tasks and JSONL data.
 template <class V>
 void visit_model_data(ModelConfig& m, V& v, RecipeKind kind) {
   auto& d = m.data;
@@ -32,12 +32,26 @@ void visit_model_data(ModelConfig& m, V& v, RecipeKind kind) {
     v("model.peft.lora_tuning.adapter_dim", p.lora_tuning.adapter_dim, Need::kDefault);
     v("model.peft.lora_tuning.alpha", p.lora_tuning.alpha, Need::kDefault);
     v("model.peft.lora_tuning.adapter_dropout", p.lora_tuning.adapter_dropout, Need::kDefault);
+    v("model.answer_only_loss", m.answer_only_loss, Need::kDefault);
+    auto& t = d.sft_train;
+    v("model.data.train_ds.file_names", t.file_names, Need::kRequired);
+    v("model.data.train_ds.prompt_template", t.prompt_template, Need::kDefault);
+    v("model.data.train_ds.label_key", t.label_key, Need::kDefault);
+    v("model.data.train_ds.truncation_field", t.truncation_field, Need::kDefault);
+    v("model.data.train_ds.truncation_method", t.truncation_method, Need::kDefault);
+    v("model.data.train_ds.max_seq_length", t.max_seq_length, Need::kDefault);
+    v("model.data.train_ds.add_bos", t.add_bos, Need::kDefault);
+    v("model.data.train_ds.add_eos", t.add_eos, Need::kDefault);
+    v("model.data.train_ds.packed_sequence", t.packed_sequence, Need::kDefault);
+    v("model.data.train_ds.chat_template", t.chat_template, Need::kDefault);
+    v("model.data.validation_ds.file_names", d.sft_validation.file_names, Need::kDefault);
+    return;
   }
-  if (kind != RecipeKind::kPromptLearning) {
+  if (kind == RecipeKind::kPretraining) {
     v("model.data.data_prefix", d.data_prefix, Need::kRequired);
     v("model.data.splits_string", d.splits_string, Need::kDefault);
     // Fine-tuning has no encoder_seq_length of its own (the base's shape is adopted).
-    v("model.data.seq_length", d.seq_length, kind == RecipeKind::kFinetuning ? Need::kRequired : Need::kDerived);
+    v("model.data.seq_length", d.seq_length, Need::kDerived);
     v("model.data.eod_mask_loss", d.eod_mask_loss, Need::kDefault);
     v("model.data.index_mapping_dir", d.index_mapping_dir, Need::kDefault);
     v("model.data.num_workers", d.num_workers, Need::kDefault);

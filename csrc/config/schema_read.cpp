@@ -355,11 +355,13 @@ std::string other_kind_key(const std::string& full, RecipeKind kind) {
                  : "the model's shape comes from the base checkpoint (model.language_model_path)");
   if (kind == RecipeKind::kPromptLearning && known(RecipeKind::kFinetuning))
     return "a key of fine-tuning recipes (loom finetune), not of a prompt-learning recipe";
-  if (kind == RecipeKind::kFinetuning && (known(RecipeKind::kPretraining) || known(RecipeKind::kPromptLearning)))
-    return known(RecipeKind::kPretraining) && !data
-               ? "not a key of a fine-tuning recipe: the model's shape comes from the base checkpoint "
-                 "(model.restore_from_path)"
-               : "a key of prompt-learning recipes (loom ptune), not of a fine-tuning recipe";
+  if (kind == RecipeKind::kFinetuning && known(RecipeKind::kPretraining))
+    return data ? "not a key of a fine-tuning recipe: its records come from model.data.train_ds.file_names / "
+                  "validation_ds.file_names (JSON lines)"
+                : "not a key of a fine-tuning recipe: the model's shape comes from the base checkpoint "
+                  "(model.restore_from_path)";
+  if (kind == RecipeKind::kFinetuning && known(RecipeKind::kPromptLearning))
+    return "a key of prompt-learning recipes (loom ptune), not of a fine-tuning recipe";
   if (kind == RecipeKind::kPretraining && known(RecipeKind::kPromptLearning))
     return "a key of prompt-learning recipes (loom ptune), not of a pretraining recipe";
   if (kind == RecipeKind::kPretraining && known(RecipeKind::kFinetuning))

@@ -319,8 +319,20 @@ void Checker::tokenizer() {
 void Checker::finetuning() {
   const auto& m = r_.model;
   non_empty("model.restore_from_path", m.restore_from_path);
-  if (ok({"model.peft.peft_scheme"}) && m.peft.peft_scheme != "lora")
-    error("model.peft.peft_scheme", "expected lora (the one scheme Loom has), found '" + m.peft.peft_scheme + "'");
+  if (ok({"model.peft.peft_scheme"}) && m.peft.peft_scheme != "lora" && m.peft.peft_scheme != "none")
+    error("model.peft.peft_scheme",
+          "expected lora (adapters on a frozen base) or none (full-parameter fine-tuning), found '" +
+              m.peft.peft_scheme + "'");
+  const auto& t = m.data.sft_train;
+  if (ok({"model.data.train_ds.file_names"}) && t.file_names.empty())
+    error("model.data.train_ds.file_names", "expected at least one JSONL file of training records, found none");
+  if (t.max_seq_length) size_in_range("model.data.train_ds.max_seq_length", *t.max_seq_length, 2);
+  non_empty("model.data.train_ds.label_key", t.label_key);
+  if (ok({"model.data.train_ds.truncation_method"}) && t.truncation_method != "right")
+    error("model.data.train_ds.truncation_method",
+          "expected right (the field is shortened from its end; the one method Loom has), found '" +
+              t.truncation_method + "'");
+  if (m.peft.peft_scheme != "lora") return;  // the adapter fields are unused
   const auto& l = m.peft.lora_tuning;
   if (ok({"model.peft.lora_tuning.target_modules"})) {
     if (l.target_modules.empty()) {

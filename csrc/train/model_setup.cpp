@@ -25,8 +25,8 @@ model::GptConfig gpt_config_from_recipe(const config::Recipe& recipe, int64_t vo
   c.hidden_dropout = m.hidden_dropout;
   c.attention_dropout = m.attention_dropout;
   c.label_smoothing = m.label_smoothing;
-  // Fine-tuning recipes: LoRA adapters per model.peft (the recipe check validated the fields).
-  if (recipe.kind == config::RecipeKind::kFinetuning) {
+  // Fine-tuning recipes with peft_scheme lora: adapters per model.peft (the recipe check validated the fields).
+  if (recipe.kind == config::RecipeKind::kFinetuning && m.peft.peft_scheme == "lora") {
     const auto& l = m.peft.lora_tuning;
     c.lora.dim = l.adapter_dim;
     c.lora.alpha = l.alpha.value_or(static_cast<double>(l.adapter_dim));

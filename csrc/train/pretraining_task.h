@@ -20,8 +20,8 @@ namespace loom::train {
 int run_training(const config::Recipe& recipe, const TrainOptions& options = {});
 
 /// The pretraining task itself, for a task that trains on the same data: its prepare_data,
-/// step_micro_batches, has_validation and validate read the recipe's pretraining data
-/// (fine-tuning delegates to them; finetune/lora_task.h). `recipe` must outlive the task.
+/// step_micro_batches, has_validation and validate read the recipe's pretraining data.
+/// `recipe` must outlive the task.
 std::unique_ptr<TrainingTask> make_pretraining_task(const config::Recipe& recipe);
 
 }  // namespace loom::train

@@ -91,7 +91,7 @@ int TrainingLoop::run() {
   build_model();
   resume();
   first_step_ = position_.iteration;
-  dir_->write_resolved_recipe(r_);
+  dir_->write_resolved_recipe(task_.run_directory_recipe());
   install_stop_signal_handlers();
 
   const StepLoopHooks hooks{[&](int64_t step) { train_step(step); }, [&](int64_t done) { validate(done); },

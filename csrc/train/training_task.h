@@ -4,8 +4,8 @@
 // a checkpoint records beyond the layout, and what happens at the end. Everything else (run
 // directory, metrics and step log, optimizer, LR schedule, loss scaler, the pipeline step,
 // checkpoints, resume, stop signals, failure handling, MFU, gradient-sync overlap) is the
-// loop's. Pretraining (train/pretraining_task.h) and prompt learning (ptune/prompt_task.h) are
-// the two tasks today.
+// loop's. Pretraining (train/pretraining_task.h), prompt learning (ptune/prompt_task.h) and
+// fine-tuning (finetune/finetune_task.h) are the tasks today.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -63,6 +63,10 @@ class TrainingTask {
   virtual std::string command() const = 0;
   /// The recipe the run follows (a task may adopt fields, e.g. prompt learning's base shape).
   virtual const config::Recipe& recipe() const = 0;
+  /// What the run directory's config.yaml records, the recipe that generate, serve, eval and
+  /// convert read the run's model and tokenizer from: recipe(), unless the task's checkpoints
+  /// are another kind's (full fine-tuning: whole-model checkpoints, a pretraining recipe).
+  virtual config::Recipe run_directory_recipe() const { return recipe(); }
   /// Words before the layout in the run's first log line ("" or "prompt learning (p-tuning) on ").
   virtual std::string run_label() const { return ""; }
 

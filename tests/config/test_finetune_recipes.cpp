@@ -1,5 +1,5 @@
-// Fine-tuning recipes (`loom finetune`, docs/design/lora.md): NeMo 1.x's model.restore_from_path
-// and model.peft keys with their defaults, every bad peft field named with file:line, and no
+// Fine-tuning recipes (`loom finetune`, docs/design/finetune.md, lora.md): NeMo 1.x's
+// model.restore_from_path, model.peft and model.data.train_ds keys with their defaults, every bad peft field named with file:line, and no
 // model shape of their own (it is the base's).
 #include <catch2/catch.hpp>
 
@@ -23,8 +23,11 @@ model:
       target_modules: [attention_qkv, mlp_fc2]
       adapter_dim: 8
   data:
-    data_prefix: [1.0, data/corpus_text_document]
-    seq_length: 64
+    train_ds:
+      file_names: [data/sft/train.jsonl]
+      max_seq_length: 64
+    validation_ds:
+      file_names: [data/sft/valid.jsonl]
   optim:
     lr: 1.0e-4
 )";
@@ -54,7 +57,19 @@ TEST_CASE("a fine-tuning recipe reads NeMo's peft keys with their defaults", "[c
   CHECK(r.model.peft.lora_tuning.adapter_dim == 8);
   CHECK(!r.model.peft.lora_tuning.alpha);  // null: adapter_dim, as NeMo's ${adapter_dim}
   CHECK(r.model.peft.lora_tuning.adapter_dropout == 0.0);
-  CHECK(r.model.data.seq_length == 64);
+  // NeMo's SFT data fields and defaults.
+  const auto& t = r.model.data.sft_train;
+  CHECK(t.file_names == std::vector<std::string>{"data/sft/train.jsonl"});
+  CHECK(r.model.data.sft_validation.file_names == std::vector<std::string>{"data/sft/valid.jsonl"});
+  CHECK(t.max_seq_length == 64);
+  CHECK(t.prompt_template == "{input} {output}");
+  CHECK(t.label_key == "output");
+  CHECK(t.truncation_field == "input");
+  CHECK(t.truncation_method == "right");
+  CHECK(!t.packed_sequence);
+  CHECK(t.add_eos);
+  CHECK(!t.add_bos);
+  CHECK(r.model.answer_only_loss);
   // The resolved YAML loads back to the same fields.
   const Recipe again = load_recipe_from_string(to_yaml(r), "again.yaml", {}, RecipeKind::kFinetuning);
   CHECK(again.model.peft.lora_tuning.target_modules == r.model.peft.lora_tuning.target_modules);
@@ -72,6 +87,15 @@ TEST_CASE("bad peft fields are named with what was expected", "[config][finetune
   CHECK(any_contains(errors_of({"model.peft.lora_tuning.adapter_dropout=1"}), "model.peft.lora_tuning.adapter_dropout",
                      "probability"));
   CHECK(any_contains(errors_of({"model.peft.peft_scheme=adapter"}), "model.peft.peft_scheme", "expected lora"));
+  CHECK(errors_of({"model.peft.peft_scheme=none"}).empty());  // full-parameter SFT
+  CHECK(any_contains(errors_of({"model.data.train_ds.file_names=[]"}), "model.data.train_ds.file_names",
+                     "at least one JSONL file"));
+  CHECK(any_contains(errors_of({"model.data.train_ds.truncation_method=left"}), "model.data.train_ds.truncation_method",
+                     "expected right"));
+  CHECK(any_contains(errors_of({"model.data.train_ds.max_seq_length=1"}), "model.data.train_ds.max_seq_length",
+                     "expected"));
+  // Pretraining data is not a fine-tuning recipe's.
+  CHECK(any_contains(errors_of({"model.data.data_prefix=[1.0,x]"}), "model.data.data_prefix", "fine-tuning"));
   CHECK(any_contains(errors_of({"model.restore_from_path="}), "model.restore_from_path", "required field"));
   CHECK(any_contains(errors_of({"model.restore_from_path=''"}), "model.restore_from_path", "non-empty"));
   CHECK(any_contains(errors_of({"model.peft.lora_tuning.adapter_dimm=4"}), "adapter_dimm", "did you mean"));

@@ -23,11 +23,11 @@ TEST_CASE("every recipe in recipes/ loads and validates", "[config]") {
   for (const auto& entry : std::filesystem::directory_iterator(std::string(LOOM_SOURCE_DIR) + "/recipes")) {
     if (entry.path().extension() != ".yaml") continue;
     INFO(entry.path().string());
-    // ptune_*.yaml are prompt-learning recipes (loom ptune), lora_*.yaml fine-tuning recipes
-    // (loom finetune), the rest pretraining recipes.
+    // ptune_*.yaml are prompt-learning recipes (loom ptune), lora_*.yaml and sft_*.yaml
+    // fine-tuning recipes (loom finetune), the rest pretraining recipes.
     const std::string file = entry.path().filename().string();
     const RecipeKind kind = file.rfind("ptune_", 0) == 0  ? RecipeKind::kPromptLearning
-                            : file.rfind("lora_", 0) == 0 ? RecipeKind::kFinetuning
+                            : file.rfind("lora_", 0) == 0 || file.rfind("sft_", 0) == 0 ? RecipeKind::kFinetuning
                                                           : RecipeKind::kPretraining;
     Recipe r;
     REQUIRE_NOTHROW(r = load_recipe(entry.path().string(), {}, kind));

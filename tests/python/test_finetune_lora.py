@@ -4,7 +4,8 @@ the same adapters as one process, loss by loss and weight by weight; only adapte
 the base stays bit-identical; a resume continues exactly; `loom convert --merge-lora` writes
 W + (alpha/r)·B A into a run that `loom generate` reads; bad peft fields are named before any
 rank starts; Hugging Face `peft` loads the `--to peft` export over the `--to hf` export of the
-base and gives the merged model's logits (GPT-2, and a Llama-family model imported from transformers)."""
+base and gives the merged model's logits (GPT-2, and a Llama-family model imported from
+transformers). The data is SFT records (tests/python/sft_helpers.py)."""
 import json
 import math
 import subprocess
@@ -13,11 +14,16 @@ import pytest
 import torch
 
 from ptune_helpers import base_digests, directory_bytes, make_base
+from sft_helpers import word_records, write_jsonl
 from test_data_helpers import ROOT, loom_binary
 from train_helpers import full_parameters, make_corpus, metrics, run_loom
 
 
-def write_recipe(path, base_dir, corpus):
+def write_recipe(path, base_dir, train=None):
+    """A LoRA recipe over `base_dir` training on the JSONL file `train` (None: the word task of
+    sft_helpers, written beside the recipe)."""
+    if train is None:
+        train = write_jsonl(path.parent / "train.jsonl", word_records(40, 1))
     path.write_text(f"""trainer:
   devices: 1
   accelerator: cpu
@@ -41,8 +47,11 @@ model:
       alpha: 8
       adapter_dropout: 0.1
   data:
-    data_prefix: [1.0, {corpus}]
-    seq_length: 32
+    train_ds:
+      file_names: [{train}]
+      max_seq_length: 32
+    validation_ds:
+      file_names: [{train}]
   optim:
     lr: 1.0e-2
     sched:
@@ -55,7 +64,7 @@ model:
 def setup(tmp_path_factory):
     corpus = make_corpus(tmp_path_factory)
     base = make_base(corpus, tmp_path_factory.mktemp("lora_base"))
-    recipe = write_recipe(tmp_path_factory.mktemp("lora_recipe") / "lora.yaml", base, corpus)
+    recipe = write_recipe(tmp_path_factory.mktemp("lora_recipe") / "lora.yaml", base)
     return {"base": base, "recipe": recipe, "base_bytes": directory_bytes(base / "checkpoints")}
 
 
@@ -219,13 +228,8 @@ def test_peft_export_of_a_llama_adapter_has_the_merged_models_logits(tmp_path):
     hf_dir, _ = random_llama(tmp_path, "llama_hf")
     base = tmp_path / "llama_base"
     run_loom("convert", "--from", ["hf", str(hf_dir), "--output", str(base)])
-    prefix = tmp_path / "llama_corpus"
-    done = subprocess.run([str(loom_binary()), "preprocess", "--input", str(ROOT / "data" / "tinyshakespeare.txt"),
-                           "--output-prefix", str(prefix), "--tokenizer-library", "huggingface", "--tokenizer-model",
-                           str(hf_dir / "tokenizer.json"), "--append-eod", "--workers", "1"],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    recipe = write_recipe(tmp_path / "lora.yaml", base, f"{prefix}_text_document")
+    # The records laid out with the base's own tokenizer (the imported tokenizer.json).
+    recipe = write_recipe(tmp_path / "lora.yaml", base)
     run_dir = tmp_path / "llama_lora"
     run_loom("finetune", recipe, layout(run_dir) + ["trainer.max_steps=2", "trainer.val_check_interval=2",
                                                     "exp_manager.checkpoint_callback_params.every_n_steps=2"])

@@ -59,7 +59,8 @@ def test_the_schema_reports_known_defaults():
     finetune = {f["field"]: f for f in schema()["finetuning"]}
     assert finetune["model.restore_from_path"]["need"] == "required" and "model.hidden_size" not in finetune
     assert finetune["model.peft.lora_tuning.target_modules"]["default"] == "[attention_qkv]"
-    assert finetune["model.data.seq_length"]["need"] == "required"
+    assert finetune["model.data.train_ds.file_names"]["need"] == "required" and "model.data.seq_length" not in finetune
+    assert finetune["model.data.train_ds.prompt_template"]["default"] == '"{input} {output}"'  # NeMo's
 
 
 def test_a_changed_default_changes_the_table():

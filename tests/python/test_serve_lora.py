@@ -42,7 +42,7 @@ ADAPTERS = {
 def runs(tmp_path_factory):
     corpus = make_corpus(tmp_path_factory)
     base = make_base(corpus, tmp_path_factory.mktemp("lora_serve_base") / "base")
-    recipe = write_recipe(tmp_path_factory.mktemp("lora_serve_recipe") / "lora.yaml", base, corpus)
+    recipe = write_recipe(tmp_path_factory.mktemp("lora_serve_recipe") / "lora.yaml", base)
     template = tmp_path_factory.mktemp("lora_serve_chat") / "chat.jinja"
     template.write_text(TEMPLATE)
     out = {"base": base, "template": template, "adapters": {}, "merged": {}}
