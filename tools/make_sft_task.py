@@ -3,10 +3,10 @@
 data/sft/valid_lambada.jsonl (the validation records as `loom eval` lambada documents).
 
 Task 'pick a word': a list of three to five words from a fixed list of twenty one-token
-Shakespeare words, and which of them to name: the first, the second, the last or the one
-before the last. The answer is that word:
+Shakespeare words, and which of them to name: the first or the last. The answer is that word
+(naming a word of the list at random is right about 27% of the time):
 
-    {"input": "Words: crown, night, blood, sword. The second word is", "output": "night"}
+    {"input": "Words: crown, night, blood, sword. The first word is", "output": "crown"}
     {"input": "Words: love, grace, king. The last word is", "output": "king"}
 
 The records use NeMo's default SFT fields (prompt_template "{input} {output}", label_key
@@ -27,8 +27,8 @@ import random
 SEED = 1234
 WORDS = ("king lord love death heart night day blood crown sword queen eyes hand heaven time life grace "
          "father son world").split()
-POSITIONS = {"first": 0, "second": 1, "last": -1, "second to last": -2}
-SIZES = {"train": 480, "valid": 96}  # the validation size a multiple of the recipes' global batch (8)
+POSITIONS = {"first": 0, "last": -1}
+SIZES = {"train": 2000, "valid": 96}  # the validation size a multiple of the recipes' global batch (8)
 
 
 def main():

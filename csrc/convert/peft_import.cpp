@@ -51,7 +51,7 @@ PeftConfig read_peft_config(const std::string& dir) {
   }
   auto fail = [&](const std::string& why) { throw ConvertInputError(fmt::format("{}: {}", file.string(), why)); };
   if (!j.is_object()) fail("expected a JSON object");
-  if (j.value("peft_type", std::string()) != "LORA")
+  if (!j.contains("peft_type") || j["peft_type"] != "LORA")
     fail(fmt::format("peft_type is {}, expected \"LORA\" (Loom imports LoRA adapters only)",
                      j.contains("peft_type") ? j["peft_type"].dump() : "missing"));
   // A field that changes the update beyond B·A must be absent or neutral.
@@ -70,7 +70,9 @@ PeftConfig read_peft_config(const std::string& dir) {
   c.r = j["r"].get<int64_t>();
   const nlohmann::json alpha = j.value("lora_alpha", nlohmann::json(8));  // PEFT's default
   if (!alpha.is_number()) fail("lora_alpha must be a number");
-  const bool rslora = j.value("use_rslora", false);
+  const nlohmann::json rslora_field = j.value("use_rslora", nlohmann::json(false));
+  if (!rslora_field.is_boolean() && !rslora_field.is_null()) fail("use_rslora must be true or false");
+  const bool rslora = rslora_field.is_boolean() && rslora_field.get<bool>();
   c.scale = alpha.get<double>() / (rslora ? std::sqrt(double(c.r)) : double(c.r));
   const nlohmann::json dropout = j.value("lora_dropout", nlohmann::json(0.0));
   if (!dropout.is_number() || dropout.get<double>() < 0 || dropout.get<double>() >= 1)
@@ -111,7 +113,11 @@ PeftImportResult import_peft(const PeftImportRequest& request) {
 
   const generate::CheckpointLocation base_location = generate::locate_checkpoint(request.base);
   const generate::CheckpointInfo base_info = generate::read_checkpoint_info(base_location.checkpoints, request.iteration);
-  generate::refuse_adapter_checkpoint(base_info, "--base " + request.base);
+  try {
+    generate::refuse_adapter_checkpoint(base_info, request.base);
+  } catch (const std::exception& e) {
+    throw ConvertInputError(std::string("--base: ") + e.what());
+  }
   const generate::FullCheckpoint base = generate::read_full_checkpoint(base_location.checkpoints, base_info);
 
   const fs::path run(request.output_run);

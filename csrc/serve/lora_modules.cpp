@@ -48,8 +48,12 @@ std::vector<ServedAdapter> plan_lora_modules(const std::vector<LoraModule>& modu
       throw GenerateInputError(fmt::format("{}: the name '{}' is given to two adapters", flag(m), m.name));
     ServedAdapter a;
     a.module = m;
-    a.location = generate::locate_checkpoint(m.dir);
-    a.info = generate::read_checkpoint_info(a.location.checkpoints);
+    try {
+      a.location = generate::locate_checkpoint(m.dir);
+      a.info = generate::read_checkpoint_info(a.location.checkpoints);
+    } catch (const std::exception& e) {
+      throw GenerateInputError(fmt::format("{}: {}", flag(m), e.what()));
+    }
     const nlohmann::json& task = a.info.layout.task_record;
     if (!task.is_object() || !task.contains(finetune::kLoraRecordKey))
       throw GenerateInputError(fmt::format("{}: iteration {} is not a LoRA adapter checkpoint of loom finetune (its "

@@ -273,3 +273,25 @@ def test_bad_fields_are_named(setup, tmp_path, override, expected):
     done = finetune(setup, layout(tmp_path) + [override], check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     assert expected in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_a_packed_step_equals_the_same_examples_unpacked(setup, tmp_path, t):
+    """Four examples in one step: packed into rows (at t=1, and at t=2 with sequence parallelism)
+    or one per row, the step's loss (the mean over the same answer tokens) and gradient norm are
+    the same: each packed example attends only to itself, from position 0 (the document mask and
+    restarting positions, end to end through loom finetune)."""
+    four = write_jsonl(tmp_path / "four.jsonl", word_records(4, 5))
+    data = [f"model.data.train_ds.file_names=[{four}]", "trainer.max_steps=1", "trainer.val_check_interval=1",
+            "exp_manager.checkpoint_callback_params.every_n_steps=1"]
+    packed_rows = len(show(setup, data + ["model.data.train_ds.packed_sequence=true"], 10))
+    assert packed_rows < 4  # some row holds two examples or more
+    runs = {}
+    for name, rows, packed, tp in (("unpacked", 4, False, 1), ("packed", packed_rows, True, t)):
+        run_dir = tmp_path / name
+        finetune(setup, layout(run_dir, tp) + data + SCHEMES["full"] + [
+            f"model.data.train_ds.packed_sequence={str(packed).lower()}", f"model.micro_batch_size={rows}",
+            f"model.global_batch_size={rows}"])
+        runs[name] = metrics(run_dir)[0]
+    assert math.isclose(runs["packed"]["loss"], runs["unpacked"]["loss"], rel_tol=1e-5), runs
+    assert math.isclose(runs["packed"]["grad_norm"], runs["unpacked"]["grad_norm"], rel_tol=1e-5), runs

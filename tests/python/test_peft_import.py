@@ -117,6 +117,8 @@ def shrink_a_b(adapter):
     (lambda a: edit_config(a, bias="lora_only"), "bias is \"lora_only\""),
     (lambda a: edit_config(a, peft_type="IA3"), "peft_type is \"IA3\", expected \"LORA\""),
     (lambda a: edit_config(a, rank_pattern={"c_fc": 8}), "rank_pattern"),
+    (lambda a: edit_config(a, use_rslora="yes"), "use_rslora must be true or false"),
+    (lambda a: edit_config(a, peft_type=3), "peft_type is 3, expected \"LORA\""),
     (lambda a: (a / "adapter_config.json").unlink(), "adapter_config.json does not exist"),
     (add_lm_head_adapter, "base_model.model.lm_head.lora_A.weight adapts no linear"),
     (shrink_a_b, "[50, 4], expected a floating tensor [96, 4]"),

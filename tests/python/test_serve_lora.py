@@ -191,6 +191,8 @@ def test_bad_lora_flags_are_refused_naming_them(runs):
     assert "given to two adapters" in err and "--lora a=" in err
     assert "the base model's id" in serve_fails(runs["base"], "--model-name", "m", "--lora", f"m={shy}")
     assert "is not a LoRA adapter checkpoint" in serve_fails(runs["base"], "--lora", f"x={runs['base']}")
+    err = serve_fails(runs["base"], "--lora", f"x={runs['base']}/missing")
+    assert f"--lora x={runs['base']}/missing: checkpoint directory" in err, err
     # An adapter over another checkpoint (here its own merged run): both are named.
     err = serve_fails(runs["merged"]["shy"], "--lora", f"a={shy}")
     assert "the adapters were trained on" in err and str(runs["base"]) in err and str(runs["merged"]["shy"]) in err, err
