@@ -14,7 +14,8 @@
 #                            HTTP server and lm-eval's `lm_eval --model local-completions` command
 #                            against loom serve (LOOM_SERVE_SOAK_FULL=1; CI runs 8 x 25, t=2 x p=2
 #                            in the engine's C++ test, and lm-eval through simple_evaluate),
-#                            loom eval at t=2 x p=2 x d=2 (LOOM_EVAL_FULL=1; CI runs t=2 x p=2),
+#                            loom eval at t=2 x p=2 x d=2, p=2 and batch 1 (LOOM_EVAL_FULL=1; CI
+#                            runs t=2 x p=2 at batch 3),
 #                            and every case of the memory sweep `loom plan --validate-memory`
 #                            (LOOM_MEMORY_SWEEP_FULL=1, ~8 min; CI runs its 4-case subset),
 #                            and `loom plan --measure` ranking six layouts by 18 timed runs
