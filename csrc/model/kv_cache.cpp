@@ -148,7 +148,19 @@ void KvCache::reset() {
   select_rows({});
 }
 
+void KvCache::use_static_index(const StaticIndex* index) {
+  if (!is_paged()) throw std::logic_error("KvCache::use_static_index: the cache is not paged");
+  static_index_ = index;
+}
+
 at::Tensor KvCache::positions(int64_t n, const at::TensorOptions& options) const {
+  if (static_index_ != nullptr) {
+    if (static_index_->positions.size(1) != n)
+      throw std::invalid_argument("KvCache::positions: the static index holds " +
+                                  std::to_string(static_index_->positions.size(1)) + " positions, not " +
+                                  std::to_string(n));
+    return static_index_->positions;
+  }
   if (is_flat()) {
     check_flat_total(n, "positions");
     std::vector<int64_t> flat;
@@ -276,22 +288,35 @@ at::Tensor KvCache::attend(int layer, const at::Tensor& q, const at::Tensor& k, 
   }
   const int index = index_of(layer);
   check_new(k, v);
-  const PagedIndex& at_slots = paged_index(n, k.device());
+  // The slots and tables: the caller's fixed buffers (decode graphs), else made from the rows.
+  const at::Tensor *blocks, *offsets, *tables, *lengths, *query_starts;
+  if (static_index_ != nullptr) {
+    if (static_index_->blocks.size(0) != k.size(0) * n)
+      throw std::invalid_argument("KvCache::attend: the static index holds " +
+                                  std::to_string(static_index_->blocks.size(0)) + " slots, not " +
+                                  std::to_string(k.size(0) * n));
+    blocks = &static_index_->blocks, offsets = &static_index_->offsets, tables = &static_index_->tables;
+    lengths = &static_index_->lengths, query_starts = &static_index_->starts;
+  } else {
+    const PagedIndex& at_slots = paged_index(n, k.device());
+    blocks = &at_slots.blocks, offsets = &at_slots.offsets, tables = &at_slots.tables;
+    lengths = &at_slots.lengths, query_starts = &at_slots.starts;
+  }
   using at::indexing::Slice;
   // [b, kv, n, d] -> [b·n, kv, d], one row per slot, in the order of the slot lists (flat: b = 1
   // and the slots run row after row, as the positions do).
   const int64_t rows = k.size(0) * n;
-  keys_[index].index_put_({at_slots.blocks, Slice(), at_slots.offsets},
-                          k.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
-  values_[index].index_put_({at_slots.blocks, Slice(), at_slots.offsets},
+  keys_[index].index_put_({*blocks, Slice(), *offsets}, k.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
+  values_[index].index_put_({*blocks, Slice(), *offsets},
                             v.permute({0, 2, 1, 3}).reshape({rows, heads_local_, head_dim_}));
   const std::optional<at::Tensor> starts =
-      at_slots.starts.defined() ? std::optional<at::Tensor>(at_slots.starts) : std::nullopt;
-  return ops::paged_attention(q, keys_[index], values_[index], at_slots.tables, at_slots.lengths, scale, starts);
+      query_starts->defined() ? std::optional<at::Tensor>(*query_starts) : std::nullopt;
+  return ops::paged_attention(q, keys_[index], values_[index], *tables, *lengths, scale, starts);
 }
 
 void KvCache::advance(int64_t n) {
   paged_index_.n = -1;
+  if (static_index_ != nullptr) return;  // the caller commits the real rows (use_static_index)
   if (is_paged()) {
     check_flat_total(n, "advance");
     for (size_t i = 0; i < selected_.size(); ++i) {

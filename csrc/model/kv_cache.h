@@ -129,6 +129,26 @@ class KvCache {
   /// Forgets every position of every row (the buffers are reused) and selects every row.
   void reset();
 
+  /// Fixed-shape decode steps (serve/decode_graphs.h, docs/serving.md "Decode graphs"): the
+  /// new positions of b rows, one each, in the flat form (one batch row of b positions), as
+  /// device tensors the caller fills before each forward call. Their shapes and addresses never
+  /// change, so one captured CUDA graph of the forward serves every step of that b.
+  struct StaticIndex {
+    at::Tensor positions;        ///< [1, b] int64: each new position's id
+    at::Tensor blocks, offsets;  ///< [b] int64: the block and the offset in it of its slot
+    at::Tensor tables;           ///< [b, max_blocks] int64: each row's block table
+    at::Tensor lengths;          ///< [b] int64: positions each row holds, the new one included
+    at::Tensor starts;           ///< [b + 1] int64: 0, 1, ..., b
+  };
+  /// Paged layout: while `index` is set (non-null; the caller keeps it alive), positions() and
+  /// attend() read the new positions' ids, slots, tables and lengths from it instead of
+  /// building them from the rows' host state (no host-to-device copy in the forward), and
+  /// advance() commits nothing: the caller advances the real rows (select_flat, then advance)
+  /// once `index` is unset (null). std::logic_error on the contiguous layout.
+  void use_static_index(const StaticIndex* index);
+  /// Paged layout: row `row`'s block table (std::out_of_range for a bad row).
+  const std::vector<int64_t>& row_blocks(int64_t row) const { return tables_.at(static_cast<size_t>(row)); }
+
  private:
   KvCache() = default;  // paged()
   bool all_selected() const;  // every row, in order
@@ -151,6 +171,7 @@ class KvCache {
   int64_t block_size_ = 0, num_blocks_ = 0;      // paged layout
   std::vector<std::vector<int64_t>> tables_;     // paged: per row
   PagedIndex paged_index_;
+  const StaticIndex* static_index_ = nullptr;  // use_static_index
   std::vector<int64_t> lengths_;   // per row
   std::vector<int64_t> selected_;  // rows of the next forward
   std::vector<int64_t> counts_;    // flat: new positions of each selected row; empty otherwise

@@ -84,15 +84,34 @@ EngineOptions resolve_engine_options(EngineOptions o, int64_t context) {
 
 namespace {
 
-// The paged cache of this rank's layers and heads, in the parameters' dtype and device.
-model::KvCache paged_cache(const model::GptStage& stage, int tp, const EngineOptions& o, const KvBlockPool& pool) {
+// The paged cache of this rank's layers and heads, in the parameters' dtype and device; with
+// `scratch`, one block more than the pool hands out.
+model::KvCache paged_cache(const model::GptStage& stage, int tp, const EngineOptions& o, const KvBlockPool& pool,
+                           bool scratch) {
   const model::ParamList params = stage.parameters();
   if (params.empty()) throw std::invalid_argument("GenerationEngine: the stage is empty");
   const at::Tensor& any = params.front().tensor;
   const auto& c = stage.config();
-  return model::KvCache::paged(stage.layout().first_layer, stage.num_local_layers(), o.max_batch, pool.num_blocks(),
-                               pool.block_size(), c.query_groups() / tp, c.head_dim(),
+  return model::KvCache::paged(stage.layout().first_layer, stage.num_local_layers(), o.max_batch,
+                               pool.num_blocks() + (scratch ? 1 : 0), pool.block_size(), c.query_groups() / tp,
+                               c.head_dim(),
                                at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
+}
+
+// Whether this rank runs fixed-shape decode steps (EngineOptions::decode_graphs), and whether
+// it captures them (CUDA at t = 1). `on` needs the whole model on the rank.
+bool decode_graphs_enabled(const EngineOptions& o, const model::GptStage& stage, int tp) {
+  const bool whole = stage.layout().pre_process && stage.layout().post_process;
+  switch (o.decode_graphs) {
+    case DecodeGraphMode::kOff: return false;
+    case DecodeGraphMode::kAuto: return whole && tp == 1 && stage.parameters().front().tensor.is_cuda();
+    case DecodeGraphMode::kOn:
+      if (!whole)
+        throw std::invalid_argument("--cuda-graphs on: the fixed-shape decode steps need --pipeline-parallel 1 "
+                                    "(use auto or off with pipeline stages)");
+      return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -156,12 +175,18 @@ GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups gr
       options_(resolve_engine_options(std::move(options), stage.config().max_position_embeddings)),
       pool_((options_.max_kv_tokens + options_.block_size - 1) / options_.block_size, options_.block_size,
             options_.prefix_caching),
-      cache_(paged_cache(stage, groups_.tp->size(), options_, pool_)) {
+      decode_graphs_on_(!stage.parameters().empty() && decode_graphs_enabled(options_, stage, groups_.tp->size())),
+      cache_(paged_cache(stage, groups_.tp->size(), options_, pool_, decode_graphs_on_)) {
   for (int64_t r = options_.max_batch - 1; r >= 0; --r) free_rows_.push_back(r);
   if ((options_.speculative.method == SpeculativeMethod::kDraft) != (options_.draft_model != nullptr))
     throw std::invalid_argument("--draft-checkpoint: a draft model goes with --speculative-method draft, and only there");
   if (options_.draft_model != nullptr)
     draft_ = std::make_unique<DraftModel>(*options_.draft_model, options_.max_batch, context(), stage.config().vocab_size);
+  if (decode_graphs_on_) {
+    const bool capture = groups_.tp->size() == 1 && stage.parameters().front().tensor.is_cuda();
+    graphs_ = std::make_unique<DecodeGraphs>(stage, cache_, options_.max_batch, /*scratch_block=*/pool_.num_blocks(),
+                                             capture);
+  }
 }
 
 GenerationEngine::~GenerationEngine() = default;
@@ -642,7 +667,11 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
     for (int64_t k = first; k < batch[i].count; ++k) output_rows.push_back(starts[i] + k);
   }
   cache_.select_flat(rows, counts);
-  const at::Tensor logits = forward(flat, splice, output_rows, lora_batch(batch));  // last stage: [output rows, 1, V/t]
+  const model::LoraBatch lora = lora_batch(batch);
+  // Last stage: [output rows, 1, V/t]. A decode-only step at its bucket has output row i = request i.
+  const at::Tensor logits = graphs_ && splice_at.empty() && fixed_shape_decode(batch, lora)
+                                ? graphs_->run(flat, rows)
+                                : forward(flat, splice, output_rows, lora);
   last_step_tokens_ = static_cast<int64_t>(flat.size());
   for (size_t i = 0; i < batch.size(); ++i) {  // every rank: the new positions are computed
     Running& r = *batch[i].request;
@@ -682,6 +711,20 @@ void GenerationEngine::run_batch(const std::vector<Segment>& batch, Choices& cho
     }  // else echo with max_tokens 0: nothing generated
     choices[r.id] = std::move(c);
   }
+}
+
+bool GenerationEngine::fixed_shape_decode(const std::vector<Segment>& batch, const model::LoraBatch& lora) const {
+  if (lora.active()) return false;
+  for (const Segment& s : batch) {
+    const Running& r = *s.request;
+    // A decode: its context computed but the last token (prefilled), which it now computes
+    // and chooses the next after; nothing to echo.
+    const bool decode = r.prefilled && s.count == 1 && r.draft.empty() && !echo_pending(r) &&
+                        r.computed + 1 == static_cast<int64_t>(r.context.size()) &&
+                        r.spec.max_new_tokens > r.generated;
+    if (!decode || !graphs_->fits(r.row)) return false;
+  }
+  return true;
 }
 
 // With p > 1 only the last stage chose: its TP rank 0 tells every rank.

@@ -56,6 +56,7 @@
 #include "model/kv_cache.h"
 #include "runtime/communicator.h"
 #include "runtime/pipeline_links.h"
+#include "serve/decode_graphs.h"
 #include "serve/kv_block_pool.h"
 #include "serve/draft_model.h"
 #include "serve/request.h"
@@ -129,6 +130,11 @@ struct EngineOptions {
   /// every step's one forward, beside the requests of other adapters and of the base. Null:
   /// none. The draft model runs without adapters (its drafts are verified by the adapted model).
   const model::LoraBank* lora = nullptr;
+  /// Fixed-shape decode steps (--cuda-graphs, serve/decode_graphs.h, docs/serving.md "Decode
+  /// graphs"): a step whose every request decodes one token (no prefill chunk, no drafts, no
+  /// LoRA adapter) runs at a batch-size bucket, captured as a CUDA graph on CUDA at t = 1.
+  /// auto: on CUDA at t = 1 and p = 1 only; on: on any device (p = 1); off: never.
+  DecodeGraphMode decode_graphs = DecodeGraphMode::kAuto;
 };
 
 /// `o` with its defaults filled in for a model of `context` positions (max_kv_tokens 0:
@@ -180,6 +186,8 @@ class GenerationEngine {
   /// Step thread: steps whose one forward held the tokens of two or more served models (the
   /// base and LoRA adapters, counted apart) so far.
   int64_t mixed_adapter_steps() const { return mixed_adapter_steps_; }
+  /// Step thread: the fixed-shape decode steps (EngineOptions::decode_graphs), null when off.
+  const DecodeGraphs* decode_graphs() const { return graphs_.get(); }
 
  private:
   struct Running;
@@ -230,6 +238,9 @@ class GenerationEngine {
   // Points the cache row of `r` at its blocks and computed length.
   void bind_row(const Running& r);
   void run_batch(const std::vector<Segment>& batch, Choices& choices);
+  // The step may run at a decode bucket: every segment one decoded token (no draft, no
+  // prefill), no served adapter in it, every row's table within the buckets' tables.
+  bool fixed_shape_decode(const std::vector<Segment>& batch, const model::LoraBatch& lora) const;
   void score_prompt(Running& r, const at::Tensor& logits, int64_t start, int64_t from, int64_t count);
   void share_choices(Choices& choices);
   FinishReason take_token(Running& r, const TokenLogprob& t, RequestProgress& p);
@@ -241,11 +252,13 @@ class GenerationEngine {
   EngineGroups groups_;
   EngineOptions options_;
   KvBlockPool pool_;
-  model::KvCache cache_;
+  bool decode_graphs_on_;  // options_.decode_graphs resolved for this rank's device and layout
+  model::KvCache cache_;   // with decode graphs, one block past the pool's: the padding rows' scratch
   std::map<uint64_t, std::unique_ptr<Running>> running_;  // by id: same order on every rank
   std::deque<std::unique_ptr<Running>> waiting_;         // in order to join (preempted ones first)
   std::vector<int64_t> free_rows_;
   std::unique_ptr<DraftModel> draft_;  // SpeculativeMethod::kDraft
+  std::unique_ptr<DecodeGraphs> graphs_;  // decode_graphs_on_
   int64_t preemptions_ = 0;
   int64_t last_step_tokens_ = 0;
   int64_t drafted_tokens_ = 0, accepted_tokens_ = 0;

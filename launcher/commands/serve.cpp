@@ -1,6 +1,6 @@
 // `loom serve --checkpoint DIR [--tensor-parallel t] [--pipeline-parallel p] [--host H]
 // [--port N] [--api-key-file FILE] [--max-batch B] [--max-kv-tokens K] [--max-num-batched-tokens N]
-// [--no-prefix-caching] [--max-connections N] [--speculative-method ngram|draft] [--num-speculative-tokens K]
+// [--no-prefix-caching] [--cuda-graphs auto|on|off] [--max-connections N] [--speculative-method ngram|draft] [--num-speculative-tokens K]
 // [--prompt-lookup-max N] [--prompt-lookup-min N] [--draft-checkpoint DIR]
 // [--chat-template FILE] [--lora NAME=DIR ...]`: serves a training checkpoint (any layout, resharded for t and split
 // into p stages) over HTTP with NeMo's `PUT /generate`, OpenAI's `POST /v1/completions` and
@@ -48,6 +48,7 @@ struct ServeJob {
   loom::serve::BenchmarkWorkload bench;
   std::string api_key_file;  ///< --api-key-file: the key's first line
   std::string speculative_method = "none";  ///< --speculative-method
+  std::string cuda_graphs = "auto";         ///< --cuda-graphs
   std::vector<std::string> lora;            ///< --lora NAME=DIR values
 };
 
@@ -125,6 +126,12 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
       ->capture_default_str();
   app.add_flag_callback("--no-prefix-caching", [&job] { job.serve.engine.prefix_caching = false; },
                         "do not reuse the KV blocks of prompt prefixes shared with earlier requests");
+  app.add_option("--cuda-graphs", job.cuda_graphs,
+                 "decode steps (every request one token, no prefill chunk, no drafts, no LoRA adapter) at a fixed "
+                 "batch-size bucket (1, 2, 4, 8, 16, 24, ... --max-batch), captured and replayed as CUDA graphs: auto "
+                 "(on CUDA at --tensor-parallel 1 and --pipeline-parallel 1), on (any device; captured where auto "
+                 "would, eager elsewhere), off (every step eager, as scheduled)")
+      ->capture_default_str();
   auto& spec = job.serve.engine.speculative;
   app.add_option("--speculative-method", job.speculative_method,
                  "speculative decoding: none, or ngram (prompt lookup: drafts the tokens that followed the last "
@@ -173,6 +180,7 @@ void add_serve_flags(CLI::App& app, ServeJob& job, int64_t& iteration, int64_t& 
 bool finish_serve_flags(const CLI::App& app, ServeJob& job, int64_t iteration, int64_t max_body_mb) {
   if (app.count("--iteration")) job.serve.model.iteration = iteration;
   try {
+    job.serve.engine.decode_graphs = loom::serve::parse_decode_graph_mode(job.cuda_graphs);
     auto& spec = job.serve.engine.speculative;
     spec.method = loom::serve::parse_speculative_method(job.speculative_method);
     if ((spec.method == loom::serve::SpeculativeMethod::kDraft) != !job.serve.draft_checkpoint.empty())
