@@ -22,7 +22,9 @@
 // context at once, its prefill then runs over as many steps as the budget needs.
 // With served LoRA adapters (EngineOptions::lora, `loom serve --lora`) each request runs with
 // its own adapter or none, and requests of different adapters share the step's one forward
-// (model/lora_serving.h); the prefix cache keys blocks by adapter.
+// (model/lora_serving.h); the prefix cache keys blocks by adapter. A step in which every
+// request decodes one token runs at a fixed batch-size bucket with padding rows, replayed as a
+// captured CUDA graph on CUDA (serve/decode_graphs.h, EngineOptions::decode_graphs).
 //
 // Every rank runs step() in lockstep. World rank 0 (first stage, TP rank 0: the serving rank)
 // owns the intake and sends each step's plan (new requests, cancellations, stop) to every rank

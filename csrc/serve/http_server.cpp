@@ -239,6 +239,7 @@ struct HttpServer::State {
       metrics.prefix_cache_totals(cached.queried_tokens, cached.hit_tokens);
       metrics.speculation_totals(engine.drafted_tokens(), engine.accepted_tokens());
       metrics.mixed_adapter_steps(engine.mixed_adapter_steps());
+      if (const DecodeGraphs* graphs = engine.decode_graphs()) metrics.decode_bucket_steps(graphs->stats().steps);
       auto it = jobs.find(p.id);
       if (it == jobs.end()) return;
       job = it->second.first;

@@ -134,6 +134,11 @@ void ServeMetrics::mixed_adapter_steps(int64_t steps) {
   mixed_adapter_steps_ = std::max(mixed_adapter_steps_, steps);
 }
 
+void ServeMetrics::decode_bucket_steps(int64_t steps) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  decode_bucket_steps_ = std::max(decode_bucket_steps_, steps);
+}
+
 std::string ServeMetrics::exposition(int64_t open_connections) const {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t running = 0, waiting = 0, used = 0, reserved = 0;
@@ -179,6 +184,9 @@ std::string ServeMetrics::exposition(int64_t open_connections) const {
          "Engine steps whose one forward held the tokens of two or more served models (the base and LoRA "
          "adapters, --lora).",
          static_cast<double>(mixed_adapter_steps_));
+  metric(out, "loom:decode_bucket_steps_total", "counter",
+         "Decode steps run at a fixed batch-size bucket (--cuda-graphs: replayed CUDA graphs on CUDA).",
+         static_cast<double>(decode_bucket_steps_));
   metric(out, "loom:prompt_tokens_total", "counter", "Prompt tokens prefilled.", static_cast<double>(prompt_tokens_));
   metric(out, "loom:generation_tokens_total", "counter", "Tokens generated.", static_cast<double>(generation_tokens_));
   family(out, "loom:requests_finished_total", "counter", "Requests ended, by finish reason.");

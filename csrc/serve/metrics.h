@@ -63,6 +63,9 @@ class ServeMetrics {
   /// The engine's count of steps whose one forward held the tokens of two or more served
   /// models (the base and LoRA adapters; GenerationEngine::mixed_adapter_steps), as above.
   void mixed_adapter_steps(int64_t steps);
+  /// The engine's count of decode steps run at a batch-size bucket (DecodeGraphStats::steps;
+  /// --cuda-graphs), as above.
+  void decode_bucket_steps(int64_t steps);
 
   /// The text exposition (format 0.0.4) of every metric; `open_connections` is the HTTP
   /// front's count at the scrape.
@@ -83,6 +86,7 @@ class ServeMetrics {
   int64_t prefix_queries_ = 0, prefix_hits_ = 0;
   int64_t drafted_ = 0, accepted_ = 0;
   int64_t mixed_adapter_steps_ = 0;
+  int64_t decode_bucket_steps_ = 0;
   std::map<std::string, int64_t> finished_;  // by finish_reason
   Histogram ttft_, inter_token_, e2e_;
 };

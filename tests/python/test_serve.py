@@ -99,15 +99,22 @@ def test_a_tiny_kv_pool_and_no_prefix_caching_answer_as_the_default(server, run_
     """Requests sharing a system prompt, sent together: a pool of 4 blocks of 16 positions
     (--max-kv-tokens 64, so running requests preempt each other), --no-prefix-caching and a
     step budget of 8 tokens (--max-num-batched-tokens 8 = --max-batch: the prompts are
-    prefilled in chunks beside the decoding requests) give the default server's greedy answers."""
+    prefilled in chunks beside the decoding requests) and the fixed-shape decode steps forced on
+    (--cuda-graphs on: eager buckets on the CPU) give the default server's greedy answers."""
     system = "First Citizen:\nBefore we proceed any further, hear me speak. "
     bodies = [{"prompt": system + p, "max_tokens": 8, "temperature": 0, "logprobs": 1} for p in PROMPTS]
     expected = [complete(server.url, **b)["choices"][0] for b in bodies]
-    for flags in (["--max-kv-tokens", 64], ["--no-prefix-caching"], ["--max-num-batched-tokens", 8]):
+    for flags in (["--max-kv-tokens", 64], ["--no-prefix-caching"], ["--max-num-batched-tokens", 8],
+                  ["--cuda-graphs", "on"]):
         with Server(run_dir, "--max-batch", 8, *flags) as s:
             with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
                 got = list(pool.map(lambda b: complete(s.url, **b)["choices"][0], bodies))
+            metrics = requests.get(s.url + "/metrics", timeout=30).text
             assert s.terminate() == 0
+        bucket_steps = [float(line.split()[1]) for line in metrics.splitlines()
+                        if line.startswith("loom:decode_bucket_steps_total ")]
+        # Only the forced runner runs decode steps at buckets on the CPU (auto: CUDA only).
+        assert (bucket_steps[0] > 0) == ("--cuda-graphs" in flags), (flags, bucket_steps)
         for a, b in zip(got, expected):
             assert a["text"] == b["text"], flags
             assert a["logprobs"]["token_logprobs"] == pytest.approx(b["logprobs"]["token_logprobs"], abs=1e-4)

@@ -199,3 +199,21 @@ TEST_CASE("Decode graphs: on the stand-in device the bucketed forward never wait
   REQUIRE(s.region_host_waits.has_value());
   CHECK(*s.region_host_waits == 0);
 }
+
+// Hidden (run by name on a GPU host: `loom_test_serve "[cuda]"`, docs/serving.md "Decode
+// graphs"): on CUDA, auto captures one graph per bucket used, and the replayed graphs give the
+// tokens of eager steps.
+TEST_CASE("Decode graphs: on CUDA the captured graphs give the tokens of eager steps", "[.cuda]") {
+  REQUIRE(at::hasCUDA());
+  const at::Device device(at::kCUDA, 0);
+  const auto c = tiny_config();
+  const auto tp = runtime::Communicator::solo(0, device);
+  model::GptStage stage(c, tp, {}, device);
+  set_truth(stage, 0, 1);
+  const Run eager = run_engine(stage, tp, DecodeGraphMode::kOff, 12);
+  const Run graphs = run_engine(stage, tp, DecodeGraphMode::kAuto, 12);
+  require_same_runs(graphs.outcomes, eager.outcomes);
+  REQUIRE(graphs.stats.has_value());
+  CHECK(graphs.stats->captures == static_cast<int64_t>(graphs.stats->steps_by_bucket.size()));
+  CHECK(graphs.stats->steps > graphs.stats->captures);  // later steps of a bucket replay
+}

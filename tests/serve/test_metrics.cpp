@@ -104,6 +104,10 @@ TEST_CASE("ServeMetrics: waiting, running, tokens, latencies and finish reasons"
   text = m.exposition(0);
   CHECK(value_of(text, "loom:spec_decode_num_draft_tokens_total") == "12");
   CHECK(value_of(text, "loom:spec_decode_num_accepted_tokens_total") == "7");
+  CHECK(value_of(text, "loom:decode_bucket_steps_total") == "0");
+  m.decode_bucket_steps(9);
+  m.decode_bucket_steps(4);  // older total: ignored
+  CHECK(value_of(m.exposition(0), "loom:decode_bucket_steps_total") == "9");
   // Every family is announced with HELP and TYPE before its samples.
   CHECK(text.find("# TYPE loom:time_to_first_token_seconds histogram\n") != std::string::npos);
   CHECK(text.find("# TYPE loom:prompt_tokens_total counter\n") != std::string::npos);
