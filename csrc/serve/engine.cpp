@@ -98,13 +98,19 @@ model::KvCache paged_cache(const model::GptStage& stage, int tp, const EngineOpt
                                at::TensorOptions().dtype(any.scalar_type()).device(any.device()));
 }
 
-// Whether this rank runs fixed-shape decode steps (EngineOptions::decode_graphs), and whether
-// it captures them (CUDA at t = 1). `on` needs the whole model on the rank.
+// Whether fixed-shape decode steps are captured as CUDA graphs on this rank: on CUDA at t = 1
+// (collectives inside a graph are not verified yet, docs/serving.md "Decode graphs").
+bool captures_decode_graphs(const model::GptStage& stage, int tp) {
+  return tp == 1 && stage.parameters().front().tensor.is_cuda();
+}
+
+// Whether this rank runs fixed-shape decode steps (EngineOptions::decode_graphs). `on` needs
+// the whole model on the rank.
 bool decode_graphs_enabled(const EngineOptions& o, const model::GptStage& stage, int tp) {
   const bool whole = stage.layout().pre_process && stage.layout().post_process;
   switch (o.decode_graphs) {
     case DecodeGraphMode::kOff: return false;
-    case DecodeGraphMode::kAuto: return whole && tp == 1 && stage.parameters().front().tensor.is_cuda();
+    case DecodeGraphMode::kAuto: return whole && captures_decode_graphs(stage, tp);
     case DecodeGraphMode::kOn:
       if (!whole)
         throw std::invalid_argument("--cuda-graphs on: the fixed-shape decode steps need --pipeline-parallel 1 "
@@ -182,11 +188,9 @@ GenerationEngine::GenerationEngine(const model::GptStage& stage, EngineGroups gr
     throw std::invalid_argument("--draft-checkpoint: a draft model goes with --speculative-method draft, and only there");
   if (options_.draft_model != nullptr)
     draft_ = std::make_unique<DraftModel>(*options_.draft_model, options_.max_batch, context(), stage.config().vocab_size);
-  if (decode_graphs_on_) {
-    const bool capture = groups_.tp->size() == 1 && stage.parameters().front().tensor.is_cuda();
+  if (decode_graphs_on_)
     graphs_ = std::make_unique<DecodeGraphs>(stage, cache_, options_.max_batch, /*scratch_block=*/pool_.num_blocks(),
-                                             capture);
-  }
+                                             captures_decode_graphs(stage, groups_.tp->size()));
 }
 
 GenerationEngine::~GenerationEngine() = default;
