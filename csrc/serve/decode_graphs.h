@@ -59,7 +59,7 @@ class DecodeGraphs {
   /// owns (padding rows write there). `capture`: capture and replay CUDA graphs (the stage
   /// must be on CUDA at t = 1; std::invalid_argument otherwise). Allocates the buffers of the
   /// largest bucket: (5 + max_blocks) · largest int64 on the device (max_blocks = a row's
-  /// widest block table: ceil(context / block_size)) and as many pinned host ones.
+  /// widest block table: ceil(context / block_size)) and as many on the host (pinned off the CPU).
   DecodeGraphs(const model::GptStage& stage, model::KvCache& cache, int64_t max_batch, int64_t scratch_block,
                bool capture);
   ~DecodeGraphs();
