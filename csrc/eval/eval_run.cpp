@@ -105,12 +105,9 @@ std::vector<TaskResult> run_eval(const EvalPlan& plan, const EvalRequest& reques
   const runtime::RankCoords me = groups.coords();
   const model::StageChunk stage_layout =
       model::pipeline_stage_layouts(config, request.layout.pp, 1, me.pp).at(0);
-  model::GptStage stage(config, groups.tensor_ptr(), stage_layout, groups.device());
-  {
-    const generate::FullCheckpoint checkpoint =
-        generate::read_full_checkpoint(plan.model.location.checkpoints, plan.model.info);
-    generate::fill_stage_parameters(checkpoint, stage, me.tp, request.layout.tp);
-  }
+  model::GptStage stage = generate::load_stage(
+      generate::read_full_checkpoint(plan.model.location.checkpoints, plan.model.info), config,
+      groups.tensor_ptr(), stage_layout, groups.device(), me.tp, request.layout.tp);
 
   const std::vector<RequestScore> scores = score_requests(stage, groups, requests, request.batch_size, progress);
 

@@ -67,7 +67,8 @@ struct Shard {
 
 Shard read_shard(const std::string& checkpoints, int64_t iteration, const std::string& rel,
                  const nlohmann::json& metadata) {
-  train::RankCheckpoint shard = train::read_checkpoint_shard(checkpoints, iteration, rel, metadata);
+  train::RankCheckpoint shard =
+      train::read_checkpoint_shard(checkpoints, iteration, rel, metadata, train::ShardParts::kModel);
   return {std::move(shard.model), std::move(shard.shard_info)};
 }
 
@@ -95,6 +96,12 @@ void place(std::map<std::string, Assembly>& params, const std::string& name,
                                         fmt::join(shape, ", ")));
   }
   Assembly& a = params[name];
+  if (!a.full.defined() && value.sizes().vec() == shape) {
+    a.full = value;  // the whole parameter in one shard (t = 1): used as read, not copied
+    a.offsets.insert(offset);
+    a.covered = value.numel();
+    return;
+  }
   if (!a.full.defined()) {
     a.full = at::zeros(shape, value.options());
   } else if (a.full.sizes().vec() != shape) {

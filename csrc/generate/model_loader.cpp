@@ -68,11 +68,24 @@ std::set<std::string> fill_stage_parameters(const FullCheckpoint& checkpoint,
   return used;
 }
 
+model::GptStage load_stage(const FullCheckpoint& checkpoint, const model::GptConfig& config,
+                           runtime::CommunicatorPtr tp, model::StageChunk layout, at::Device device,
+                           int tp_rank, int tp_size, std::set<std::string>* used) {
+  model::GptStage stage = [&] {
+    const model::SkipInitialValues no_draws;
+    return model::GptStage(config, std::move(tp), layout, device);
+  }();
+  std::set<std::string> names = fill_stage_parameters(checkpoint, stage, tp_rank, tp_size);
+  if (used) *used = std::move(names);
+  return stage;
+}
+
 model::GptStage load_inference_model(const FullCheckpoint& checkpoint,
                                      const model::GptConfig& config, runtime::CommunicatorPtr tp,
                                      at::Device device) {
-  model::GptStage stage(config, tp, model::StageChunk{}, device);
-  const std::set<std::string> used = fill_stage_parameters(checkpoint, stage, tp->rank(), tp->size());
+  const int rank = tp->rank(), size = tp->size();
+  std::set<std::string> used;
+  model::GptStage stage = load_stage(checkpoint, config, std::move(tp), model::StageChunk{}, device, rank, size, &used);
   for (const auto& [name, value] : checkpoint.params) {
     if (!used.count(name))
       throw CheckpointError(fmt::format("checkpoint iteration {} holds parameter {} that a model "

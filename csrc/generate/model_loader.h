@@ -37,6 +37,15 @@ model::GptConfig inference_config(const ModelShape& model_shape, const Inference
 std::set<std::string> fill_stage_parameters(const FullCheckpoint& checkpoint,
                                             const model::GptStage& stage, int tp_rank, int tp_size);
 
+/// Builds stage `layout` of `config` on `device` for tensor rank `tp_rank` of `tp_size` and fills
+/// every parameter from `checkpoint` (fill_stage_parameters). No initial values are drawn
+/// (model::SkipInitialValues): none would survive the fill. `used`, when given, receives the
+/// names of the checkpoint parameters used. Throws as GptStage's constructor and
+/// fill_stage_parameters do.
+model::GptStage load_stage(const FullCheckpoint& checkpoint, const model::GptConfig& config,
+                           runtime::CommunicatorPtr tp, model::StageChunk layout, at::Device device,
+                           int tp_rank, int tp_size, std::set<std::string>* used = nullptr);
+
 /// Builds the whole model (one stage, layers 0..L-1) for TP group `tp` and fills every
 /// parameter with its slice of the checkpoint (converted to float32). The word embedding's
 /// rows past vocab_size are re-padded with zeros to this t's padded vocabulary. Throws

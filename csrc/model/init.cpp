@@ -24,14 +24,21 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 
 namespace {
 thread_local bool g_shapes_only = false;
+thread_local bool g_skip_values = false;
+
+at::Tensor meta_tensor(const std::vector<int64_t>& shape) {
+  return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+}
 }  // namespace
 
 ShapesOnlyInit::ShapesOnlyInit() : previous_(g_shapes_only) { g_shapes_only = true; }
 ShapesOnlyInit::~ShapesOnlyInit() { g_shapes_only = previous_; }
+SkipInitialValues::SkipInitialValues() : previous_(g_skip_values) { g_skip_values = true; }
+SkipInitialValues::~SkipInitialValues() { g_skip_values = previous_; }
 
 at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
                        double std) {
-  if (g_shapes_only) return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+  if (g_shapes_only || g_skip_values) return meta_tensor(shape);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(seed, name));
   // host: drawn by a CPU generator, so every device and layout starts from the same bits.
   auto out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
@@ -41,7 +48,7 @@ at::Tensor full_normal(uint64_t seed, const std::string& name, const std::vector
 
 at::Tensor full_uniform(uint64_t seed, const std::string& name, const std::vector<int64_t>& shape,
                         double low, double high) {
-  if (g_shapes_only) return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+  if (g_shapes_only || g_skip_values) return meta_tensor(shape);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(name_seed(seed, name));
   // host: drawn by a CPU generator, so every device and layout starts from the same bits.
   auto out = at::empty(shape, at::TensorOptions().dtype(at::kFloat));
@@ -60,6 +67,12 @@ at::Tensor shard(const at::Tensor& full, int64_t dim, int rank, int size) {
 }
 
 at::Tensor make_parameter(const at::Tensor& value, const at::TensorOptions& options) {
+  if (g_skip_values && value.is_meta() && !(options.has_device() && options.device().is_meta())) {
+    const at::TensorOptions target_options = value.options().merge_in(options).device(options.device());
+    auto p = at::empty(value.sizes(), target_options);
+    p.set_requires_grad(true);
+    return p;
+  }
   auto p = value.to(options).detach().clone();
   p.set_requires_grad(true);
   return p;

@@ -35,11 +35,29 @@ class ShapesOnlyInit {
   bool previous_;
 };
 
+/// While alive on this thread, full_normal and full_uniform draw nothing (they return meta
+/// tensors, as under ShapesOnlyInit) and make_parameter gives such a value uninitialised storage
+/// on its target device. For a model every parameter of which is overwritten right after it is
+/// built: inference loading a checkpoint (generate/model_loader.h). Values made otherwise
+/// (LayerNorm ones, zero biases) are made as usual; training never uses this, so its initial
+/// values and their reproducibility are untouched.
+class SkipInitialValues {
+ public:
+  SkipInitialValues();
+  ~SkipInitialValues();
+  SkipInitialValues(const SkipInitialValues&) = delete;
+  SkipInitialValues& operator=(const SkipInitialValues&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// Rank `rank`'s contiguous 1/size slice of `full` along `dim` (clone, contiguous).
 /// Throws std::invalid_argument when the dimension does not divide.
 at::Tensor shard(const at::Tensor& full, int64_t dim, int rank, int size);
 
-/// A leaf parameter (requires_grad) holding `value` converted to `options`.
+/// A leaf parameter (requires_grad) holding `value` converted to `options` (uninitialised, of
+/// value's shape, for a meta `value` while a SkipInitialValues is alive and `options` are not meta).
 at::Tensor make_parameter(const at::Tensor& value, const at::TensorOptions& options);
 
 }  // namespace loom::model

@@ -159,22 +159,25 @@ void serve_on_rank(const launch::RendezvousInfo& info, ServeRequest request, con
 
   const auto config = generate::inference_config(plan.info.layout.model_shape, plan.model_options);
   const auto coords = groups.coords();
-  model::GptStage stage(config, groups.tensor_ptr(), model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(),
-                        groups.device());
+  std::optional<generate::FullCheckpoint> checkpoint =
+      generate::read_full_checkpoint(plan.location.checkpoints, plan.info);
+  model::GptStage stage =
+      generate::load_stage(*checkpoint, config, groups.tensor_ptr(),
+                           model::pipeline_stage_layouts(config, pp, 1, coords.pp).front(), groups.device(),
+                           coords.tp, ranks.layout.tp);
   std::optional<ptune::PromptTables> tables;
   // The served adapters: this stage's layers, sharded over its TP group (model/lora_serving.h).
   const model::ParamList params = stage.parameters();
   model::LoraBank lora(stage.layout().first_layer, stage.num_local_layers(), groups.tensor_ptr(),
                        params.front().tensor.options());
   {
-    const auto checkpoint = generate::read_full_checkpoint(plan.location.checkpoints, plan.info);
-    generate::fill_stage_parameters(checkpoint, stage, coords.tp, ranks.layout.tp);
-    load_lora_modules(plan_lora_modules(request.lora, request.model_name, plan), checkpoint, lora);
+    load_lora_modules(plan_lora_modules(request.lora, request.model_name, plan), *checkpoint, lora);
     if (lora.size() > 0) request.engine.lora = &lora;
     if (!request.prompt_checkpoint.empty()) {
       tables = read_tables(request);
-      request.engine.prompt_tables = device_tables(*tables, checkpoint, config.hidden_size, groups.device());
+      request.engine.prompt_tables = device_tables(*tables, *checkpoint, config.hidden_size, groups.device());
     }
+    checkpoint.reset();  // the weights now live in the stage
   }
   const auto loaded_tokenizer = generate::load_tokenizer(plan);  // the run's (any library), checked
   const data::Tokenizer& tokenizer = *loaded_tokenizer;

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include "train/checkpoint_serialize.h"
+#include "train/mapped_shard.h"
 
 #include "launch/file_util.h"
 #include "rules/model_shape_json.h"
@@ -13,7 +14,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -29,12 +29,6 @@ uint64_t fnv1a(const std::vector<char>& bytes) { return fnv1a64(bytes.data(), by
 
 void write_file(const fs::path& path, const char* data, size_t size) {
   write_file_durably(path.string(), data, size);
-}
-
-std::vector<char> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("checkpoint file " + path.string() + " is missing or unreadable");
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 c10::impl::GenericDict tensor_dict(const std::map<std::string, at::Tensor>& tensors) {
@@ -199,27 +193,28 @@ nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteratio
 }
 
 RankCheckpoint read_checkpoint_shard(const std::string& dir, int64_t iteration,
-                                     const std::string& rel, const nlohmann::json& metadata) {
+                                     const std::string& rel, const nlohmann::json& metadata, ShardParts parts) {
   const fs::path iter_dir = fs::path(dir) / iteration_dir_name(iteration);
   const fs::path file = iter_dir / rel;
   auto files = metadata.value("files", nlohmann::json::object());
   if (!files.contains(rel)) {
     throw CheckpointError((iter_dir / "metadata.json").string() + " lists no shard " + rel);
   }
-  std::vector<char> bytes = read_file(file);
+  const std::shared_ptr<const MappedShard> bytes = MappedShard::open(file.string());
   const auto want_bytes = files[rel].value("bytes", int64_t(-1));
-  if (static_cast<int64_t>(bytes.size()) != want_bytes) {
+  if (static_cast<int64_t>(bytes->size()) != want_bytes) {
     throw CheckpointError(fmt::format("checkpoint shard {} is truncated or altered: {} bytes, "
                                       "metadata.json says {}",
-                                      file.string(), bytes.size(), want_bytes));
+                                      file.string(), bytes->size(), want_bytes));
   }
-  if (fmt::format("{:016x}", fnv1a(bytes)) != files[rel].value("fnv1a64", "")) {
+  // The whole file, optimizer state included, whatever `parts` returns: the digest is of the file.
+  if (fmt::format("{:016x}", fnv1a64(bytes->data(), bytes->size())) != files[rel].value("fnv1a64", "")) {
     throw CheckpointError("checkpoint shard " + file.string() +
                           " is corrupt: its content hash differs from metadata.json");
   }
   c10::IValue top;
   try {
-    top = torch::pickle_load(bytes);
+    top = unpickle_in_place(bytes);
   } catch (const std::exception& e) {
     throw CheckpointError("checkpoint shard " + file.string() + " cannot be read: " + e.what());
   }
@@ -231,7 +226,7 @@ RankCheckpoint read_checkpoint_shard(const std::string& dir, int64_t iteration,
   if (!d.at("meta").isString()) throw CheckpointError(file.string() + ": 'meta' is not a JSON string");
   RankCheckpoint out;
   out.model = tensor_map(d.at("model"), file.string(), "model");
-  out.optimizer = tensor_map(d.at("optimizer"), file.string(), "optimizer");
+  if (parts == ShardParts::kAll) out.optimizer = tensor_map(d.at("optimizer"), file.string(), "optimizer");
   try {
     auto meta = nlohmann::json::parse(d.at("meta").toStringRef());
     out.shard_info = meta.value("shards", nlohmann::json::object());

@@ -74,12 +74,19 @@ std::optional<int64_t> latest_checkpoint(const std::string& dir);
 /// naming the file when it is missing, not valid JSON or malformed.
 nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration);
 
+/// What read_checkpoint_shard returns of a shard: all of it (resuming training), or the model
+/// tensors with their shard records and values, without the optimizer state (inference).
+enum class ShardParts { kAll, kModel };
+
 /// One shard of iteration `iteration`, `rel` = "mp_rank_TT[_PPP]/model_optim_rng.pt", checked
-/// against `metadata` (read_checkpoint_metadata: listed, same size, same content hash) and
-/// unpickled. Any process may read any shard (generation merges them all). Throws
-/// CheckpointError naming the file when it is unlisted, missing, truncated, corrupt or unreadable.
+/// against `metadata` (read_checkpoint_metadata: listed, same size, same content hash over the
+/// whole file, whichever `parts` are returned) and unpickled in place: the tensors view a
+/// private copy-on-write mapping of the file (mapped_shard.h), no tensor bytes are copied. Any
+/// process may read any shard (generation merges them all). Throws CheckpointError naming the
+/// file when it is unlisted, missing, truncated, corrupt or unreadable.
 RankCheckpoint read_checkpoint_shard(const std::string& dir, int64_t iteration,
-                                     const std::string& rel, const nlohmann::json& metadata);
+                                     const std::string& rel, const nlohmann::json& metadata,
+                                     ShardParts parts = ShardParts::kAll);
 
 /// Loads this rank's shard of iteration `iteration` (every rank reads). Throws CheckpointError
 /// naming what differs when the layout or model shape is not `expected`, and naming the file

@@ -169,15 +169,6 @@ bool same_files(const std::string& existing, const std::string& fresh) {
 
 }  // namespace
 
-uint64_t fnv1a64(const char* data, size_t size) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < size; ++i) {
-    h ^= static_cast<unsigned char>(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
 std::string iteration_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
 
 std::string model_parallel_dir_name(int tensor_rank, int pipeline_rank, int pipeline_parallel) {
