@@ -1,17 +1,19 @@
 // bias_gelu against at::gelu(x + b, "tanh"), forward and backward.
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
+#include <tuple>
 #include <torch/torch.h>
 
 #include "loom_ops/ops.h"
 #include "ops_test_util.h"
 
-TEST_CASE("bias_gelu matches at::gelu(x + bias, tanh)", "[ops][gelu]") {
+TEST_CASE("bias_gelu matches at::gelu(x + bias, tanh)", "[ops][gelu][isa]") {
   at::manual_seed(51);
-  for (auto dtype : {at::kFloat, at::kBFloat16}) {
-    CAPTURE(dtype);
-    const at::Tensor x0 = (at::randn({7, 3, 96}) * 2).to(dtype), b0 = at::randn({96}).to(dtype);
-    const at::Tensor g = at::randn({7, 3, 96}).to(dtype);
+  // 100 columns: the fp32 path's 16 lanes and a tail of 4; the scale reaches both exp clamps.
+  for (auto [dtype, cols, spread] : {std::tuple{at::kFloat, 96, 2.0}, {at::kBFloat16, 96, 2.0}, {at::kFloat, 100, 40.0}}) {
+    CAPTURE(dtype, cols, spread);
+    const at::Tensor x0 = (at::randn({7, 3, cols}) * spread).to(dtype), b0 = at::randn({cols}).to(dtype);
+    const at::Tensor g = at::randn({7, 3, cols}).to(dtype);
     at::Tensor x = x0.clone().requires_grad_(), b = b0.clone().requires_grad_();
     at::Tensor y = loom::ops::bias_gelu(x, b);
     y.backward(g);

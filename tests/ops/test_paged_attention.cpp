@@ -63,13 +63,14 @@ Paged make_paged(const std::vector<int64_t>& lens, int64_t kv_heads, int64_t blo
 
 }  // namespace
 
-TEST_CASE("paged_attention matches attention over each row's contiguous cache", "[ops][paged]") {
+TEST_CASE("paged_attention matches attention over each row's contiguous cache", "[ops][paged][isa]") {
   at::manual_seed(7);
   const int64_t block_size = 4;
   const double scale = 0.35;
   for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
     for (int64_t kv_heads : {4, 2}) {
-      for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 8}, {3, 8}, {3, 12}}) {  // d = 12: the 8-wide steps' tail
+      // d = 12: the generic path's 8-wide steps' tail; 64 and 20: the fp32 path's 16 lanes, whole and with a tail.
+      for (auto [n, d] : {std::pair<int64_t, int64_t>{1, 8}, {3, 8}, {3, 12}, {1, 64}, {3, 20}}) {
         CAPTURE(dtype, kv_heads, n, d);
         const int64_t heads = 4;
         const std::vector<int64_t> lens{3, 9, 16, 5};
@@ -91,7 +92,7 @@ TEST_CASE("paged_attention matches attention over each row's contiguous cache", 
   }
 }
 
-TEST_CASE("paged_attention's flat form gives each row's attention of its own new queries", "[ops][paged]") {
+TEST_CASE("paged_attention's flat form gives each row's attention of its own new queries", "[ops][paged][isa]") {
   at::manual_seed(11);
   const int64_t d = 8, block_size = 4, heads = 4;
   const double scale = 0.3;

@@ -4,7 +4,8 @@
 // probability-weighted sum of the values. No [n, L] score tensor and no gathered copy of the
 // keys is made. The row form (q [b, heads, n, d]) and the flat form (q [1, heads, T, d] split by
 // query_starts) differ only in which row and position each query has: both are listed per
-// query first.
+// query first. fp32 runs in vectors of the CPU's ISA (isa.h, simd.h); other dtypes in scalar
+// loops over the accumulation type.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -12,9 +13,16 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "isa.h"
 #include "paged_attention.h"
+#include "simd.h"
+
+// simd.h's vectors never cross a call (all inlined), so their ABI note does not apply; the
+// templates are instantiated at the end of the file, hence not a push/pop region.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace loom::ops {
 namespace {
@@ -47,6 +55,77 @@ void add_scaled(acc_t* __restrict acc, acc_t w, const scalar_t* __restrict v, in
   for (; c < d; ++c) acc[c] += w * static_cast<acc_t>(v[c]);
 }
 
+// The fp32 path, in vectors of the ISA that isa() picks (simd.h): the same three passes per
+// query as below (scores, max-subtracted exponentials, weighted sum of values). p holds a
+// query's scores padded with -inf to a multiple of 16 (the widest vector), so that whole
+// vectors cover the softmax; those pads weigh 0.
+struct F32Queries {
+  const float *q, *keys, *values;
+  const int64_t *tables, *row_of, *visible_of;
+  float* out;
+  PagedShape s;
+  float scale;
+};
+constexpr int64_t kScorePad = 16;
+
+template <typename V>
+LOOM_VEC_INLINE void attend_f32_body(const F32Queries& a, int64_t begin, int64_t end, float* p, float* acc) {
+  constexpr int64_t W = cpu::lanes<V>;
+  const PagedShape& s = a.s;
+  const int64_t d = s.d, whole = d / W * W, group = s.heads / s.kv_heads;
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t task = begin; task < end; ++task) {  // q's element order: [groups, heads, per_group]
+    const int64_t g = task / (s.heads * s.per_group), h = (task / s.per_group) % s.heads;
+    const int64_t t = g * s.per_group + task % s.per_group;
+    const int64_t kh = h / group, visible = a.visible_of[t];
+    const int64_t* table = a.tables + a.row_of[t] * s.max_blocks;
+    const float* qi = a.q + task * d;
+    for (int64_t blk = 0, j = 0; j < visible; ++blk) {
+      const float* k = a.keys + (table[blk] * s.kv_heads + kh) * s.block_size * d;
+      for (const int64_t stop = std::min(j + s.block_size, visible); j < stop; ++j, k += d) {
+        V part = cpu::splat<V>(0.0f);
+        for (int64_t c = 0; c < whole; c += W) part += cpu::load<V>(qi + c) * cpu::load<V>(k + c);
+        float score = cpu::sum_lanes(part);
+        for (int64_t c = whole; c < d; ++c) score += qi[c] * k[c];
+        p[j] = score * a.scale;
+      }
+    }
+    const int64_t padded = (visible + kScorePad - 1) / kScorePad * kScorePad;
+    for (int64_t j = visible; j < padded; ++j) p[j] = minus_inf;
+    V top = cpu::splat<V>(minus_inf);
+    for (int64_t j = 0; j < padded; j += W) top = cpu::max(top, cpu::load<V>(p + j));
+    const V mx = cpu::splat<V>(cpu::max_lanes(top));
+    V total = cpu::splat<V>(0.0f);
+    for (int64_t j = 0; j < padded; j += W) {
+      const V e = cpu::exp(cpu::load<V>(p + j) - mx);
+      cpu::store(p + j, e);
+      total += e;
+    }
+    std::fill(acc, acc + d, 0.0f);
+    for (int64_t blk = 0, j = 0; j < visible; ++blk) {
+      const float* v = a.values + (table[blk] * s.kv_heads + kh) * s.block_size * d;
+      for (const int64_t stop = std::min(j + s.block_size, visible); j < stop; ++j, v += d) {
+        const V w = cpu::splat<V>(p[j]);
+        for (int64_t c = 0; c < whole; c += W) cpu::store(acc + c, cpu::load<V>(acc + c) + w * cpu::load<V>(v + c));
+        for (int64_t c = whole; c < d; ++c) acc[c] += p[j] * v[c];
+      }
+    }
+    const float inv = 1.0f / cpu::sum_lanes(total);
+    float* o = a.out + task * d;
+    for (int64_t c = 0; c < d; ++c) o[c] = acc[c] * inv;
+  }
+}
+
+LOOM_TARGET_AVX512 void attend_f32_avx512(const F32Queries& a, int64_t begin, int64_t end, float* p, float* acc) {
+  attend_f32_body<cpu::Vec<16>>(a, begin, end, p, acc);
+}
+LOOM_TARGET_AVX2 void attend_f32_avx2(const F32Queries& a, int64_t begin, int64_t end, float* p, float* acc) {
+  attend_f32_body<cpu::Vec<8>>(a, begin, end, p, acc);
+}
+void attend_f32_baseline(const F32Queries& a, int64_t begin, int64_t end, float* p, float* acc) {
+  attend_f32_body<cpu::Vec<4>>(a, begin, end, p, acc);
+}
+
 // Query t (= group · per_group + index in its group) belongs to row row_of[t] and sees keys
 // 0 .. visible[t] - 1.
 template <typename scalar_t>
@@ -58,8 +137,18 @@ void paged_attention_queries(const scalar_t* q, const scalar_t* keys, const scal
   const acc_t scale = static_cast<acc_t>(scale_d);
   const int64_t group = s.heads / s.kv_heads, tasks = s.groups * s.heads * s.per_group;
   const int64_t longest = s.max_blocks * s.block_size;
-  at::parallel_for(0, tasks, std::max<int64_t>(1, 4096 / std::max<int64_t>(longest * s.d, 1)),
-                   [&](int64_t begin, int64_t end) {
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(longest * s.d, 1));
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    const F32Queries args{q, keys, values, tables, row_of.data(), visible_of.data(), out, s, static_cast<float>(scale_d)};
+    const auto attend = cpu::pick_isa(&attend_f32_avx512, &attend_f32_avx2, &attend_f32_baseline);
+    at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
+      std::vector<float> p(static_cast<size_t>((longest + kScorePad - 1) / kScorePad * kScorePad));
+      std::vector<float> acc(static_cast<size_t>(s.d));
+      attend(args, begin, end, p.data(), acc.data());
+    });
+    return;
+  }
+  at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> p(static_cast<size_t>(longest)), acc(static_cast<size_t>(s.d)), qa(static_cast<size_t>(s.d));
     for (int64_t task = begin; task < end; ++task) {  // q's element order: [groups, heads, per_group]
       const int64_t g = task / (s.heads * s.per_group), h = (task / s.per_group) % s.heads;
