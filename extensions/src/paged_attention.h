@@ -1,7 +1,7 @@
 // Internal declarations of loom::paged_attention (schemas.cpp; public face
 // loom_ops/paged_attention.h): the argument checks every backend shares, the CPU, CUDA and
 // Meta kernels, and the gather-based composition of ATen ops that CUDA falls back to for rows
-// too long for its kernel's shared memory. Kept apart from internal.h and kernels.h so the
+// too long for its kernel's shared memory and the CPU kernel runs a prefill chunk's row with. Kept apart from internal.h and kernels.h so the
 // other ops do not depend on it.
 #pragma once
 

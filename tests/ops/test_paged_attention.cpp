@@ -4,7 +4,8 @@
 // random order, every float dtype; the gather-based version CUDA runs gives the same; the
 // flat form (rows with different numbers of new queries, one of them none, concatenated
 // without padding: chunked prefill beside decodes) gives each row's attention too; the Meta
-// kernel's shapes; bad tables and query starts refused.
+// kernel's shapes; bad tables and query starts refused. Rows of 64+ new queries take the CPU
+// kernel's SDPA path, the rest its per-query loop: both are covered.
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
@@ -96,15 +97,16 @@ TEST_CASE("paged_attention's flat form gives each row's attention of its own new
   at::manual_seed(11);
   const int64_t d = 8, block_size = 4, heads = 4;
   const double scale = 0.3;
-  const std::vector<int64_t> lens{3, 9, 16, 5, 7};
-  const std::vector<int64_t> news{3, 1, 5, 0, 7};  // a whole prompt, a decode, a chunk, none, a prompt
+  const std::vector<int64_t> lens{3, 9, 16, 5, 7, 90};
+  // a whole prompt, a decode, a chunk, none, a prompt, a chunk long enough for the CPU's SDPA path
+  const std::vector<int64_t> news{3, 1, 5, 0, 7, 70};
   std::vector<int64_t> starts{0};
   for (int64_t n : news) starts.push_back(starts.back() + n);
   const int64_t total = starts.back();
   for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
     for (int64_t kv_heads : {4, 2}) {
       CAPTURE(dtype, kv_heads);
-      Paged p = make_paged(lens, kv_heads, block_size, d, 24, dtype);
+      Paged p = make_paged(lens, kv_heads, block_size, d, 48, dtype);
       const at::Tensor q = at::randn({1, heads, total, d}).to(dtype);
       const at::Tensor query_starts = at::tensor(starts, at::kLong);
       const at::Tensor got = loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, scale, query_starts);
@@ -157,6 +159,25 @@ TEST_CASE("paged_attention's flat form gives each row's attention of its own new
                                      at::empty({3}, meta.dtype(at::kLong)), 1.0,
                                      at::empty({4}, meta.dtype(at::kLong)))
               .sizes() == at::IntArrayRef({1, 4, 6, 8}));
+}
+
+TEST_CASE("paged_attention's rows of 64 or more new queries (the CPU's SDPA path) match the reference", "[ops][paged]") {
+  at::manual_seed(5);
+  const int64_t heads = 4, d = 16, n = 64;
+  const std::vector<int64_t> lens{70, 100, 64};  // chunks at the end of a context, and a whole prompt
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+    for (int64_t kv_heads : {4, 2}) {
+      CAPTURE(dtype, kv_heads);
+      Paged p = make_paged(lens, kv_heads, 16, d, 24, dtype);
+      const at::Tensor q = at::randn({3, heads, n, d}).to(dtype);
+      const at::Tensor got = loom::ops::paged_attention(q, p.keys, p.values, p.tables, p.lens, 0.25);
+      const double tol = dtype == at::kBFloat16 ? 2e-2 : dtype == at::kFloat ? 1e-5 : 1e-12;
+      for (int64_t r = 0; r < 3; ++r) {
+        CAPTURE(r);
+        LOOM_CHECK_CLOSE(got[r], reference_row(q[r], p.row_keys[r], p.row_values[r], 0.25), tol, tol);
+      }
+    }
+  }
 }
 
 TEST_CASE("paged_attention equals core_attention on one full-length row", "[ops][paged]") {

@@ -27,6 +27,9 @@
 namespace loom::ops {
 namespace {
 
+// From this many new queries in a row, that row goes through SDPA (below); measured equal at 64.
+constexpr int64_t kGemmMinQueries = 64;
+
 struct PagedShape {
   int64_t groups, heads, per_group, d, kv_heads, block_size, max_blocks;  // q [groups, heads, per_group, d]
 };
@@ -78,6 +81,7 @@ LOOM_VEC_INLINE void attend_f32_body(const F32Queries& a, int64_t begin, int64_t
     const int64_t g = task / (s.heads * s.per_group), h = (task / s.per_group) % s.heads;
     const int64_t t = g * s.per_group + task % s.per_group;
     const int64_t kh = h / group, visible = a.visible_of[t];
+    if (visible == 0) continue;  // a query of a row that goes through SDPA
     const int64_t* table = a.tables + a.row_of[t] * s.max_blocks;
     const float* qi = a.q + task * d;
     for (int64_t blk = 0, j = 0; j < visible; ++blk) {
@@ -155,6 +159,7 @@ void paged_attention_queries(const scalar_t* q, const scalar_t* keys, const scal
       const int64_t t = g * s.per_group + task % s.per_group;
       const int64_t r = row_of[static_cast<size_t>(t)], kh = h / group;
       const int64_t visible = visible_of[static_cast<size_t>(t)];  // keys 0 .. the query's position
+      if (visible == 0) continue;  // a query of a row that goes through SDPA
       const scalar_t* qi = q + task * s.d;
       const int64_t* table = tables + r * s.max_blocks;
       // f(j, offset of key j's vector in the cache) for the visible keys, block by block (no
@@ -231,6 +236,18 @@ at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cac
       visible_of[static_cast<size_t>(first + i)] = len[r] - n + i + 1;
     }
   }
+  // A row with many new queries (a prefill chunk) attends through ATen's scaled_dot_product_attention
+  // over a contiguous copy of its keys and values (a blocked flash kernel on CPU; copying L
+  // positions is small beside n x L scores): 2-4x faster than walking the keys per query at such n
+  // (tools/bench_paged_attention.py). Its queries are marked visible 0 for the per-query kernel,
+  // which does the rest.
+  std::vector<int64_t> gemm_rows;
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first;
+    if (n < kGemmMinQueries) continue;
+    gemm_rows.push_back(r);
+    std::fill_n(visible_of.begin() + first, n, 0);
+  }
   at::Tensor out = at::empty_like(q, at::MemoryFormat::Contiguous);
   if (out.numel() == 0) return out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_attention_cpu", [&] {
@@ -238,6 +255,20 @@ at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cac
                                       value_cache.data_ptr<scalar_t>(), table, row_of, visible_of,
                                       out.data_ptr<scalar_t>(), s, scale);
   });
+  for (int64_t r : gemm_rows) {
+    const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first, L = len[r];
+    const at::Tensor ids = tables[r].narrow(0, 0, (L + block_size - 1) / block_size);
+    const auto row_of_cache = [&](const at::Tensor& cache) {  // [1, heads, L, d]
+      at::Tensor t = cache.index_select(0, ids).transpose(0, 1).reshape({1, s.kv_heads, -1, s.d}).narrow(2, 0, L);
+      return s.kv_heads == s.heads ? t : t.repeat_interleave(s.heads / s.kv_heads, 1);
+    };
+    // query i sits at position L - n + i and sees the keys up to it
+    const at::Tensor visible = at::arange(L, lens.options()).view({1, L}) <= at::arange(L - n, L, lens.options()).view({n, 1});
+    const at::Tensor mine = query_starts ? out.narrow(2, first, n) : out.narrow(0, r, 1);
+    mine.copy_(at::scaled_dot_product_attention(query_starts ? q.narrow(2, first, n) : q.narrow(0, r, 1),
+                                                row_of_cache(key_cache), row_of_cache(value_cache), visible,
+                                                /*dropout_p=*/0.0, /*is_causal=*/false, scale));
+  }
   return out;
 }
 
