@@ -27,7 +27,7 @@ void check_logits(const at::Tensor& logits, const std::vector<SampleRow>& rows) 
 at::Tensor processed(const at::Tensor& raw, const std::vector<SampleRow>& rows) {
   const int64_t vocab = raw.size(1);
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(raw.device());
-  at::Tensor z = raw.clone();
+  at::Tensor z = raw;  // copied before the first change (most steps change nothing)
   std::vector<int64_t> at_row, at_id;
   std::vector<double> penalty;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -46,6 +46,7 @@ at::Tensor processed(const at::Tensor& raw, const std::vector<SampleRow>& rows) 
     const at::Tensor r = at::tensor(at_row, long_options), id = at::tensor(at_id, long_options);
     const at::Tensor p = at::tensor(penalty, long_options.dtype(at::kDouble));
     const at::Tensor v = z.index({r, id}).to(at::kDouble);
+    z = z.clone();
     z.index_put_({r, id}, at::where(v > 0, v / p, v * p).to(at::kFloat));
   }
   std::vector<int64_t> banned_row, banned_id;
@@ -54,10 +55,19 @@ at::Tensor processed(const at::Tensor& raw, const std::vector<SampleRow>& rows) 
       banned_row.push_back(static_cast<int64_t>(i));
       banned_id.push_back(rows[i].banned_token);
     }
-  if (!banned_row.empty())
+  if (!banned_row.empty()) {
+    if (z.is_same(raw)) z = z.clone();
     z.index_put_({at::tensor(banned_row, long_options), at::tensor(banned_id, long_options)},
                  -std::numeric_limits<float>::infinity());
+  }
   return z;
+}
+
+// A failed row's message: its first NaN or +inf logit (a failure path: one more copy).
+std::string first_bad_logit(const at::Tensor& z_row) {
+  const at::Tensor bad = at::isnan(z_row).logical_or(z_row == std::numeric_limits<float>::infinity());
+  const int64_t at_id = bad.to(at::kInt).argmax().item<int64_t>();
+  return "TokenSampler: logit of token " + std::to_string(at_id) + " is " + std::to_string(z_row[at_id].item<float>());
 }
 
 // Each row's filtered distribution in draw order: `ids` [m, V] (decreasing logit, lower id
@@ -157,7 +167,8 @@ std::pair<at::Tensor, at::Tensor> verify_with_draft_probs(const Filtered& f, con
 at::Tensor processed_logits(const at::Tensor& logits, const std::vector<SampleRow>& rows) {
   check_logits(logits, rows);
   at::NoGradGuard no_grad;
-  return processed(logits.to(at::kFloat).contiguous(), rows);
+  const at::Tensor z = processed(logits.to(at::kFloat).contiguous(), rows);
+  return z.is_same(logits) ? z.clone() : z;  // never the caller's own tensor
 }
 
 at::Tensor sampling_probabilities(const at::Tensor& logits, const std::vector<SampleRow>& rows) {
@@ -177,15 +188,19 @@ SampledRows sample_rows(const at::Tensor& logits, const std::vector<SampleRow>& 
   const auto double_options = at::TensorOptions().dtype(at::kDouble).device(logits.device());
   const at::Tensor raw = logits.to(at::kFloat).contiguous();
   const at::Tensor z = processed(raw, rows);
-  // A NaN or +inf logit fails its row (the host sampler's check), reported with the first one.
-  const at::Tensor bad = at::isnan(z).logical_or(z == std::numeric_limits<float>::infinity());
-  const at::Tensor bad_at = bad.to(at::kInt).argmax(1, /*keepdim=*/true);
-  bool any_sampled = false, any_draft = false;
-  std::vector<int64_t> greedy, drafts;
+  // Greedy: the first maximum. A NaN or +inf logit fails its row (the host sampler's check): its
+  // maximum is NaN or +inf exactly then (max propagates NaN), so one pass gives both; the first
+  // bad logit, for the message, is looked up only for a failed row, after the copy to the host.
+  auto [row_max, token] = at::max(z, 1);
+  const at::Tensor bad = at::isnan(row_max).logical_or(row_max == std::numeric_limits<float>::infinity());
+  bool any_sampled = false, any_draft = false, any_logprob = false;
+  std::vector<int64_t> greedy, drafts, asked;
   for (const SampleRow& r : rows) {
     greedy.push_back(r.options.greedy ? 1 : 0);
     any_sampled = any_sampled || !r.options.greedy;
     any_draft = any_draft || r.draft_token >= 0;
+    asked.push_back(r.logprob || r.top_logprobs > 0 ? 1 : 0);
+    any_logprob = any_logprob || asked.back() != 0;
     if (r.draft_token >= vocab)
       throw std::invalid_argument("sample_rows: draft token " + std::to_string(r.draft_token) +
                                   " is outside the vocabulary of " + std::to_string(vocab));
@@ -194,7 +209,6 @@ SampledRows sample_rows(const at::Tensor& logits, const std::vector<SampleRow>& 
   if (draft_probs.defined() && (draft_probs.dim() != 2 || draft_probs.size(0) != m || draft_probs.size(1) != vocab))
     throw std::invalid_argument("sample_rows: expected draft probabilities [" + std::to_string(m) + ", " +
                                 std::to_string(vocab) + "], found " + c10::str(draft_probs.sizes()));
-  at::Tensor token = z.argmax(1);  // greedy: the first maximum
   std::optional<Filtered> f;
   if (any_sampled || draft_probs.defined()) {
     f = filtered(z, rows);
@@ -214,16 +228,22 @@ SampledRows sample_rows(const at::Tensor& logits, const std::vector<SampleRow>& 
       accepted = (token == draft).logical_and(draft >= 0);
     }
   }
-  token = at::where(bad.any(1), at::full_like(token, -1), token);
-  // Log-probabilities of the raw logits, in float64.
-  const at::Tensor x = raw.to(at::kDouble);
-  const at::Tensor mx = x.amax(1, /*keepdim=*/true);
-  const at::Tensor lse = mx + at::log(at::exp(x - mx).sum(1, /*keepdim=*/true));
-  const at::Tensor logprob = x.gather(1, token.clamp_min(0).view({m, 1})) - lse;
+  token = at::where(bad, at::full_like(token, -1), token);
+  // Log-probabilities of the raw logits, in float64, for the rows that ask (NaN for the others,
+  // whatever shares the call): the full-vocabulary log-softmax is most of a small model's
+  // sampling time, so a call where no row asks skips it.
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  at::Tensor logprob = at::full({m, 1}, none, double_options), lse;
+  if (any_logprob) {
+    const at::Tensor x = raw.to(at::kDouble);
+    const at::Tensor mx = x.amax(1, /*keepdim=*/true);
+    lse = mx + at::log(at::exp(x - mx).sum(1, /*keepdim=*/true));
+    const at::Tensor asked_t = at::tensor(asked, double_options.dtype(at::kLong)).view({m, 1}) != 0;
+    logprob = at::where(asked_t, x.gather(1, token.clamp_min(0).view({m, 1})) - lse, logprob);
+  }
   int64_t top = 0;
   for (const SampleRow& r : rows) top = std::max(top, std::min(r.top_logprobs, vocab));
-  std::vector<at::Tensor> columns{token.view({m, 1}).to(at::kDouble), bad_at.to(at::kDouble), z.gather(1, bad_at).to(at::kDouble),
-                                  logprob, accepted.view({m, 1}).to(at::kDouble)};
+  std::vector<at::Tensor> columns{token.view({m, 1}).to(at::kDouble), logprob, accepted.view({m, 1}).to(at::kDouble)};
   if (top > 0) {
     const auto [best, best_ids] = at::sort(raw, /*stable=*/true, /*dim=*/1, /*descending=*/true);
     columns.push_back(best_ids.narrow(1, 0, top).to(at::kDouble));
@@ -236,14 +256,12 @@ SampledRows sample_rows(const at::Tensor& logits, const std::vector<SampleRow>& 
   for (int64_t i = 0; i < m; ++i) {
     const double* row = h + i * width;
     out.tokens.push_back(static_cast<int64_t>(row[0]));
-    out.errors.push_back(row[0] < 0 ? "TokenSampler: logit of token " + std::to_string(static_cast<int64_t>(row[1])) +
-                                          " is " + std::to_string(static_cast<float>(row[2]))
-                                    : std::string());
-    out.logprobs.push_back(row[3]);
-    out.accepted.push_back(row[4] != 0);
+    out.errors.push_back(row[0] < 0 ? first_bad_logit(z[i]) : std::string());
+    out.logprobs.push_back(row[1]);
+    out.accepted.push_back(row[2] != 0);
     std::vector<std::pair<int64_t, double>> alternatives;
     for (int64_t j = 0; j < std::min(rows[static_cast<size_t>(i)].top_logprobs, top); ++j)
-      alternatives.emplace_back(static_cast<int64_t>(row[5 + j]), row[5 + top + j]);
+      alternatives.emplace_back(static_cast<int64_t>(row[3 + j]), row[3 + top + j]);
     out.top.push_back(std::move(alternatives));
   }
   return out;

@@ -7,7 +7,7 @@
 // (draw_uniform, on the host, no device wait), so a request draws the same numbers whether it
 // is sampled alone or in a batch. Probabilities and cumulative sums are in float64, the sums
 // sequential scans in draw order. Everything the host needs comes back in ONE device-to-host
-// copy.
+// copy (a row that fails on a NaN or +inf logit adds one, for its message).
 //
 // Speculative decoding (docs/serving.md "Speculative decoding"): a row may verify a drafted
 // token x. Without draft probabilities (n-gram drafts, a point mass q = δx) the row draws as
@@ -36,6 +36,7 @@ struct SampleRow {
   const std::vector<int64_t>* penalized = nullptr;  ///< tokens the repetition penalty applies to (the context)
   int64_t banned_token = -1;                ///< logit -inf (the stop token before min_new_tokens); -1: none
   double uniform = 0;                       ///< u in [0, 1) (TokenSampler::draw_uniform); unused when greedy
+  bool logprob = true;                      ///< report the token's log-probability (false and no top_logprobs: NaN)
   int64_t top_logprobs = 0;                 ///< alternatives reported with the token's log-probability
   int64_t draft_token = -1;                 ///< a drafted token this row verifies; -1: none
   double accept_uniform = 0;                ///< u in [0, 1) of the draft's acceptance test (with draft_probs)
@@ -45,8 +46,9 @@ struct SampleRow {
 struct SampledRows {
   std::vector<int64_t> tokens;              ///< -1 where the row failed
   std::vector<std::string> errors;          ///< empty, or why (a NaN or +inf logit after the penalty)
-  /// log-softmax of the raw logits at the token, in float64, and the top_logprobs most probable
-  /// (decreasing, lower id first among equals).
+  /// log-softmax of the raw logits at the token, in float64 (NaN for a row that does not ask:
+  /// SampleRow::logprob), and the top_logprobs most probable (decreasing, lower id first among
+  /// equals).
   std::vector<double> logprobs;
   std::vector<bool> accepted;               ///< the row's draft was accepted (its token is then the draft)
   std::vector<std::vector<std::pair<int64_t, double>>> top;

@@ -92,6 +92,7 @@ void DraftModel::draft(std::vector<DraftJob>& jobs) {
       r.penalized = &penalized[i];
       r.banned_token = round < j.banned_until ? j.banned_token : -1;
       r.uniform = j.options.greedy ? 0.0 : j.uniform(round);
+      r.logprob = false;  // a draft's token only
       sample.push_back(r);
     }
     const generate::SampledRows chosen = generate::sample_rows(logits, sample);

@@ -372,6 +372,7 @@ generate::SampledRows GenerationEngine::choose_tokens(const std::vector<Segment>
       }
       row.banned_token = r.generated + d < r.spec.min_new_tokens ? options_.eod_id : -1;
       row.uniform = r.spec.sampling.greedy ? 0.0 : r.uniform_at(r.generated + d);
+      row.logprob = r.spec.logprobs;
       row.top_logprobs = r.spec.logprobs ? r.spec.top_logprobs : 0;
       row.draft_token = d < drafted ? r.draft[static_cast<size_t>(d)] : -1;
       if (draft_) {

@@ -33,11 +33,18 @@ inline nlohmann::json outcome_json(const Outcome& o) {
           {"top", o.top}, {"reason", static_cast<int>(o.reason)}};
 }
 
+// JSON text writes NaN (a log-probability not asked for, a prompt's first token) as null.
+inline std::vector<double> doubles_from_json(const nlohmann::json& j) {
+  std::vector<double> out;
+  for (const auto& v : j) out.push_back(v.is_null() ? std::nan("") : v.get<double>());
+  return out;
+}
+
 inline Outcome outcome_from_json(const nlohmann::json& j) {
   Outcome o;
   o.tokens = j["tokens"].get<std::vector<int64_t>>();
-  o.logprobs = j["logprobs"].get<std::vector<double>>();
-  o.prompt_logprobs = j["prompt"].get<std::vector<double>>();
+  o.logprobs = doubles_from_json(j["logprobs"]);
+  o.prompt_logprobs = doubles_from_json(j["prompt"]);
   o.top = j["top"].get<std::vector<std::vector<std::pair<int64_t, double>>>>();
   o.reason = static_cast<FinishReason>(j["reason"].get<int>());
   return o;
@@ -155,7 +162,10 @@ inline void require_same(const Outcome& a, const Outcome& b, double tol = 1e-4) 
   REQUIRE(a.tokens == b.tokens);
   REQUIRE(a.reason == b.reason);
   REQUIRE(a.logprobs.size() == b.logprobs.size());
-  for (size_t i = 0; i < a.logprobs.size(); ++i) REQUIRE(std::abs(a.logprobs[i] - b.logprobs[i]) < tol);
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {  // NaN: not asked for (both sides alike)
+    REQUIRE(std::isnan(a.logprobs[i]) == std::isnan(b.logprobs[i]));
+    if (!std::isnan(a.logprobs[i])) REQUIRE(std::abs(a.logprobs[i] - b.logprobs[i]) < tol);
+  }
   REQUIRE(a.prompt_logprobs.size() == b.prompt_logprobs.size());
   for (size_t i = 0; i < a.prompt_logprobs.size(); ++i)
     REQUIRE(std::abs(a.prompt_logprobs[i] - b.prompt_logprobs[i]) < tol);

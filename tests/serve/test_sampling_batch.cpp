@@ -65,6 +65,7 @@ TEST_CASE("Batched sampling chooses the reference's tokens for the same uniforms
       r.banned_token = step < 5 && i % 3 == 0 ? 2 : -1;  // min tokens: the stop token held back
       r.uniform = r.options.greedy ? 0.0 : batched[static_cast<size_t>(i)].draw_uniform();
       r.top_logprobs = i % 4;
+      r.logprob = i % 3 != 2;  // rows 8, 20, ...: neither a log-probability nor alternatives asked
       batch.push_back(r);
     }
     const SampledRows got = sample_rows(logits, batch);
@@ -85,7 +86,10 @@ TEST_CASE("Batched sampling chooses the reference's tokens for the same uniforms
       for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(z[i * vocab + v]));
       for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(z[i * vocab + v]) - mx);
       const double lse = mx + std::log(sum);
-      REQUIRE(std::abs(got.logprobs[static_cast<size_t>(i)] - (z[i * vocab + want] - lse)) < 1e-12);
+      if (r.logprob || r.top_logprobs > 0)
+        REQUIRE(std::abs(got.logprobs[static_cast<size_t>(i)] - (z[i * vocab + want] - lse)) < 1e-12);
+      else
+        REQUIRE(std::isnan(got.logprobs[static_cast<size_t>(i)]));
       const auto& top = got.top[static_cast<size_t>(i)];
       REQUIRE(static_cast<int64_t>(top.size()) == i % 4);
       for (size_t j = 0; j < top.size(); ++j) {
