@@ -57,6 +57,7 @@ GenerationResult generate_tokens(const model::GptStage& model, const runtime::Co
     row.penalized = &context;
     row.banned_token = static_cast<int64_t>(result.tokens.size()) < options.min_new_tokens ? options.stop_token : -1;
     row.uniform = options.sampling.greedy ? 0.0 : sampler.draw_uniform();
+    row.logprob = false;  // loom generate reports tokens only
     const SampledRows chosen = sample_rows(gather_last_logits(logits, tp, config.vocab_size), {row});  // [1, V]
     if (!chosen.errors[0].empty()) throw std::invalid_argument(chosen.errors[0]);
     const int64_t token = chosen.tokens[0];

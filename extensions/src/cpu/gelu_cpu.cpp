@@ -68,7 +68,8 @@ Vec gelu_tanh_grad(Vec u) {
 
 // The fp32 path, in vectors of the ISA that isa() picks (simd.h). With s = 1 / (1 + e^{-2z}),
 // z = k (u + c u^3): 0.5 (1 + tanh z) = s, so gelu = u s, and 1 - tanh^2 z = 4 s (1 - s), so
-// d gelu / du = s + 2 u s (1 - s) k (1 + 3 c u^2). No 1 + tanh cancels for negative u.
+// d gelu / du = s + 2 u s (1 - s) k (1 + 3 c u^2), with 1 - s = e^{-2z} s. Nothing cancels: not
+// 1 + tanh for negative u, not 1 - s for positive.
 struct F32Rows {
   const float *x, *dy, *bias;  // dy null: forward
   float* out;
@@ -81,11 +82,13 @@ LOOM_VEC_INLINE void gelu_lanes(const float* xs, const float* bs, const float* g
   const V one = cpu::splat<V>(1.0f), k = cpu::splat<V>(static_cast<float>(kSqrt2OverPi));
   const V c = cpu::splat<V>(static_cast<float>(kGeluCubic));
   const V u = cpu::load<V>(xs) + cpu::load<V>(bs);
-  const V s = one / (one + cpu::exp(cpu::splat<V>(-2.0f) * k * (u + c * u * u * u)));
+  const V e = cpu::exp(cpu::splat<V>(-2.0f) * k * (u + c * u * u * u));
+  const V s = one / (one + e);
   if (!gs) {
     cpu::store(ys, u * s);
   } else {
-    const V grad = s + cpu::splat<V>(2.0f) * k * u * s * (one - s) * (one + cpu::splat<V>(3.0f) * c * u * u);
+    // 1 - s as e s: no cancellation where s is near 1 (large u)
+    const V grad = s + cpu::splat<V>(2.0f) * k * u * s * (e * s) * (one + cpu::splat<V>(3.0f) * c * u * u);
     cpu::store(ys, cpu::load<V>(gs) * grad);
   }
 }

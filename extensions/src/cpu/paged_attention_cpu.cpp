@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -258,16 +259,23 @@ at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cac
   for (int64_t r : gemm_rows) {
     const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first, L = len[r];
     const at::Tensor ids = tables[r].narrow(0, 0, (L + block_size - 1) / block_size);
-    const auto row_of_cache = [&](const at::Tensor& cache) {  // [1, heads, L, d]
-      at::Tensor t = cache.index_select(0, ids).transpose(0, 1).reshape({1, s.kv_heads, -1, s.d}).narrow(2, 0, L);
-      return s.kv_heads == s.heads ? t : t.repeat_interleave(s.heads / s.kv_heads, 1);
+    // [1, kv_heads, L, d] in one copy (the blocks taken from the head-major view); SDPA maps the
+    // query heads onto the kv heads itself (enable_gqa).
+    const auto row_of_cache = [&](const at::Tensor& cache) {
+      return cache.transpose(0, 1).index_select(1, ids).reshape({1, s.kv_heads, -1, s.d}).narrow(2, 0, L);
     };
-    // query i sits at position L - n + i and sees the keys up to it
-    const at::Tensor visible = at::arange(L, lens.options()).view({1, L}) <= at::arange(L - n, L, lens.options()).view({n, 1});
+    // query i sits at position L - n + i and sees the keys up to it; a whole prompt (L = n) is
+    // plain causal attention, which the flash kernel does without a mask, skipping masked blocks
+    const bool whole = L == n;
+    const std::optional<at::Tensor> visible =
+        whole ? std::nullopt
+              : std::optional<at::Tensor>(at::arange(L, lens.options()).view({1, L}) <=
+                                          at::arange(L - n, L, lens.options()).view({n, 1}));
     const at::Tensor mine = query_starts ? out.narrow(2, first, n) : out.narrow(0, r, 1);
     mine.copy_(at::scaled_dot_product_attention(query_starts ? q.narrow(2, first, n) : q.narrow(0, r, 1),
                                                 row_of_cache(key_cache), row_of_cache(value_cache), visible,
-                                                /*dropout_p=*/0.0, /*is_causal=*/false, scale));
+                                                /*dropout_p=*/0.0, /*is_causal=*/whole, scale,
+                                                /*enable_gqa=*/s.kv_heads != s.heads));
   }
   return out;
 }
