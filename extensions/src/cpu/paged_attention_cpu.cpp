@@ -259,10 +259,11 @@ at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cac
   for (int64_t r : gemm_rows) {
     const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first, L = len[r];
     const at::Tensor ids = tables[r].narrow(0, 0, (L + block_size - 1) / block_size);
-    // [1, kv_heads, L, d] in one copy (the blocks taken from the head-major view); SDPA maps the
-    // query heads onto the kv heads itself (enable_gqa).
+    // [1, kv_heads, L, d]: the row's blocks, then heads first (selecting from a head-major view
+    // of the pool instead would copy the whole pool); SDPA maps the query heads onto the kv heads
+    // itself (enable_gqa).
     const auto row_of_cache = [&](const at::Tensor& cache) {
-      return cache.transpose(0, 1).index_select(1, ids).reshape({1, s.kv_heads, -1, s.d}).narrow(2, 0, L);
+      return cache.index_select(0, ids).transpose(0, 1).reshape({1, s.kv_heads, -1, s.d}).narrow(2, 0, L);
     };
     // query i sits at position L - n + i and sees the keys up to it; a whole prompt (L = n) is
     // plain causal attention, which the flash kernel does without a mask, skipping masked blocks
