@@ -29,7 +29,7 @@ namespace loom::ops {
 namespace {
 
 // From this many new queries in a row, that row goes through SDPA (below); measured equal at 64.
-constexpr int64_t kGemmMinQueries = 64;
+constexpr int64_t kSdpaMinQueries = 64;
 
 struct PagedShape {
   int64_t groups, heads, per_group, d, kv_heads, block_size, max_blocks;  // q [groups, heads, per_group, d]
@@ -242,11 +242,11 @@ at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cac
   // positions is small beside n x L scores): 2-4x faster than walking the keys per query at such n
   // (tools/bench_paged_attention.py). Its queries are marked visible 0 for the per-query kernel,
   // which does the rest.
-  std::vector<int64_t> gemm_rows;
+  std::vector<int64_t> sdpa_rows;
   for (int64_t r = 0; r < b; ++r) {
     const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first;
-    if (n < kGemmMinQueries) continue;
-    gemm_rows.push_back(r);
+    if (n < kSdpaMinQueries) continue;
+    sdpa_rows.push_back(r);
     std::fill_n(visible_of.begin() + first, n, 0);
   }
   at::Tensor out = at::empty_like(q, at::MemoryFormat::Contiguous);
@@ -256,7 +256,7 @@ at::Tensor paged_attention_cpu(const at::Tensor& q_in, const at::Tensor& key_cac
                                       value_cache.data_ptr<scalar_t>(), table, row_of, visible_of,
                                       out.data_ptr<scalar_t>(), s, scale);
   });
-  for (int64_t r : gemm_rows) {
+  for (int64_t r : sdpa_rows) {
     const int64_t first = starts[static_cast<size_t>(r)], n = starts[static_cast<size_t>(r + 1)] - first, L = len[r];
     const at::Tensor ids = tables[r].narrow(0, 0, (L + block_size - 1) / block_size);
     // [1, kv_heads, L, d]: the row's blocks, then heads first (selecting from a head-major view
